@@ -1,0 +1,18 @@
+"""A PyTorch trainer whose numbers equal the hand-written loop.
+
+Example:
+    >>> from trainer import Trainer, Module, Callback
+    >>> Trainer(precision="bf16", max_epochs=1, logger=False).precision
+    BF16()
+"""
+
+from __future__ import annotations
+
+from trainer.callback import Callback
+from trainer.loggers import TensorBoardLogger
+from trainer.module import Module
+from trainer.precision import AMP, BF16, FP32, Precision
+from trainer.trainer import Trainer
+
+__all__ = ["Trainer", "Module", "Callback", "TensorBoardLogger", "Precision", "FP32", "AMP", "BF16"]
+__version__ = "0.1.0"

@@ -1,0 +1,98 @@
+"""The Trainer's arguments as one pydantic model: names, defaults and rules in one place.
+
+`Trainer.__init__` validates through `TrainerArgs`, and the YAML config's `trainer:`
+section is the same model, so the constructor and the config can't drift apart (a test
+compares this model with `Trainer`'s signature).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["TrainerArgs", "validate_trainer_args"]
+
+PrecisionName = Literal["fp32", "amp", "bf16"]
+
+
+class TrainerArgs(BaseModel):
+    """Every keyword argument of `Trainer`, with its default and its accepted values."""
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True, validate_default=False)
+
+    precision: Any = Field("fp32", description='"fp32", "amp", "bf16" or a Precision instance')
+    max_epochs: int | None = Field(None, ge=1, description="stop after this many epochs")
+    max_steps: int | None = Field(None, ge=1, description="stop after this many optimizer steps")
+    accumulate_grad_batches: int = Field(1, ge=1, description="micro-batches per optimizer step")
+    gradient_clip_val: float | None = Field(None, ge=0, description="clip threshold; None: no clipping")
+    gradient_clip_algorithm: Literal["norm", "value"] = "norm"
+    root_dir: Path = Field(Path("runs"), description="where runs write logs and checkpoints")
+    logger: Any = Field(True, description="True, False or a logger instance")
+    enable_progress_bar: bool = True
+    enable_checkpointing: bool = True
+    log_every_n_steps: int = Field(50, ge=1)
+    callbacks: list[Any] | None = None
+    seed: int | None = None
+    device: str = Field("auto", description='"auto", "cpu", "cuda", "cuda:N", "mps"')
+    strategy: Literal["auto", "ddp", "single"] = "auto"
+    nonfinite_loss: Literal["error", "skip"] = Field(
+        "error", description="fp32/bf16: what a non-finite loss does (amp skips such steps)"
+    )
+
+    @pydantic.field_validator("precision")
+    @classmethod
+    def _check_precision(cls, value: Any) -> Any:
+        from trainer.precision import PRECISIONS, Precision
+
+        if isinstance(value, Precision) or (isinstance(value, str) and value in PRECISIONS):
+            return value
+        raise ValueError(f"expected one of {', '.join(map(repr, PRECISIONS))} or a Precision instance")
+
+    @pydantic.field_validator("logger")
+    @classmethod
+    def _check_logger(cls, value: Any) -> Any:
+        if isinstance(value, bool) or hasattr(value, "log_metrics"):
+            return value
+        raise ValueError("expected True, False or a logger with log_metrics(metrics, step)")
+
+    @pydantic.field_validator("callbacks")
+    @classmethod
+    def _check_callbacks(cls, value: list[Any] | None) -> list[Any] | None:
+        from trainer.callback import Callback
+
+        for item in value or []:
+            if not isinstance(item, Callback):
+                raise ValueError(f"expected trainer.Callback instances, got {type(item).__name__}")
+        return value
+
+    @pydantic.field_validator("device")
+    @classmethod
+    def _check_device(cls, value: str) -> str:
+        import torch
+
+        if value == "auto":
+            return value
+        try:
+            torch.device(value)
+        except (RuntimeError, ValueError):
+            raise ValueError('expected "auto" or a torch device string such as "cpu" or "cuda:0"') from None
+        return value
+
+
+def validate_trainer_args(values: dict[str, Any]) -> TrainerArgs:
+    """Validate `Trainer(...)` keyword arguments; raise one ValueError listing every problem."""
+    try:
+        return TrainerArgs(**values)
+    except pydantic.ValidationError as error:
+        lines = []
+        for problem in error.errors():
+            name = ".".join(str(part) for part in problem["loc"]) or "?"
+            received = problem.get("input")
+            message = problem["msg"].removeprefix("Value error, ")
+            lines.append(
+                f"Trainer({name}=...): {message}. Received: {received!r} of type {type(received).__name__}."
+            )
+        raise ValueError("\n".join(lines)) from None

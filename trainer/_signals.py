@@ -1,0 +1,66 @@
+"""Interrupts that land between optimizer steps, never inside one.
+
+While `fit` runs, SIGINT (Ctrl-C, Jupyter's stop button) raises `KeyboardInterrupt` at
+once, except inside the short critical section that unscales, clips, steps the optimizer
+and advances the counters: there it is deferred to the end of the section, so the weights
+are always those of a completed step. SIGTERM (what clusters send before a kill) only
+requests a stop: the current step finishes, a checkpoint is written, fit returns.
+The previous handlers are restored when fit ends; nothing is changed for good.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from types import FrameType
+from typing import Any, Callable
+
+__all__ = ["SignalGuard"]
+
+
+class SignalGuard:
+    """Installs the handlers on `__enter__` (main thread only) and restores them on `__exit__`."""
+
+    def __init__(self, on_terminate: Callable[[], None]) -> None:
+        self._on_terminate = on_terminate
+        self._previous: dict[int, Any] = {}
+        self.in_critical = False
+        self._deferred_interrupt = False
+        self.terminated = False
+
+    def __enter__(self) -> SignalGuard:
+        if threading.current_thread() is not threading.main_thread():
+            return self  # signal handlers can only be set from the main thread
+        for signum, handler in ((signal.SIGINT, self._handle_interrupt), (signal.SIGTERM, self._handle_terminate)):
+            try:
+                self._previous[signum] = signal.signal(signum, handler)
+            except (ValueError, OSError):  # e.g. an embedded interpreter without signals
+                pass
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        self._previous.clear()
+
+    def _handle_interrupt(self, signum: int, frame: FrameType | None) -> None:
+        if self.in_critical:
+            self._deferred_interrupt = True
+            return
+        previous = self._previous.get(signal.SIGINT)
+        if callable(previous) and previous is not signal.default_int_handler:
+            previous(signum, frame)
+        raise KeyboardInterrupt
+
+    def _handle_terminate(self, signum: int, frame: FrameType | None) -> None:
+        self.terminated = True
+        self._on_terminate()
+
+    def enter_critical(self) -> None:
+        self.in_critical = True
+
+    def exit_critical(self) -> None:
+        self.in_critical = False
+        if self._deferred_interrupt:
+            self._deferred_interrupt = False
+            raise KeyboardInterrupt

@@ -1,0 +1,78 @@
+"""Small helpers of the loop: moving batches to a device, seeding, RNG state."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["move_to_device", "seed_everything", "rng_state", "set_rng_state"]
+
+
+def move_to_device(batch: Any, device: torch.device) -> Any:
+    """Move every tensor of a nested batch to `device`; other leaves are left alone.
+
+    Handles tensors, lists, tuples (named tuples keep their type), dicts (and other
+    mappings rebuilt as their own type when possible) and dataclass instances.
+    """
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, (list, tuple)):
+        moved = [move_to_device(item, device) for item in batch]
+        if hasattr(batch, "_fields"):  # namedtuple
+            return type(batch)(*moved)
+        return type(batch)(moved) if isinstance(batch, tuple) else moved
+    if isinstance(batch, Mapping):
+        items = {key: move_to_device(value, device) for key, value in batch.items()}
+        try:
+            return type(batch)(items)
+        except TypeError:
+            return items
+    if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
+        changes = {f.name: move_to_device(getattr(batch, f.name), device) for f in dataclasses.fields(batch) if f.init}
+        return dataclasses.replace(batch, **changes)
+    return batch
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's `random`, NumPy's global generator and torch (CPU and every CUDA device)."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def rng_state() -> dict[str, Any]:
+    """Every global RNG state, in a form `torch.load(weights_only=True)` accepts."""
+    py_version, py_state, py_gauss = random.getstate()
+    np_name, np_keys, np_pos, np_has_gauss, np_gauss = np.random.get_state()
+    state: dict[str, Any] = {
+        "python": {"version": py_version, "state": torch.tensor(py_state, dtype=torch.int64), "gauss": py_gauss},
+        "numpy": {
+            "name": np_name,
+            "keys": torch.from_numpy(np_keys.astype(np.int64)),
+            "pos": int(np_pos),
+            "has_gauss": int(np_has_gauss),
+            "gauss": float(np_gauss),
+        },
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: Mapping[str, Any]) -> None:
+    """Restore what `rng_state` returned."""
+    py = state["python"]
+    random.setstate((py["version"], tuple(int(v) for v in py["state"].tolist()), py["gauss"]))
+    npy = state["numpy"]
+    np.random.set_state(
+        (npy["name"], npy["keys"].numpy().astype(np.uint32), npy["pos"], npy["has_gauss"], npy["gauss"])
+    )
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])

@@ -1,0 +1,154 @@
+"""`Module`: the user's model and the hooks the Trainer calls on it.
+
+`Module` never imports the Trainer: it only knows that, once attached, `self.trainer`
+has a `_log_metric` method (the `_MetricSink` protocol below).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+import torch
+
+__all__ = ["Module", "Reduce"]
+
+Reduce = Literal["mean", "sum", "max", "min"]
+
+
+class _MetricSink(Protocol):
+    def _log_metric(
+        self,
+        name: str,
+        value: torch.Tensor | float | int,
+        *,
+        on_step: bool | None,
+        on_epoch: bool | None,
+        prog_bar: bool,
+        reduce: Reduce,
+        batch_size: int | None,
+    ) -> None: ...
+
+
+class Module(torch.nn.Module):
+    """A `torch.nn.Module` with the hooks a Trainer drives.
+
+    Subclass it, implement `training_step` and `configure_optimizers`, then hand it to
+    `Trainer.fit`.
+
+    Example:
+        >>> import torch
+        >>> from trainer import Module
+        >>> class Regressor(Module):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.net = torch.nn.Linear(3, 1)
+        ...     def forward(self, x):
+        ...         return self.net(x)
+        ...     def training_step(self, batch, batch_idx):
+        ...         x, y = batch
+        ...         loss = torch.nn.functional.mse_loss(self(x), y)
+        ...         self.log("train/loss", loss)
+        ...         return loss
+        ...     def configure_optimizers(self):
+        ...         return torch.optim.SGD(self.parameters(), lr=0.1)
+        >>> Regressor()(torch.ones(2, 3)).shape
+        torch.Size([2, 1])
+    """
+
+    if TYPE_CHECKING:
+        trainer: Any
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Set through object.__setattr__ so nn.Module does not register the Trainer.
+        object.__setattr__(self, "_trainer_ref", None)
+
+    # ----------------------------------------------------------------- the Trainer link
+    @property
+    def trainer(self) -> Any:
+        """The Trainer this module is attached to (set by `fit`/`validate`/...)."""
+        ref = self.__dict__.get("_trainer_ref")
+        if ref is None:
+            raise RuntimeError(
+                f"{type(self).__name__} is not attached to a Trainer. Expected it to be "
+                "passed to Trainer.fit/validate/test/predict first."
+            )
+        return ref
+
+    def _attach(self, trainer: _MetricSink | None) -> None:
+        object.__setattr__(self, "_trainer_ref", trainer)
+
+    # ------------------------------------------------------------------ the user's steps
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        """Return a scalar loss tensor, a dict with a scalar ``"loss"``, or None to skip."""
+        raise NotImplementedError(
+            f"{type(self).__name__} has no training_step. Expected a method "
+            "`training_step(self, batch, batch_idx)` returning the loss to minimise."
+        )
+
+    def validation_step(self, batch: Any, batch_idx: int) -> Any:
+        """Optional: log validation metrics with `self.log`."""
+
+    def test_step(self, batch: Any, batch_idx: int) -> Any:
+        """Optional: log test metrics with `self.log`."""
+
+    def predict_step(self, batch: Any, batch_idx: int) -> Any:
+        """Return one prediction; the default calls the module on the batch."""
+        return self(batch)
+
+    def configure_optimizers(self) -> Any:
+        """Return an optimizer, `(optimizer, scheduler)`, or a dict with both."""
+        raise NotImplementedError(
+            f"{type(self).__name__} has no configure_optimizers. Expected it to return an "
+            "optimizer, a tuple (optimizer, scheduler) or a dict "
+            "{'optimizer': ..., 'lr_scheduler': ...}."
+        )
+
+    # ------------------------------------------------------------------------- logging
+    def log(
+        self,
+        name: str,
+        value: torch.Tensor | float | int,
+        *,
+        on_step: bool | None = None,
+        on_epoch: bool | None = None,
+        prog_bar: bool = False,
+        reduce: Reduce = "mean",
+        batch_size: int | None = None,
+    ) -> None:
+        """Record a metric.
+
+        In `training_step` the default is per step (written every `log_every_n_steps`);
+        in `validation_step`/`test_step` it is per epoch, reduced with `reduce` (a mean
+        weighted by `batch_size` when given). Tensors stay on their device until written.
+
+        Args:
+            name: the tag, e.g. ``"val/acc"``.
+            value: a scalar tensor or number.
+            on_step: keep the latest per-step value.
+            on_epoch: also reduce over the epoch.
+            prog_bar: show it in the progress bar.
+            reduce: how epoch values combine: "mean", "sum", "max" or "min".
+            batch_size: weight of this value in an epoch mean (default 1).
+        """
+        ref = self.__dict__.get("_trainer_ref")
+        if ref is None:
+            return  # called outside a Trainer (e.g. a unit test of the step): nothing to do
+        ref._log_metric(
+            name,
+            value,
+            on_step=on_step,
+            on_epoch=on_epoch,
+            prog_bar=prog_bar,
+            reduce=reduce,
+            batch_size=batch_size,
+        )
+
+    # ------------------------------------------------------------------- lifecycle hooks
+    # Module hooks run before the callbacks' hooks of the same name.
+    def on_fit_start(self) -> None: ...
+    def on_fit_end(self) -> None: ...
+    def on_train_epoch_start(self) -> None: ...
+    def on_train_epoch_end(self) -> None: ...
+    def on_validation_epoch_start(self) -> None: ...
+    def on_validation_epoch_end(self) -> None: ...

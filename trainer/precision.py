@@ -1,0 +1,220 @@
+"""Precision strategies: how a step is autocast, backpropagated, unscaled, clipped and applied.
+
+The base `Precision` is a complete null object (full fp32, nothing scaled). `AMP` adds
+float16 autocast and a `torch.amp.GradScaler`; `BF16` adds bfloat16 autocast only.
+The AMP order (scale -> backward -> unscale -> clip -> step -> update) lives here and
+nowhere else: `clip_gradients` and `gradient_norm` unscale first, so the order cannot be
+forgotten, and `optimizer_step` says whether the optimizer really stepped.
+
+Example:
+    >>> import torch
+    >>> from trainer.precision import AMP
+    >>> amp = AMP()
+    >>> amp.setup(torch.device("cpu"))
+    >>> float(amp.scaler.get_scale())
+    65536.0
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable
+from typing import Any, Literal
+
+import torch
+
+__all__ = ["Precision", "FP32", "AMP", "BF16", "PRECISIONS", "resolve_precision"]
+
+ClipAlgorithm = Literal["norm", "value"]
+
+
+def _grads(parameters: Iterable[torch.nn.Parameter]) -> list[torch.Tensor]:
+    return [p.grad for p in parameters if p.grad is not None]
+
+
+def _parameters(optimizer: torch.optim.Optimizer) -> list[torch.nn.Parameter]:
+    return [p for group in optimizer.param_groups for p in group["params"]]
+
+
+class Precision:
+    """Full float32: the null strategy every other one refines.
+
+    Subclass it to plug in a strategy of your own and pass the instance as
+    `Trainer(precision=MyPrecision())`.
+    """
+
+    name: str = "fp32"
+    #: True when the strategy itself skips steps whose gradients are not finite
+    #: (AMP's GradScaler); otherwise the Trainer guards against non-finite losses.
+    handles_nonfinite: bool = False
+
+    def setup(self, device: torch.device) -> None:
+        """Bind the strategy to the device the model lives on (called by `fit`)."""
+        self.device = device
+
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+        """The context the forward pass and loss run in."""
+        return contextlib.nullcontext()
+
+    def backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
+
+    def unscale_gradients(self, optimizer: torch.optim.Optimizer) -> None:
+        """Bring gradients to their true scale (a no-op unless the loss was scaled)."""
+
+    def gradient_norm(self, optimizer: torch.optim.Optimizer) -> torch.Tensor:
+        """The true total 2-norm of the gradients, as a device tensor (no host sync)."""
+        self.unscale_gradients(optimizer)
+        return torch.nn.utils.get_total_norm(_grads(_parameters(optimizer)))
+
+    def clip_gradients(
+        self, optimizer: torch.optim.Optimizer, max_value: float, algorithm: ClipAlgorithm
+    ) -> torch.Tensor | None:
+        """Unscale, then clip. Returns the total norm before clipping for "norm"."""
+        self.unscale_gradients(optimizer)
+        parameters = _parameters(optimizer)
+        if algorithm == "norm":
+            return torch.nn.utils.clip_grad_norm_(parameters, max_value)
+        torch.nn.utils.clip_grad_value_(parameters, max_value)
+        return None
+
+    def optimizer_step(self, optimizer: torch.optim.Optimizer) -> bool:
+        """Apply the gradients; return whether the optimizer really stepped."""
+        optimizer.step()
+        return True
+
+    def loss_scale(self) -> torch.Tensor | None:
+        """The current loss scale as a device tensor, or None when nothing is scaled."""
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what `state_dict` returned (nothing for the base)."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class FP32(Precision):
+    """Full float32 (the default)."""
+
+
+class BF16(Precision):
+    """bfloat16 autocast; gradients and weights stay float32, nothing is scaled."""
+
+    name = "bf16"
+
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+        return torch.autocast(self.device.type, dtype=torch.bfloat16)
+
+
+class AMP(Precision):
+    """float16 autocast with a `torch.amp.GradScaler` on the model's device type.
+
+    A step whose gradients are not finite is skipped and the scale backs off; the
+    scaler's state (scale, growth tracker, factors) is part of `state_dict`.
+
+    Args:
+        init_scale, growth_factor, backoff_factor, growth_interval: GradScaler settings.
+    """
+
+    name = "amp"
+    handles_nonfinite = True
+
+    def __init__(
+        self,
+        init_scale: float = 2.0**16,
+        growth_factor: float = 2.0,
+        backoff_factor: float = 0.5,
+        growth_interval: int = 2000,
+    ) -> None:
+        self._scaler_args = dict(
+            init_scale=init_scale,
+            growth_factor=growth_factor,
+            backoff_factor=backoff_factor,
+            growth_interval=growth_interval,
+        )
+        self.scaler: torch.amp.GradScaler | None = None
+        self.device_type: str | None = None
+        self._steps_taken = 0
+        self._hooked: set[int] = set()
+        self._unscaled: set[int] = set()
+        self._pending_state: dict[str, Any] | None = None
+
+    def setup(self, device: torch.device) -> None:
+        super().setup(device)
+        if self.scaler is None or self.device_type != device.type:
+            if self.scaler is not None:  # moving devices keeps the scale and tracker
+                self._pending_state = self.scaler.state_dict()
+            self.device_type = device.type
+            self.scaler = torch.amp.GradScaler(device.type, **self._scaler_args)  # type: ignore[arg-type]
+            if self._pending_state is not None:
+                self.scaler.load_state_dict(self._pending_state)
+                self._pending_state = None
+
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+        return torch.autocast(self.device.type, dtype=torch.float16)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        assert self.scaler is not None, "AMP.setup(device) must run before backward"
+        self.scaler.scale(loss).backward()
+
+    def unscale_gradients(self, optimizer: torch.optim.Optimizer) -> None:
+        assert self.scaler is not None
+        if id(optimizer) not in self._unscaled:  # GradScaler forbids a second unscale_
+            self.scaler.unscale_(optimizer)
+            self._unscaled.add(id(optimizer))
+
+    def optimizer_step(self, optimizer: torch.optim.Optimizer) -> bool:
+        assert self.scaler is not None
+        if id(optimizer) not in self._hooked:
+            # The post-hook fires only when optimizer.step() really runs, which is how we
+            # learn that GradScaler did not skip it, without a host read of our own.
+            optimizer.register_step_post_hook(self._count_step)
+            self._hooked.add(id(optimizer))
+        before = self._steps_taken
+        self.scaler.step(optimizer)
+        self.scaler.update()
+        self._unscaled.discard(id(optimizer))
+        return self._steps_taken != before
+
+    def _count_step(self, *_: Any) -> None:
+        self._steps_taken += 1
+
+    def loss_scale(self) -> torch.Tensor | None:
+        assert self.scaler is not None
+        # get_scale() would read the scale to the host; the device tensor is what we log.
+        return self.scaler._scale
+
+    def state_dict(self) -> dict[str, Any]:
+        if self.scaler is None:
+            return dict(self._pending_state or {})
+        return self.scaler.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.scaler is None:
+            self._pending_state = dict(state)
+        else:
+            self.scaler.load_state_dict(state)
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v}" for k, v in self._scaler_args.items())
+        return f"AMP({args})"
+
+
+PRECISIONS: dict[str, type[Precision]] = {"fp32": FP32, "amp": AMP, "bf16": BF16}
+
+
+def resolve_precision(precision: str | Precision) -> Precision:
+    """Turn a name ("fp32", "amp", "bf16") or an instance into a strategy object."""
+    if isinstance(precision, Precision):
+        return precision
+    if isinstance(precision, str) and precision in PRECISIONS:
+        return PRECISIONS[precision]()
+    accepted = ", ".join(repr(name) for name in PRECISIONS)
+    raise ValueError(
+        f"Trainer(precision=...) expected one of {accepted} or a trainer.precision.Precision "
+        f"instance. Received: {precision!r} of type {type(precision).__name__}."
+    )

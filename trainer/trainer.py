@@ -1,0 +1,462 @@
+"""`Trainer`: owns the loop and composes precision, strategy, logger, progress and callbacks."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Iterable, Sized
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trainer._run import RunIO
+from trainer._args import validate_trainer_args
+from trainer._eval import EvalLoop
+from trainer._metrics import MetricStore, to_floats
+from trainer._optim import LoopState, OptimizerSetup, parse_optimizers
+from trainer._signals import SignalGuard
+from trainer._utils import move_to_device, seed_everything
+from trainer.callback import Callback, _Dispatcher
+from trainer.distributed import Strategy, resolve_strategy
+from trainer.module import Module
+from trainer.precision import Precision, resolve_precision
+
+__all__ = ["Trainer"]
+
+log = logging.getLogger("trainer")
+
+
+class Trainer:
+    """Trains a `Module` exactly as a hand-written PyTorch loop would, with less code.
+
+    Example:
+        >>> import torch
+        >>> from torch.utils.data import DataLoader, TensorDataset
+        >>> from trainer import Trainer, Module
+        >>> class Line(Module):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.net = torch.nn.Linear(1, 1)
+        ...     def training_step(self, batch, batch_idx):
+        ...         x, y = batch
+        ...         return torch.nn.functional.mse_loss(self.net(x), y)
+        ...     def configure_optimizers(self):
+        ...         return torch.optim.SGD(self.parameters(), lr=0.1)
+        >>> data = DataLoader(TensorDataset(torch.ones(8, 1), torch.ones(8, 1)), batch_size=4)
+        >>> trainer = Trainer(max_epochs=2, logger=False, enable_checkpointing=False,
+        ...                   enable_progress_bar=False)
+        >>> trainer.fit(Line(), data)
+        >>> trainer.global_step
+        4
+
+    All arguments are keyword-only and validated at construction (see README for each);
+    an invalid one raises `ValueError` naming it and the accepted values.
+    """
+
+    def __init__(
+        self,
+        *,
+        precision: str | Precision = "fp32",
+        max_epochs: int | None = None,
+        max_steps: int | None = None,
+        accumulate_grad_batches: int = 1,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str = "norm",
+        root_dir: str | Path = "runs",
+        logger: Any = True,
+        enable_progress_bar: bool = True,
+        enable_checkpointing: bool = True,
+        log_every_n_steps: int = 50,
+        callbacks: list[Callback] | None = None,
+        seed: int | None = None,
+        device: str = "auto",
+        strategy: str = "auto",
+        nonfinite_loss: str = "error",
+    ) -> None:
+        arguments = dict(locals())
+        arguments.pop("self")
+        self.args = validate_trainer_args(arguments)
+        self._precision = resolve_precision(precision)
+        self.strategy: Strategy = resolve_strategy(self.args.strategy, self.args.device)
+        self.state = LoopState()
+        self.callbacks: list[Callback] = list(callbacks or [])
+        self._metrics = MetricStore()
+        self._io = RunIO(self)
+        self._module: Module | None = None
+        self._opt: OptimizerSetup | None = None
+        self._dispatch = _Dispatcher(None, self.callbacks)
+        self._signals: SignalGuard | None = None
+        self._train_loader: Any = None
+
+    # ---------------------------------------------------------------- read-only state
+    @property
+    def global_step(self) -> int:
+        """Optimizer steps taken (completed accumulation windows), skipped steps included."""
+        return self.state.global_step
+
+    @property
+    def current_epoch(self) -> int:
+        return self.state.epoch
+
+    @property
+    def precision(self) -> Precision:
+        """The precision strategy object (AMP's has `.scaler`)."""
+        return self._precision
+
+    @property
+    def callback_metrics(self) -> dict[str, float]:
+        """The latest value of every logged metric, as Python floats (read on access)."""
+        return to_floats(self._metrics.latest)
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer | None:
+        return self._opt.optimizer if self._opt is not None else None
+
+    @property
+    def lr_scheduler(self) -> Any:
+        return self._opt.scheduler if self._opt is not None else None
+
+    @property
+    def logger(self) -> Any:
+        return self._io.logger
+
+    @property
+    def log_dir(self) -> Path:
+        """This run's folder under `root_dir` (created when first needed)."""
+        return self._io.run_dir
+
+    @property
+    def should_stop(self) -> bool:
+        return self.state.stop_requested
+
+    def request_stop(self) -> None:
+        """Ask the loop to stop after the current optimizer step (used by EarlyStopping)."""
+        self.state.stop_requested = True
+
+    # ------------------------------------------------------------------------- fit
+    def fit(
+        self,
+        model: Module,
+        train_loader: Iterable[Any],
+        val_loader: Iterable[Any] | None = None,
+        ckpt_path: str | Path | None = None,
+    ) -> None:
+        """Train `model` on `train_loader` until `max_epochs` or `max_steps`.
+
+        The loop, in pseudocode::
+
+            setup: seed, device, precision, configure_optimizers, restore ckpt_path
+            for epoch in epochs:
+                for window of k micro-batches (the last one may be shorter):
+                    for batch in window:
+                        with autocast: loss = training_step(batch) / len(window)
+                        backward(loss)               # scaled under amp; DDP syncs on the last
+                    unscale; clip; stepped = optimizer step (amp skips non-finite)
+                    if stepped: scheduler.step()     # interval "step"
+                    zero_grad(set_to_none=True); global_step += 1; log every n steps
+                    stop here if max_steps reached or a stop was requested
+                validate; epoch-end hooks; scheduler.step() (interval "epoch"); write last.ckpt
+
+        Calling `fit` again on the same Trainer continues the same run (counters,
+        optimizer and scaler kept) until the limits are reached.
+        """
+        _check_module(model)
+        _check_loader(train_loader, "train_loader")
+        if val_loader is not None:
+            _check_loader(val_loader, "val_loader")
+        checkpoint = self._io.read_checkpoint(ckpt_path) if ckpt_path is not None else None
+        if self.args.seed is not None:
+            seed_everything(self.args.seed)
+        self._setup(model)
+        if checkpoint is not None:
+            self._io.restore(checkpoint)
+        self.state.stop_requested = False
+        self._train_loader = train_loader = self.strategy.setup_loader(train_loader, train=True)
+        if val_loader is not None:
+            val_loader = self.strategy.setup_loader(val_loader, train=False)
+        try:
+            with SignalGuard(self.request_stop) as self._signals:
+                self._call("on_fit_start")
+                self._io.start_run(model)
+                self._fit_loop(train_loader, val_loader)
+                self._call("on_fit_end")
+        except BaseException as error:
+            self._on_fit_error(error)
+            raise
+        finally:
+            self._signals = None
+            self._io.end_run()
+        if self.state.stop_requested and self._io.terminated:
+            log.info("Stopped on SIGTERM after step %d; resume with ckpt_path='last'.", self.global_step)
+
+    def _setup(self, model: Module) -> None:
+        if model is not self._module:  # a new model: new optimizer, counters restart
+            self._module = model
+            self.state = LoopState()
+            model._attach(self)
+            self._train_step = self.strategy.setup_module(model)
+            self._precision.setup(self.strategy.device)
+            self._opt = parse_optimizers(model.configure_optimizers())
+        else:
+            model._attach(self)
+        self._dispatch = _Dispatcher(model, self.callbacks)
+        self._eval = EvalLoop(self)
+
+    def _finished(self) -> bool:
+        args, state = self.args, self.state
+        if args.max_steps is not None and state.global_step >= args.max_steps:
+            return True
+        max_epochs = args.max_epochs if args.max_epochs is not None else (None if args.max_steps else 1)
+        return max_epochs is not None and state.epoch >= max_epochs
+
+    def _fit_loop(self, train_loader: Any, val_loader: Any) -> None:
+        if self._finished():
+            log.info(
+                "Nothing to train: the run already reached max_epochs=%s / max_steps=%s. Raise them "
+                "or create a new Trainer to train further.", self.args.max_epochs, self.args.max_steps
+            )
+        while not self._finished() and not self.state.stop_requested:
+            epoch_complete = self._train_epoch(train_loader)
+            if not epoch_complete:
+                break
+            self._io.close_train_epoch()
+            if val_loader is not None:
+                self._eval.run(val_loader, "validation")
+            self._call("on_train_epoch_end")
+            if self._opt is not None and self._opt.interval == "epoch":
+                self._opt.step_scheduler(self.callback_metrics if self._opt.monitor else None)
+            self.state.epoch += 1
+            self.state.batches_done = 0
+            self._io.end_epoch()
+        self._io.save_last()
+
+    # ------------------------------------------------------------------ one epoch
+    def _train_epoch(self, loader: Any) -> bool:
+        """Run (the rest of) one epoch; return whether it reached its end."""
+        state, k = self.state, self.args.accumulate_grad_batches
+        assert self._module is not None
+        self._module.train()
+        self.strategy.set_epoch(loader, state.epoch)
+        total = len(loader) if isinstance(loader, Sized) else None
+        if total == 0:
+            raise ValueError(_empty_loader_message(loader))
+        if state.batches_done == 0:
+            self._call("on_train_epoch_start")
+        iterator = self._io.epoch_iterator(loader, state.batches_done)
+        self._io.progress_start_epoch(total)
+        while not state.stop_requested:
+            start = state.batches_done
+            if total is not None:
+                size = min(k, total - start)
+                if size <= 0:
+                    return True
+                window: Iterable[Any] = itertools.islice(iterator, size)
+            else:
+                window = list(itertools.islice(iterator, k))
+                size = len(window)
+                if size == 0:
+                    if state.epoch == 0 and start == 0:
+                        raise ValueError(_empty_loader_message(loader))
+                    return True
+            if not self._run_window(window, size, start):
+                return True  # the loader ended early (its len() overstated it)
+            if self.args.max_steps is not None and state.global_step >= self.args.max_steps:
+                state.stop_requested = True
+        return total is not None and state.batches_done >= total
+
+    def _run_window(self, window: Iterable[Any], size: int, start: int) -> bool:
+        """Forward/backward each micro-batch of one window, then one optimizer step."""
+        module, precision, device = self._module, self._precision, self.strategy.device
+        assert module is not None
+        want_start = self._dispatch.wants("on_train_batch_start")
+        want_end = self._dispatch.wants("on_train_batch_end")
+        window_loss: torch.Tensor | None = None
+        finite: torch.Tensor | None = None
+        seen = 0
+        for offset, batch in enumerate(window):
+            seen += 1
+            batch_idx = start + offset
+            batch = move_to_device(batch, device)
+            if want_start:
+                self._call("on_train_batch_start", batch, batch_idx)
+            with self.strategy.no_sync(offset == size - 1):
+                with precision.autocast():
+                    output = self._train_step(batch, batch_idx)
+                loss = _extract_loss(output, batch_idx)
+                if loss is not None:
+                    if size > 1:
+                        loss = loss / size
+                    precision.backward(loss)
+            if loss is not None:
+                detached = loss.detach()
+                window_loss = detached if window_loss is None else window_loss + detached
+                if not precision.handles_nonfinite:
+                    ok = torch.isfinite(detached)
+                    finite = ok if finite is None else finite & ok
+            self._io.progress_advance()
+            if want_end:
+                self._call("on_train_batch_end", output, batch, batch_idx)
+        if seen == 0:
+            return False
+        if window_loss is None:  # every micro-batch was skipped (training_step returned None)
+            self.state.batches_done = start + seen
+            return seen == size
+        if finite is not None and not self.strategy.all_agree(bool(finite)):
+            self._nonfinite_loss(start, seen)
+        else:
+            self._optimizer_step(window_loss)
+        self.state.batches_done = start + seen
+        return seen == size
+
+    def _optimizer_step(self, window_loss: torch.Tensor) -> None:
+        opt, precision, args, signals = self._opt, self._precision, self.args, self._signals
+        assert opt is not None and signals is not None
+        log_now = (self.state.global_step + 1) % args.log_every_n_steps == 0
+        if self._dispatch.wants("on_before_optimizer_step"):
+            self._call("on_before_optimizer_step", opt.optimizer)
+        signals.enter_critical()
+        try:
+            norm = None
+            if args.gradient_clip_val is not None:
+                if args.gradient_clip_algorithm == "value" and log_now:
+                    norm = precision.gradient_norm(opt.optimizer)
+                clipped = precision.clip_gradients(opt.optimizer, args.gradient_clip_val, args.gradient_clip_algorithm)  # type: ignore[arg-type]
+                norm = clipped if clipped is not None else norm
+            elif log_now:
+                norm = precision.gradient_norm(opt.optimizer)
+            stepped = precision.optimizer_step(opt.optimizer)
+            if stepped and opt.interval == "step":
+                opt.step_scheduler()
+            opt.optimizer.zero_grad(set_to_none=True)
+            self.state.global_step += 1
+            if not stepped:
+                self.state.skipped_steps += 1
+        finally:
+            signals.exit_critical()
+        if self._dispatch.wants("on_train_step_end"):
+            self._call("on_train_step_end", stepped)
+        if log_now:
+            self._io.log_step(window_loss, norm)
+
+    def _nonfinite_loss(self, start: int, seen: int) -> None:
+        assert self._opt is not None
+        self._opt.optimizer.zero_grad(set_to_none=True)
+        where = f"optimizer step {self.state.global_step + 1} (epoch {self.state.epoch}, batches {start}..{start + seen - 1})"
+        if self.args.nonfinite_loss == "error":
+            raise FloatingPointError(
+                f"training_step returned a non-finite loss (nan or inf) at {where}; the weights were "
+                "not updated. Expected finite losses: lower the learning rate, check the data, or "
+                "pass Trainer(nonfinite_loss='skip') to skip such steps."
+            )
+        log.warning("Skipped %s: non-finite loss (nonfinite_loss='skip').", where)
+        self.state.global_step += 1
+        self.state.skipped_steps += 1
+
+    def _on_fit_error(self, error: BaseException) -> None:
+        if self._opt is not None:
+            self._opt.optimizer.zero_grad(set_to_none=True)  # drop a half-accumulated window
+        self._call("on_exception", error)
+        if isinstance(error, KeyboardInterrupt):
+            self._io.save_last()
+            log.warning(
+                "Interrupted after optimizer step %d. Resume with trainer.fit(model, loader, "
+                "ckpt_path=%r).", self.global_step, str(self._io.last_path) if self._io.saves else None
+            )
+
+    # ------------------------------------------------------------ evaluation entry points
+    def validate(self, model: Module, loader: Iterable[Any], ckpt_path: str | Path | None = None) -> dict[str, float]:
+        """Run `validation_step` over `loader`; return the epoch-averaged metrics."""
+        return self._evaluate(model, loader, "validation", ckpt_path)
+
+    def test(self, model: Module, loader: Iterable[Any], ckpt_path: str | Path | None = None) -> dict[str, float]:
+        """Run `test_step` over `loader`; return the epoch-averaged metrics."""
+        return self._evaluate(model, loader, "test", ckpt_path)
+
+    def predict(self, model: Module, loader: Iterable[Any], ckpt_path: str | Path | None = None) -> list[Any]:
+        """Return the list of `predict_step` outputs over `loader`."""
+        return self._evaluate(model, loader, "predict", ckpt_path)  # type: ignore[return-value]
+
+    def _evaluate(self, model: Module, loader: Iterable[Any], stage: str, ckpt_path: Any) -> Any:
+        _check_module(model)
+        _check_loader(loader, "loader")
+        checkpoint = self._io.read_checkpoint(ckpt_path) if ckpt_path is not None else None
+        if model is not self._module:
+            self._module = model
+            self.strategy.setup_module(model)
+            self._precision.setup(self.strategy.device)
+        model._attach(self)
+        if checkpoint is not None:
+            self._io.restore_weights(checkpoint)
+        self._dispatch = _Dispatcher(model, self.callbacks)
+        self._eval = EvalLoop(self)
+        return self._eval.run(self.strategy.setup_loader(loader, train=False), stage)
+
+    def save_checkpoint(self, path: str | Path) -> Path:
+        """Write the whole training state to `path`, atomically (see README: Checkpoints)."""
+        return self._io.save(path)
+
+    # ------------------------------------------------------------------ internals
+    def _call(self, hook: str, *args: Any) -> None:
+        self._dispatch.call(hook, self, self._module, *args)
+
+    def _log_metric(self, name: str, value: Any, *, on_step: bool | None, on_epoch: bool | None, prog_bar: bool, reduce: str, batch_size: int | None) -> None:
+        training = self._eval.stage is None if hasattr(self, "_eval") else True
+        self._metrics.log(
+            name,
+            value,
+            on_step=training if on_step is None else on_step,
+            on_epoch=(not training) if on_epoch is None else on_epoch,
+            prog_bar=prog_bar,
+            reduce=reduce,
+            batch_size=batch_size,
+        )
+
+
+def _check_module(model: Any) -> None:
+    if not isinstance(model, Module):
+        raise TypeError(
+            f"Expected a trainer.Module (a torch.nn.Module with training_step and configure_optimizers). "
+            f"Received: {type(model).__name__}. Subclass trainer.Module instead of torch.nn.Module."
+        )
+
+
+def _check_loader(loader: Any, name: str) -> None:
+    if not isinstance(loader, Iterable) or isinstance(loader, (str, bytes)):
+        raise TypeError(
+            f"{name} expected an iterable of batches such as a torch.utils.data.DataLoader. "
+            f"Received: {type(loader).__name__}."
+        )
+    if isinstance(loader, Sized) and len(loader) == 0:
+        raise ValueError(_empty_loader_message(loader))
+
+
+def _empty_loader_message(loader: Any) -> str:
+    detail = ""
+    dataset = getattr(loader, "dataset", None)
+    if isinstance(dataset, Sized):
+        detail = f" (dataset of {len(dataset)} samples, batch_size={getattr(loader, 'batch_size', None)}, drop_last={getattr(loader, 'drop_last', None)})"
+    return (
+        f"The loader yields no batches{detail}. Expected at least one batch per epoch: check the "
+        "dataset, or lower batch_size / set drop_last=False."
+    )
+
+
+def _extract_loss(output: Any, batch_idx: int) -> torch.Tensor | None:
+    loss = output.get("loss") if isinstance(output, dict) else output
+    if output is None:
+        return None
+    if isinstance(loss, torch.Tensor) and loss.numel() == 1 and loss.requires_grad:
+        return loss.reshape(()) if loss.dim() else loss
+    if isinstance(loss, torch.Tensor) and loss.numel() == 1:
+        raise ValueError(
+            f"training_step (batch {batch_idx}) returned a loss that does not require grad: it was "
+            "computed without the model's parameters or under torch.no_grad(). Expected a scalar "
+            "tensor connected to the parameters."
+        )
+    shown = f"a tensor of shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor) else f"{output!r} of type {type(output).__name__}"
+    raise ValueError(
+        f"training_step (batch {batch_idx}) expected to return a scalar loss tensor, a dict with a "
+        f"scalar 'loss', or None to skip the batch. Received: {shown}."
+    )
+
