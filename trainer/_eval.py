@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sized
 from typing import Any
 
 import torch
 
 from trainer._metrics import to_floats
-from trainer._utils import move_to_device
+from trainer._utils import length_of, move_to_device
 
 __all__ = ["EvalLoop"]
 
@@ -37,7 +36,7 @@ class EvalLoop:
         self.stage = stage
         hook_scope = "validation" if stage == "validation" else stage
         want_batch_hooks = stage == "validation"
-        total = len(loader) if isinstance(loader, Sized) else None
+        total = length_of(loader)
         trainer._io.progress_start_eval(stage, total)
         grad_mode = torch.inference_mode() if stage == "predict" else torch.no_grad()
         try:

@@ -76,3 +76,12 @@ def set_rng_state(state: Mapping[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def length_of(loader: Any) -> int | None:
+    """`len(loader)`, or None for loaders without a length (a DataLoader over an
+    IterableDataset without `__len__` has `__len__` but raises TypeError)."""
+    try:
+        return len(loader)
+    except TypeError:
+        return None

@@ -16,7 +16,7 @@ from trainer._eval import EvalLoop
 from trainer._metrics import MetricStore, to_floats
 from trainer._optim import LoopState, OptimizerSetup, parse_optimizers
 from trainer._signals import SignalGuard
-from trainer._utils import move_to_device, seed_everything
+from trainer._utils import length_of, move_to_device, seed_everything
 from trainer.callback import Callback, _Dispatcher
 from trainer.distributed import Strategy, resolve_strategy
 from trainer.module import Module
@@ -238,7 +238,7 @@ class Trainer:
         assert self._module is not None
         self._module.train()
         self.strategy.set_epoch(loader, state.epoch)
-        total = len(loader) if isinstance(loader, Sized) else None
+        total = length_of(loader)
         if total == 0:
             raise ValueError(_empty_loader_message(loader))
         if state.batches_done == 0:
@@ -427,7 +427,7 @@ def _check_loader(loader: Any, name: str) -> None:
             f"{name} expected an iterable of batches such as a torch.utils.data.DataLoader. "
             f"Received: {type(loader).__name__}."
         )
-    if isinstance(loader, Sized) and len(loader) == 0:
+    if length_of(loader) == 0:
         raise ValueError(_empty_loader_message(loader))
 
 

@@ -1,0 +1,392 @@
+"""The Trainer's arguments, the step's contract with training_step, hooks and evaluation."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import inspect
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, IterableDataset
+
+from tests.reference import TinyNet, assert_same_weights, loader, make_data, make_model, reference_fit
+from trainer import Callback, Module, Trainer
+from trainer._args import TrainerArgs
+from trainer._utils import move_to_device
+from trainer.precision import AMP, BF16, FP32, Precision
+
+QUIET = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, device="cpu")
+
+
+# ------------------------------------------------------------------------------ arguments
+@pytest.mark.parametrize(
+    "kwargs,names",
+    [
+        ({"precision": "fp64"}, ["precision", "'fp64'", "'amp'", "'bf16'"]),
+        ({"accumulate_grad_batches": 0}, ["accumulate_grad_batches", "greater than or equal to 1", "0"]),
+        ({"max_epochs": -1}, ["max_epochs", "-1"]),
+        ({"gradient_clip_val": -0.5}, ["gradient_clip_val", "-0.5"]),
+        ({"gradient_clip_algorithm": "l2"}, ["gradient_clip_algorithm", "'norm'", "'value'", "'l2'"]),
+        ({"log_every_n_steps": 0}, ["log_every_n_steps"]),
+        ({"device": "gpu7"}, ["device", "'gpu7'"]),
+        ({"callbacks": [object()]}, ["callbacks", "Callback"]),
+        ({"logger": "tensorboard"}, ["logger", "'tensorboard'"]),
+        ({"strategy": "fsdp"}, ["strategy", "'ddp'", "'fsdp'"]),
+        ({"nonfinite_loss": "ignore"}, ["nonfinite_loss", "'skip'"]),
+    ],
+)
+def test_invalid_arguments_name_argument_value_and_accepted(kwargs, names):
+    with pytest.raises(ValueError) as error:
+        Trainer(**kwargs)
+    for name in names:
+        assert name in str(error.value)
+
+
+def test_all_problems_reported_at_once():
+    with pytest.raises(ValueError) as error:
+        Trainer(max_epochs=0, accumulate_grad_batches=0)
+    assert "max_epochs" in str(error.value) and "accumulate_grad_batches" in str(error.value)
+
+
+def test_trainer_signature_and_args_model_cannot_drift():
+    params = inspect.signature(Trainer.__init__).parameters
+    fields = TrainerArgs.model_fields
+    assert [p for p in params if p != "self"] == list(fields)
+    for name, field in fields.items():
+        default = params[name].default
+        assert str(field.default) == str(default), name
+        assert params[name].kind is inspect.Parameter.KEYWORD_ONLY
+
+
+@pytest.mark.parametrize("name,cls", [("fp32", FP32), ("amp", AMP), ("bf16", BF16)])
+def test_precision_names_and_instances(name, cls):
+    assert type(Trainer(precision=name).precision) is cls
+    custom = cls()
+    assert Trainer(precision=custom).precision is custom
+
+
+def test_custom_precision_strategy_is_used():
+    class Halved(Precision):
+        name = "halved"
+        calls = 0
+
+        def backward(self, loss):
+            Halved.calls += 1
+            (loss * 0.5).backward()
+
+    trainer = Trainer(precision=Halved(), **QUIET)
+    trainer.fit(make_model(), loader(make_data()))
+    assert Halved.calls == 10
+
+
+# ---------------------------------------------------------------------- training_step
+class Returns(TinyNet):
+    def __init__(self, kind):
+        super().__init__()
+        self.kind = kind
+
+    def training_step(self, batch, batch_idx):
+        loss = super().training_step(batch, batch_idx)
+        if self.kind == "dict":
+            return {"loss": loss, "extra": 1}
+        if self.kind == "none-odd":
+            return None if batch_idx % 2 else loss
+        if self.kind == "vector":
+            return loss.repeat(3)
+        if self.kind == "string":
+            return "loss"
+        if self.kind == "detached":
+            return loss.detach()
+        return loss
+
+
+def test_dict_with_loss_equals_plain_loss():
+    torch.manual_seed(1)
+    a = Returns("dict")
+    torch.manual_seed(1)
+    b = Returns("plain")
+    for model in (a, b):
+        torch.manual_seed(2)
+        Trainer(**QUIET).fit(model, loader(make_data()))
+    assert_same_weights(a, b)
+
+
+def test_none_skips_the_batch():
+    torch.manual_seed(0)
+    model = Returns("none-odd")
+    trainer = Trainer(**QUIET)
+    trainer.fit(model, loader(make_data()))
+    assert trainer.global_step == 5  # 10 batches, odd ones skipped
+
+
+@pytest.mark.parametrize("kind,text", [("vector", "shape (3,)"), ("string", "'loss' of type str"), ("detached", "does not require grad")])
+def test_bad_training_step_return_is_explained(kind, text):
+    with pytest.raises(ValueError, match="training_step") as error:
+        Trainer(**QUIET).fit(Returns(kind), loader(make_data()))
+    assert text in str(error.value)
+
+
+def test_empty_loader_is_explained_before_work():
+    empty = DataLoader(make_data(3), batch_size=4, drop_last=True)
+    with pytest.raises(ValueError, match="yields no batches") as error:
+        Trainer(**QUIET).fit(make_model(), empty)
+    assert "drop_last=True" in str(error.value)
+
+
+class Stream(IterableDataset):
+    def __init__(self, n):
+        self.n = n
+
+    def __iter__(self):
+        data = make_data(self.n)
+        return iter([data[i] for i in range(self.n)])
+
+
+def test_empty_unsized_loader_is_explained():
+    with pytest.raises(ValueError, match="yields no batches"):
+        Trainer(**QUIET).fit(make_model(), DataLoader(Stream(0), batch_size=4))
+
+
+def test_unsized_loader_with_short_last_window_matches_reference():
+    torch.manual_seed(0)
+    ours = make_model()
+    trainer = Trainer(accumulate_grad_batches=3, **QUIET)
+    trainer.fit(ours, DataLoader(Stream(37), batch_size=4))
+    ref = make_model()
+    reference_fit(ref, loader(make_data(37), shuffle=False), accumulate=3)
+    assert_same_weights(ref, ours)
+    assert trainer.global_step == 4
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_nonfinite_loss_stops_with_the_step_and_keeps_weights(precision):
+    model = make_model(blow_up_at=(5,))
+    trainer = Trainer(precision=precision, accumulate_grad_batches=2, **QUIET)
+    with pytest.raises(FloatingPointError, match="optimizer step 3") as error:
+        trainer.fit(model, loader(make_data()))
+    assert "nonfinite_loss='skip'" in str(error.value)
+    assert trainer.global_step == 2
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_nonfinite_loss_skip_option():
+    model = make_model(blow_up_at=(5,))
+    trainer = Trainer(nonfinite_loss="skip", **QUIET)
+    trainer.fit(model, loader(make_data()))
+    assert trainer.global_step == 10 and trainer.state.skipped_steps == 1
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_configure_optimizers_forms():
+    class Form(TinyNet):
+        def __init__(self, form):
+            super().__init__()
+            self.form = form
+
+        def configure_optimizers(self):
+            opt = torch.optim.SGD(self.parameters(), lr=0.1)
+            sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+            return {
+                "tuple": (opt, sched),
+                "dict": {"optimizer": opt, "lr_scheduler": sched},
+                "bad": [opt, opt, opt],
+                "interval": {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "batch"}},
+            }[self.form]
+
+    for form in ("tuple", "dict"):
+        trainer = Trainer(max_steps=3, **QUIET)
+        trainer.fit(Form(form), loader(make_data()))
+        assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(0.1 * 0.5**3)  # a bare scheduler steps per step
+    for form, text in (("bad", "list of length 3"), ("interval", "'batch'")):
+        with pytest.raises(ValueError, match="configure_optimizers") as error:
+            Trainer(**QUIET).fit(Form(form), loader(make_data()))
+        assert text in str(error.value)
+
+
+def test_fit_rejects_non_module():
+    with pytest.raises(TypeError, match="Subclass trainer.Module"):
+        Trainer(**QUIET).fit(torch.nn.Linear(2, 2), loader(make_data()))
+
+
+# ------------------------------------------------------------------------- device moves
+def test_move_to_device_handles_nesting_and_leaves_other_leaves():
+    Pair = collections.namedtuple("Pair", "a b")
+
+    @dataclasses.dataclass
+    class Item:
+        x: torch.Tensor
+        name: str
+
+    batch = {"x": [torch.ones(1), (torch.zeros(1), "tag")], "p": Pair(torch.ones(1), 3), "i": Item(torch.ones(1), "n")}
+    moved = move_to_device(batch, torch.device("meta"))
+    assert moved["x"][0].device.type == "meta" and moved["x"][1][0].device.type == "meta"
+    assert moved["x"][1][1] == "tag" and isinstance(moved["p"], Pair) and moved["p"].b == 3
+    assert moved["i"].x.device.type == "meta" and moved["i"].name == "n"
+
+
+# ------------------------------------------------------------------------------ hooks
+class Recorder(Callback):
+    def __init__(self):
+        self.events = []
+
+    def on_fit_start(self, trainer, module):
+        self.events.append("fit_start")
+
+    def on_train_epoch_start(self, trainer, module):
+        self.events.append(f"epoch_start{trainer.current_epoch}")
+
+    def on_before_optimizer_step(self, trainer, module, optimizer):
+        assert all(p.grad is not None for p in module.parameters())
+        self.events.append("step")
+
+    def on_validation_epoch_end(self, trainer, module):
+        self.events.append("val_end")
+
+    def on_train_epoch_end(self, trainer, module):
+        self.events.append("epoch_end")
+
+    def on_fit_end(self, trainer, module):
+        self.events.append("fit_end")
+
+
+def test_hook_order_and_module_hooks_first():
+    order = []
+
+    class WithHooks(TinyNet):
+        def on_train_epoch_end(self):
+            order.append("module")
+
+    class After(Callback):
+        def on_train_epoch_end(self, trainer, module):
+            order.append("callback")
+
+    recorder = Recorder()
+    torch.manual_seed(0)
+    trainer = Trainer(max_epochs=2, accumulate_grad_batches=5, callbacks=[recorder, After()], **QUIET)
+    trainer.fit(WithHooks(), loader(make_data()), val_loader=loader(make_data(8)))
+    assert recorder.events == ["fit_start", "epoch_start0", "step", "step", "val_end", "epoch_end",
+                               "epoch_start1", "step", "step", "val_end", "epoch_end", "fit_end"]
+    assert order == ["module", "callback"] * 2
+
+
+def test_dispatch_only_to_overriding_callbacks():
+    from trainer.callback import _Dispatcher
+
+    dispatcher = _Dispatcher(None, [Recorder(), Callback()])
+    assert len(dispatcher._targets["on_fit_start"]) == 1
+    assert dispatcher._targets["on_train_batch_start"] == []
+    assert not dispatcher.wants("on_train_batch_end")
+
+
+def test_request_stop_from_a_callback():
+    class StopAtThree(Callback):
+        def on_train_step_end(self, trainer, module, stepped):
+            if trainer.global_step == 3:
+                trainer.request_stop()
+
+    trainer = Trainer(max_epochs=3, callbacks=[StopAtThree()], **QUIET)
+    trainer.fit(make_model(), loader(make_data()))
+    assert trainer.global_step == 3
+
+
+def test_interrupt_keeps_last_completed_step(tmp_path):
+    class Interrupt(TinyNet):
+        def training_step(self, batch, batch_idx):
+            if self.calls == 7:
+                raise KeyboardInterrupt
+            return super().training_step(batch, batch_idx)
+
+    torch.manual_seed(0)
+    model = Interrupt()
+    trainer = Trainer(accumulate_grad_batches=2, logger=False, enable_progress_bar=False, device="cpu", root_dir=tmp_path)
+    torch.manual_seed(1)
+    with pytest.raises(KeyboardInterrupt):
+        trainer.fit(model, loader(make_data()))
+    assert trainer.global_step == 3  # micro-batches 0..5 = 3 steps; the 4th window was cut
+    assert all(p.grad is None for p in model.parameters())  # the partial window was dropped
+    ref = make_model()
+    torch.manual_seed(1)
+    stopped = Trainer(max_steps=3, accumulate_grad_batches=2, **QUIET)
+    stopped.fit(ref, loader(make_data()))
+    assert_same_weights(ref, model)
+    assert (trainer.log_dir / "last.ckpt").is_file()
+    # The process is usable: the same trainer continues.
+    model.calls = 100
+    trainer.fit(model, loader(make_data()))
+    assert trainer.global_step == 5 and trainer.current_epoch == 1
+
+
+# ------------------------------------------------------------------------- evaluation
+def test_validate_test_predict_return_values_and_restore_modes():
+    model = make_model()
+    model.net[2].eval()  # a submodule the user froze in eval mode
+    data = loader(make_data(10), batch_size=4, shuffle=False)
+    trainer = Trainer(**QUIET)
+
+    class Tested(type(model)):
+        def test_step(self, batch, batch_idx):
+            self.log("test/n", float(len(batch[0])), reduce="sum")
+
+    model.__class__ = Tested
+    results = trainer.validate(model, data)
+    x, y = make_data(10).tensors
+    with torch.no_grad():
+        model.eval()
+        expected = torch.nn.functional.mse_loss(model(x), y).item()
+        model.train()
+        model.net[2].eval()
+    assert results["val/loss"] == pytest.approx(expected, rel=1e-6)  # weighted by batch_size
+    assert trainer.test(model, data) == {"test/n": 10.0}
+    predictions = trainer.predict(model, [x[:4], x[4:]])
+    assert [p.shape for p in predictions] == [torch.Size([4, 1]), torch.Size([6, 1])]
+    assert model.training and not model.net[2].training
+    assert trainer.callback_metrics["val/loss"] == pytest.approx(expected, rel=1e-6)
+
+
+def test_neither_limit_means_one_epoch_and_fit_again_continues():
+    trainer = Trainer(**QUIET)
+    model = make_model()
+    trainer.fit(model, loader(make_data()))
+    assert (trainer.global_step, trainer.current_epoch) == (10, 1)
+    trainer.fit(model, loader(make_data()))  # already finished: nothing more to do
+    assert (trainer.global_step, trainer.current_epoch) == (10, 1)
+
+
+def test_seed_makes_runs_repeatable():
+    # seed= seeds when fit starts, so the shuffle order and dropout masks repeat.
+    results = []
+    for seed in (123, 123, 124):
+        model = make_model()
+        torch.manual_seed(seed * 7)  # whatever the global state was before fit
+        Trainer(seed=seed, **QUIET).fit(model, loader(make_data()))
+        results.append(model)
+    assert_same_weights(results[0], results[1])
+    assert any(not torch.equal(a, b) for a, b in zip(results[0].state_dict().values(), results[2].state_dict().values()))
+
+
+def test_module_log_rejects_non_scalars():
+    class Logs(TinyNet):
+        def training_step(self, batch, batch_idx):
+            self.log("bad", torch.ones(3))
+            return super().training_step(batch, batch_idx)
+
+    with pytest.raises(ValueError, match="'bad'.*shape \\(3,\\)"):
+        Trainer(**QUIET).fit(Logs(), loader(make_data()))
+
+
+def test_module_log_outside_trainer_is_a_no_op():
+    model = make_model()
+    model.log("x", 1.0)
+    with pytest.raises(RuntimeError, match="not attached"):
+        _ = model.trainer
+
+
+def test_module_without_steps_explains():
+    class Bare(Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(1))
+
+    with pytest.raises(NotImplementedError, match="configure_optimizers"):
+        Trainer(**QUIET).fit(Bare(), loader(make_data()))
