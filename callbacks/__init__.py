@@ -2,4 +2,9 @@
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from callbacks.checkpoint import ModelCheckpoint
+from callbacks.early_stopping import EarlyStopping
+from callbacks.lambda_callback import LambdaCallback
+from callbacks.lr_monitor import LearningRateMonitor
+
+__all__: list[str] = ["ModelCheckpoint", "EarlyStopping", "LambdaCallback", "LearningRateMonitor"]

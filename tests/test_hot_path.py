@@ -52,7 +52,7 @@ def test_host_reads_happen_only_at_logging_intervals(host_reads, precision, tmp_
     else:
         # fp32/bf16: exactly one read of the window's "loss is finite" flag per optimizer
         # step, so a non-finite loss never reaches the weights (README: Non-finite losses).
-        assert reads == {"__bool__": steps}
+        assert reads == {"__float__": steps}
 
 
 def test_import_is_light():

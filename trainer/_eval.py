@@ -56,8 +56,7 @@ class EvalLoop:
                     trainer._io.progress_advance_eval()
             if stage == "predict":
                 return predictions
-            epoch_values = trainer._metrics.close_epoch()
-            epoch_values = trainer.strategy.reduce_mean(epoch_values, {})
+            epoch_values = trainer._metrics.close_epoch(trainer.strategy.reduce_epoch)
             results = to_floats(epoch_values)
             trainer._io.log_eval(results)
             trainer._call(f"on_{hook_scope}_epoch_end")

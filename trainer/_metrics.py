@@ -4,6 +4,10 @@ Per-step values keep only the latest tensor; epoch values keep a running reducti
 (weighted sum and weight for "mean"). Nothing here reads a tensor to the host except
 `to_floats`, which the Trainer calls at logging intervals, at epoch ends and when a
 user reads `trainer.callback_metrics`.
+
+Naming: a metric logged with both `on_step=True` and `on_epoch=True` keeps its name for
+the per-step series and gets the suffix `_epoch` for its epoch reduction, so the two
+series never share one TensorBoard tag.
 """
 
 from __future__ import annotations
@@ -13,9 +17,10 @@ from typing import Any
 
 import torch
 
-__all__ = ["MetricStore", "to_floats"]
+__all__ = ["MetricStore", "to_floats", "EPOCH_SUFFIX", "batch_size_of", "fit_summary"]
 
 _REDUCTIONS = ("mean", "sum", "max", "min")
+EPOCH_SUFFIX = "_epoch"
 
 
 def _as_tensor(name: str, value: Any) -> torch.Tensor:
@@ -62,13 +67,23 @@ class _EpochAccumulator:
 
 
 class MetricStore:
-    """Latest per-step values and running epoch reductions of logged metrics."""
+    """Latest per-step values and running epoch reductions of logged metrics.
+
+    Attributes:
+        step: per-step values logged in training since the last write (device tensors).
+        epoch: running epoch reductions, by the name they will be written under.
+        latest: the newest value of every metric (tensors or floats), for `callback_metrics`.
+        prog_bar: names to show in the progress bar.
+        evaluating: True while validate/test/predict runs; per-step values logged then
+            only update `latest` (they are never mixed into the training series).
+    """
 
     def __init__(self) -> None:
         self.step: dict[str, torch.Tensor] = {}
         self.epoch: dict[str, _EpochAccumulator] = {}
         self.latest: dict[str, torch.Tensor | float] = {}
         self.prog_bar: set[str] = set()
+        self.evaluating = False
 
     def log(
         self,
@@ -81,19 +96,27 @@ class MetricStore:
         reduce: str,
         batch_size: int | None,
     ) -> None:
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"self.log(name, ...) expected a non-empty string name. Received: {name!r}.")
         if reduce not in _REDUCTIONS:
             raise ValueError(
                 f"self.log({name!r}, ..., reduce=...) expected one of {', '.join(map(repr, _REDUCTIONS))}. "
                 f"Received: {reduce!r}."
             )
+        if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
+            raise ValueError(
+                f"self.log({name!r}, ..., batch_size=...) expected a positive int or None. Received: {batch_size!r}."
+            )
         tensor = _as_tensor(name, value)
         if on_step:
-            self.step[name] = tensor
+            if not self.evaluating:
+                self.step[name] = tensor
             self.latest[name] = tensor
         if on_epoch:
-            accumulator = self.epoch.get(name)
+            key = name + EPOCH_SUFFIX if on_step else name
+            accumulator = self.epoch.get(key)
             if accumulator is None:
-                accumulator = self.epoch[name] = _EpochAccumulator(reduce)
+                accumulator = self.epoch[key] = _EpochAccumulator(reduce)
             accumulator.add(tensor, float(batch_size) if batch_size is not None else 1.0)
         if prog_bar:
             self.prog_bar.add(name)
@@ -103,23 +126,74 @@ class MetricStore:
         values, self.step = self.step, {}
         return values
 
-    def close_epoch(self) -> dict[str, torch.Tensor]:
-        """Reduce and clear the epoch accumulators; the results also become `latest`."""
+    def close_epoch(self, across_ranks: Any = None) -> dict[str, torch.Tensor]:
+        """Reduce and clear the epoch accumulators; the results also become `latest`.
+
+        `across_ranks(values, {name: (reduce, weight)})` (the strategy's `reduce_epoch`)
+        combines them over processes, so every rank keeps the same values.
+        """
         values = {name: acc.compute() for name, acc in self.epoch.items() if acc.total is not None}
+        if across_ranks is not None:
+            values = across_ranks(values, {name: (acc.reduce, acc.weight) for name, acc in self.epoch.items()})
         self.epoch = {}
         self.latest.update(values)
         return values
 
+    def update_latest(self, values: Mapping[str, float]) -> None:
+        """Record values the Trainer already read to the host (e.g. the automatic train/ scalars)."""
+        self.latest.update(values)
+
 
 def to_floats(values: Mapping[str, torch.Tensor | float]) -> dict[str, float]:
-    """Read device tensors to Python floats with a single host transfer."""
-    names = list(values)
-    tensors = [values[n] for n in names]
-    if not tensors:
-        return {}
-    if all(isinstance(t, torch.Tensor) for t in tensors):
-        stacked = torch.stack([t.detach().float().to(tensors[0].device) for t in tensors])  # type: ignore[union-attr]
-        return dict(zip(names, stacked.tolist()))
-    return {n: float(v) for n, v in zip(names, tensors)}
+    """Read values to Python floats with one host transfer per device (floats pass through)."""
+    out: dict[str, float] = {}
+    by_device: dict[torch.device, list[str]] = {}
+    for name, value in values.items():
+        if isinstance(value, torch.Tensor):
+            by_device.setdefault(value.device, []).append(name)
+        else:
+            out[name] = float(value)
+    for names in by_device.values():
+        stacked = torch.stack([values[n].detach().float().reshape(()) for n in names])  # type: ignore[union-attr]
+        out.update(zip(names, stacked.tolist()))
+    return {name: out[name] for name in values}
 
 
+def batch_size_of(batch: Any) -> int | None:
+    """Samples in a batch: dim 0 of its first tensor (depth-first), or None when it has none.
+
+    Reads tensor metadata only (no host synchronisation).
+    """
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() else None
+    if isinstance(batch, (list, tuple)):
+        for item in batch:
+            size = batch_size_of(item)
+            if size is not None:
+                return size
+        return None
+    if isinstance(batch, Mapping):
+        return batch_size_of(list(batch.values()))
+    return None
+
+
+def fit_summary(trainer: Any, module: Any) -> str:
+    """The one-line summary the Trainer logs (INFO) when a run starts."""
+    total = trainable = 0
+    for parameter in module.parameters():
+        total += parameter.numel()
+        trainable += parameter.numel() if parameter.requires_grad else 0
+    args, world = trainer.args, trainer.strategy.world_size
+    batch = getattr(trainer._train_loader, "batch_size", None)
+    if isinstance(batch, int) and not isinstance(batch, bool):
+        k = args.accumulate_grad_batches
+        effective = (
+            f"effective batch size {batch * k * world} "
+            f"(batch_size {batch} x accumulate_grad_batches {k} x world_size {world})"
+        )
+    else:
+        effective = "effective batch size unknown (the loader has no batch_size)"
+    return (
+        f"Training {type(module).__name__}: {total:,} parameters ({trainable:,} trainable) | "
+        f"precision {trainer.precision.name} | device {trainer.strategy.device} | {effective}"
+    )

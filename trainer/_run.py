@@ -6,7 +6,6 @@ Only the global-zero rank writes anything.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import time
 from pathlib import Path
@@ -15,8 +14,8 @@ from typing import Any
 import torch
 
 from trainer import checkpoint as ckpt
-from trainer._metrics import to_floats
-from trainer._utils import rng_state, set_rng_state
+from trainer._metrics import batch_size_of, fit_summary, to_floats
+from trainer._data import DataOrder
 from trainer.loggers import TensorBoardLogger, next_version_dir
 from trainer.progress import ProgressBar
 
@@ -36,9 +35,15 @@ class RunIO:
         self._hparams_logged = False
         self.saves = 0
         self.terminated = False
-        self.epoch_data_rng: torch.Tensor | None = None
+        self.data_order = DataOrder()
         self._last_log_time: float | None = None
         self._last_log_step = 0
+        self._samples = 0  # samples seen since the last log (first tensor's dim 0 of each batch)
+        self._samples_known = True
+        self._summary_logged = False
+        self._in_fit = False
+        self._epoch_record: dict[str, float] = {}
+        self.history: list[dict[str, float]] = []
 
     # ------------------------------------------------------------------- run folder
     @property
@@ -70,7 +75,17 @@ class RunIO:
 
     # --------------------------------------------------------------------- lifecycle
     def start_run(self, module: Any) -> None:
+        """Open the progress bar; once per run: the summary line and the hyperparameters."""
         args = self.trainer.args
+        self._in_fit = True
+        self._epoch_record = {}
+        strategy = self.trainer.strategy
+        if strategy.world_size > 1 and self._run_dir is None and (args.logger is not False or args.enable_checkpointing):
+            # Every rank uses rank 0's folder (for last.ckpt paths); only rank 0 creates it.
+            self._run_dir = Path(strategy.broadcast_object(str(self.run_dir) if self.writes else None))
+        if self.writes and not self._summary_logged:
+            log.info("%s", fit_summary(self.trainer, module))
+            self._summary_logged = True
         if self.writes and args.enable_progress_bar:
             self._progress = ProgressBar()
         logger = self.logger
@@ -80,20 +95,33 @@ class RunIO:
                 "trainer": {k: v for k, v in args.model_dump().items() if k not in ("callbacks", "logger")},
             }
             params["trainer"]["precision"] = getattr(self.trainer.precision, "name", str(args.precision))
+            if getattr(self.trainer, "experiment_config", None):  # set by trainer.config for YAML runs
+                params["experiment"] = self.trainer.experiment_config
             logger.log_hyperparams(params)
             self._hparams_logged = True
         self._last_log_time = time.perf_counter()
         self._last_log_step = self.trainer.global_step
+        self._samples, self._samples_known = 0, True
 
     def end_run(self) -> None:
-        if self._progress is not None:
-            self._progress.close()
+        """Close the bars and the logger; runs in `fit`'s finally, so also after an error."""
+        self._in_fit = False
+        try:
+            if self._progress is not None:
+                self._progress.close()
+        finally:
             self._progress = None
-        if self._logger is not None:
-            self._logger.flush()
-            self._logger.close()
+            if self._logger is not None:
+                self._logger.flush()
+                self._logger.close()
 
     def end_epoch(self) -> None:
+        """After a finished epoch: one `history` row, flush the event file, write last.ckpt."""
+        if self._in_fit:
+            row = {"epoch": float(self.trainer.current_epoch - 1), "step": float(self.trainer.global_step)}
+            row.update(self._epoch_record)
+            self.history.append(row)
+            self._epoch_record = {}
         if self._logger is not None:
             self._logger.flush()
         self.save_last()
@@ -108,14 +136,22 @@ class RunIO:
         if scale is not None:
             values["train/loss_scale"] = scale
         values.update(trainer._metrics.take_step_values())
-        floats = to_floats(values)
+        floats = to_floats(values)  # the one host read of this logging interval
+        if scale is not None or trainer.args.nonfinite_loss == "skip":
+            floats["train/skipped_steps"] = float(trainer.state.skipped_steps)
         if trainer.optimizer is not None:
             for i, group in enumerate(trainer.optimizer.param_groups):
-                floats[f"train/lr-group{i}"] = float(group["lr"])
+                lr = group["lr"]
+                floats[f"train/lr-group{i}"] = float(lr.item() if isinstance(lr, torch.Tensor) else lr)
         now = time.perf_counter()
         if self._last_log_time is not None and now > self._last_log_time:
-            floats["train/steps_per_sec"] = (trainer.global_step - self._last_log_step) / (now - self._last_log_time)
+            elapsed = now - self._last_log_time
+            floats["train/steps_per_sec"] = (trainer.global_step - self._last_log_step) / elapsed
+            if self._samples_known and self._samples:
+                floats["train/samples_per_sec"] = self._samples / elapsed
         self._last_log_time, self._last_log_step = now, trainer.global_step
+        self._samples, self._samples_known = 0, True
+        trainer._metrics.update_latest(floats)
         if self.logger is not None:
             self.logger.log_metrics(floats, step=trainer.global_step)
         if self._progress is not None:
@@ -125,44 +161,60 @@ class RunIO:
 
     def close_train_epoch(self) -> None:
         """Reduce what training_step logged with on_epoch=True and write it."""
-        values = self.trainer._metrics.close_epoch()
+        values = self.trainer._metrics.close_epoch(self.trainer.strategy.reduce_epoch)
         if values:
-            self.log_eval(to_floats(self.trainer.strategy.reduce_mean(values, {})))
+            self.log_eval(to_floats(values))
 
     def log_eval(self, results: dict[str, float]) -> None:
+        """Write epoch-level results at `global_step`; inside fit they join the epoch's `history` row."""
+        if self._in_fit:
+            self._epoch_record.update(results)
         if self.logger is not None and results and self.trainer._module is not None:
             self.logger.log_metrics(results, step=self.trainer.global_step)
 
     # --------------------------------------------------------------------- progress
     def progress_start_epoch(self, total: int | None) -> None:
+        # Throughput is measured within an epoch: validation time never counts as training.
+        self._last_log_time, self._last_log_step = time.perf_counter(), self.trainer.global_step
+        self._samples, self._samples_known = 0, True
         if self._progress is not None:
             self._progress.start_train_epoch(self.trainer.current_epoch, total)
             done = self.trainer.state.batches_done
             if done:
                 self._progress.advance(done)
 
-    def progress_advance(self) -> None:
+    def progress_advance(self, batch: Any = None) -> None:
+        """One micro-batch done: count its samples (tensor metadata only, no host sync)."""
+        if self._samples_known:
+            size = batch_size_of(batch)
+            if size is None:
+                self._samples_known = False
+            else:
+                self._samples += size
         if self._progress is not None:
             self._progress.advance()
 
     def progress_start_eval(self, stage: str, total: int | None) -> None:
+        self.trainer._metrics.evaluating = True  # per-step values logged now stay out of train/
         if self._progress is None and self.writes and self.trainer.args.enable_progress_bar:
             self._progress = ProgressBar()
         if self._progress is not None:
-            self._progress.start_validation(total)
+            self._progress.start_validation(total, desc=stage.capitalize())
 
     def progress_advance_eval(self) -> None:
         if self._progress is not None:
             self._progress.advance_validation()
 
     def progress_end_eval(self) -> None:
+        self.trainer._metrics.evaluating = False
         if self._progress is not None:
             self._progress.end_validation()
 
     # ------------------------------------------------------------------- checkpoints
-    def save(self, path: str | Path) -> Path:
+    def save(self, path: str | Path, *, allow_partial: bool = False) -> Path:
+        """Write a checkpoint; refuse (RuntimeError) inside a window unless `allow_partial`."""
         target = Path(path)
-        state = ckpt.collect_state(self.trainer)
+        state = ckpt.collect_state(self.trainer, allow_partial=allow_partial, target=target)
         if self.writes:
             ckpt.save_atomic(state, target)
             self.saves += 1
@@ -170,8 +222,9 @@ class RunIO:
         return target
 
     def save_last(self) -> None:
+        """last.ckpt; on an interrupt inside a window it is written and marked as not exact."""
         if self.trainer.args.enable_checkpointing and self.trainer._module is not None:
-            self.save(self.last_path)
+            self.save(self.last_path, allow_partial=True)
 
     def read_checkpoint(self, ckpt_path: str | Path) -> dict[str, Any]:
         if str(ckpt_path) == "last":
@@ -189,23 +242,15 @@ class RunIO:
         ckpt.restore_state(self.trainer, checkpoint)
 
     def restore_weights(self, checkpoint: dict[str, Any]) -> None:
-        ckpt.restore_module(self.trainer._module, checkpoint, source="checkpoint")
+        path = checkpoint.get("_path")
+        ckpt.restore_module(self.trainer._module, checkpoint, source=f"Checkpoint {path!r}" if path else "The checkpoint")
 
     # -------------------------------------------------------------------- data order
     def epoch_iterator(self, loader: Any, skip: int) -> Any:
         """An iterator over this epoch's batches, positioned after `skip` consumed ones.
 
-        The torch RNG state at the start of each epoch is kept (it decides the shuffle
-        order); resuming mid-epoch replays it, skips what was consumed, and restores the
-        RNG state the checkpoint was taken with.
+        The state that decides the epoch's order is recorded at its start; resuming
+        mid-epoch replays it and skips what was consumed, without loading it where the
+        loader allows (see trainer/_data.py), then restores the checkpoint's RNG states.
         """
-        if skip == 0 or self.epoch_data_rng is None:
-            self.epoch_data_rng = torch.get_rng_state()
-            return iter(loader)
-        current = rng_state()
-        torch.set_rng_state(self.epoch_data_rng)
-        iterator = iter(loader)
-        for _ in itertools.islice(iterator, skip):
-            pass
-        set_rng_state(current)
-        return iterator
+        return self.data_order.epoch_iterator(loader, skip, self.trainer.state.epoch)

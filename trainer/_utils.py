@@ -7,7 +7,6 @@ import random
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 import torch
 
 __all__ = ["move_to_device", "seed_everything", "rng_state", "set_rng_state"]
@@ -20,7 +19,7 @@ def move_to_device(batch: Any, device: torch.device) -> Any:
     mappings rebuilt as their own type when possible) and dataclass instances.
     """
     if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=True)
+        return batch if batch.device == device else batch.to(device, non_blocking=True)
     if isinstance(batch, (list, tuple)):
         moved = [move_to_device(item, device) for item in batch]
         if hasattr(batch, "_fields"):  # namedtuple
@@ -40,6 +39,8 @@ def move_to_device(batch: Any, device: torch.device) -> Any:
 
 def seed_everything(seed: int) -> None:
     """Seed Python's `random`, NumPy's global generator and torch (CPU and every CUDA device)."""
+    import numpy as np  # imported when first needed: keeps `import trainer` light
+
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
@@ -47,6 +48,8 @@ def seed_everything(seed: int) -> None:
 
 def rng_state() -> dict[str, Any]:
     """Every global RNG state, in a form `torch.load(weights_only=True)` accepts."""
+    import numpy as np
+
     py_version, py_state, py_gauss = random.getstate()
     np_name, np_keys, np_pos, np_has_gauss, np_gauss = np.random.get_state()
     state: dict[str, Any] = {
@@ -67,6 +70,8 @@ def rng_state() -> dict[str, Any]:
 
 def set_rng_state(state: Mapping[str, Any]) -> None:
     """Restore what `rng_state` returned."""
+    import numpy as np
+
     py = state["python"]
     random.setstate((py["version"], tuple(int(v) for v in py["state"].tolist()), py["gauss"]))
     npy = state["numpy"]

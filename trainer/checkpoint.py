@@ -1,20 +1,37 @@
-"""Checkpoint files: atomic writes and loads that never execute code.
+"""Checkpoint files: atomic writes, checked loads that never execute code, the whole state.
 
-A checkpoint is a dict of `state_dict`s plus a format marker. It is written to a
-temporary file beside the target, flushed and fsync'ed, then `os.replace`d over the
-target, so a crash at any moment leaves the previous file intact. It is read with
-`torch.load(weights_only=True)`, which refuses anything but tensors and plain data.
+A checkpoint is a dict of `state_dict`s and plain data with a format marker (layout in
+docs/checkpoints.md). `save_atomic` writes it to a temporary file beside the target,
+flushes and fsyncs it, then `os.replace`s it over the target, so a crash at any moment
+leaves the previous file intact. `load_checkpoint` checks the archive's CRC-32 sums
+(a flipped byte never loads silently), then reads it with `torch.load(weights_only=True)`,
+which refuses anything but tensors and plain data.
+
+Example:
+    >>> import tempfile, torch
+    >>> from pathlib import Path
+    >>> from trainer.checkpoint import FORMAT, FORMAT_VERSION, load_checkpoint, save_atomic
+    >>> path = Path(tempfile.mkdtemp()) / "x.ckpt"
+    >>> _ = save_atomic({"format": FORMAT, "format_version": FORMAT_VERSION, "w": torch.ones(2)}, path)
+    >>> load_checkpoint(path)["w"]
+    tensor([1., 1.])
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import pickle
+import warnings
 import zipfile
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from trainer._utils import rng_state, set_rng_state
 
 __all__ = [
     "FORMAT",
@@ -26,37 +43,57 @@ __all__ = [
     "restore_state",
     "restore_module",
     "find_last",
+    "callback_keys",
 ]
+
+log = logging.getLogger("trainer")
 
 FORMAT = "loopwright.checkpoint"
 FORMAT_VERSION = 1
 _TMP_SUFFIX = ".tmp"
+_ZIP_MAGIC = b"PK\x03\x04"
 
 
 class CheckpointError(ValueError):
     """A checkpoint file is missing, damaged, foreign or does not fit the run."""
 
 
+# ------------------------------------------------------------------------------ writing
 def _temporary_name(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}{_TMP_SUFFIX}")
 
 
 def _clear_stale_temporaries(path: Path) -> None:
     for stale in path.parent.glob(f".{path.name}.*{_TMP_SUFFIX}"):
-        try:
-            stale.unlink()
-        except FileNotFoundError:
-            pass
+        stale.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def _crc32_on() -> Iterator[None]:
+    """torch.save writes CRC-32 sums by default; make sure, and restore the switch after."""
+    get = getattr(torch.serialization, "get_crc32_options", None)
+    if get is None:
+        yield
+        return
+    previous = get()
+    torch.serialization.set_crc32_options(True)
+    try:
+        yield
+    finally:
+        torch.serialization.set_crc32_options(previous)
 
 
 def save_atomic(state: dict[str, Any], path: str | os.PathLike[str]) -> Path:
-    """Write `state` to `path` so that `path` is always either the old or the new file."""
+    """Write `state` to `path` so that `path` is always either the old or the new file.
+
+    A temporary left by a save that was killed is removed by the next save to `path`.
+    """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     _clear_stale_temporaries(target)
     temporary = _temporary_name(target)
     try:
-        with open(temporary, "wb") as handle:
+        with open(temporary, "wb") as handle, _crc32_on():
             torch.save(state, handle)
             handle.flush()
             os.fsync(handle.fileno())
@@ -81,41 +118,81 @@ def _fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
-def load_checkpoint(path: str | os.PathLike[str], map_location: Any = "cpu") -> dict[str, Any]:
-    """Load and check a checkpoint file; raise `CheckpointError` naming the file and the problem."""
+# ------------------------------------------------------------------------------ reading
+def load_checkpoint(path: str | os.PathLike[str], map_location: Any = "cpu", *, verify: bool = True) -> dict[str, Any]:
+    """Load and check a checkpoint; raise `CheckpointError` naming the file and the problem.
+
+    Args:
+        path: the checkpoint file.
+        map_location: passed to `torch.load`.
+        verify: check every entry's CRC-32 first (reads the file once more; on by default).
+    """
     source = Path(path)
+    name = repr(str(source))
     if not source.is_file():
+        what = "is a directory" if source.is_dir() else "does not exist"
         raise CheckpointError(
-            f"Checkpoint {str(source)!r} does not exist. Expected the path of a file written by "
+            f"Checkpoint {name} {what}. Expected the path of a file written by "
             "Trainer.save_checkpoint (or ckpt_path='last' to resume the newest run)."
         )
+    _check_archive(source, name, verify)
     try:
         state = torch.load(source, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as error:
         raise CheckpointError(
-            f"Checkpoint {str(source)!r} holds objects that are not plain data or tensors, so it "
-            f"was refused without running any of it ({_first_line(error)}). Only files written by "
+            f"Checkpoint {name} holds objects that are not plain data or tensors, so it was refused "
+            f"without running any of it ({_unsafe_detail(error)}). Only files written by "
             "Trainer.save_checkpoint can be loaded."
         ) from None
-    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError) as error:
-        raise CheckpointError(
-            f"Checkpoint {str(source)!r} is truncated or corrupt and can't be read "
-            f"({_first_line(error)}). Use an earlier checkpoint; an interrupted save never "
-            "replaces a good file, so the previous one is still beside it if it existed."
-        ) from None
+    except Exception as error:  # noqa: BLE001 - any failure to parse means a damaged file
+        raise _corrupt(name, f"{type(error).__name__}: {_first_line(error)}") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise CheckpointError(
-            f"Checkpoint {str(source)!r} is not a checkpoint of this trainer (no {FORMAT!r} marker). "
+            f"Checkpoint {name} is not a checkpoint of this trainer (no {FORMAT!r} marker). "
             "Expected a file written by Trainer.save_checkpoint; to load bare weights, use "
             "module.load_state_dict(torch.load(path, weights_only=True))."
         )
     version = state.get("format_version")
     if not isinstance(version, int) or version > FORMAT_VERSION:
         raise CheckpointError(
-            f"Checkpoint {str(source)!r} has format version {version!r}, newer than this version "
-            f"of the trainer reads ({FORMAT_VERSION}). Upgrade the package to load it."
+            f"Checkpoint {name} has format version {version!r}, newer than this version of the "
+            f"trainer reads ({FORMAT_VERSION}). Upgrade the package to load it."
         )
+    state["_path"] = str(source)  # in memory only: lets later errors name the file
     return state
+
+
+def _check_archive(source: Path, name: str, verify: bool) -> None:
+    """A torch.save file is a zip archive; check it is whole before unpickling anything."""
+    with open(source, "rb") as handle:
+        head = handle.read(4)
+    if len(head) < 4:
+        raise _corrupt(name, f"the file is {source.stat().st_size} bytes long")
+    if head != _ZIP_MAGIC:
+        raise CheckpointError(
+            f"Checkpoint {name} is not a torch.save archive (it starts with {head!r}, expected "
+            f"{_ZIP_MAGIC!r}): either it is not a checkpoint or its beginning is corrupt. Expected "
+            "a file written by Trainer.save_checkpoint."
+        )
+    try:
+        with zipfile.ZipFile(source) as archive:
+            if verify:
+                for entry in archive.infolist():
+                    if entry.CRC == 0 and entry.file_size:  # written without checksums
+                        continue
+                    with archive.open(entry) as member:
+                        while member.read(1 << 24):  # the CRC is checked at the end of the entry
+                            pass
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError, ValueError) as error:
+        raise _corrupt(name, _first_line(error)) from None
+
+
+def _corrupt(name: str, detail: str) -> CheckpointError:
+    return CheckpointError(
+        f"Checkpoint {name} is truncated or corrupt and can't be read ({detail}). Use an earlier "
+        "checkpoint; an interrupted save never replaces a good file, so the previous one is "
+        "still beside it if it existed."
+    )
 
 
 def _first_line(error: BaseException) -> str:
@@ -123,13 +200,63 @@ def _first_line(error: BaseException) -> str:
     return text[0] if text else type(error).__name__
 
 
-# --------------------------------------------------------------------------- trainer state
-def collect_state(trainer: Any) -> dict[str, Any]:
-    """Everything needed to continue exactly: a dict of `state_dict`s and plain data."""
-    from trainer._utils import rng_state
+def _unsafe_detail(error: BaseException) -> str:
+    for line in str(error).splitlines():
+        if "global" in line.lower():
+            return line.strip()
+    return _first_line(error)
 
+
+# ------------------------------------------------------------------------- trainer state
+def callback_keys(callbacks: Sequence[Any]) -> list[str]:
+    """Each callback's key in a checkpoint; repeated keys get `#2`, `#3`, ... in list order."""
+    keys: list[str] = []
+    for callback in callbacks:
+        key = callback.state_key
+        if key in keys:
+            number = 2
+            while f"{key}#{number}" in keys:
+                number += 1
+            key = f"{key}#{number}"
+        keys.append(key)
+    return keys
+
+
+def cut_problem(trainer: Any) -> str | None:
+    """Why the current state is not a cut at an optimizer-step boundary, or None if it is."""
+    taken = trainer._io.data_order.unconsumed(trainer.state.epoch, trainer.state.batches_done)
+    optimizer = trainer.optimizer
+    accumulated = optimizer is not None and any(
+        p.grad is not None for group in optimizer.param_groups for p in group["params"]
+    )
+    if not taken and not accumulated:
+        return None
+    step = trainer.global_step + 1
+    if taken:
+        detail = f"{taken} micro-batch(es) of optimizer step {step} were already taken from the loader"
+    else:
+        detail = f"gradients for optimizer step {step} are accumulated"
+    return f"it was requested inside an accumulation window ({detail}, but that step has not run)"
+
+
+def collect_state(trainer: Any, *, allow_partial: bool = False, target: Any = None) -> dict[str, Any]:
+    """Everything needed to continue exactly: a dict of `state_dict`s and plain data.
+
+    Raises:
+        RuntimeError: the state is inside an accumulation window and `allow_partial` is
+            False (a checkpoint must be a cut at an optimizer-step boundary).
+    """
+    problem = cut_problem(trainer)
+    if problem is not None and not allow_partial:
+        raise RuntimeError(
+            f"Can't write checkpoint {str(target)!r}: {problem}. A checkpoint is a cut at an "
+            "optimizer-step boundary, and accumulated gradients are not saved. Expected a call "
+            "between steps: from Callback.on_train_step_end, on_train_epoch_start, on_fit_end, or "
+            "outside fit (on_train_batch_start/end run inside the window)."
+        )
     opt = trainer._opt
     module = trainer._module
+    strategy = trainer.strategy
     state: dict[str, Any] = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -139,11 +266,15 @@ def collect_state(trainer: Any) -> dict[str, Any]:
         "lr_scheduler": opt.scheduler.state_dict() if opt is not None and opt.scheduler is not None else None,
         "precision": {"name": trainer.precision.name, "state": trainer.precision.state_dict()},
         "loop": trainer.state.state_dict(),
-        "rng": trainer.strategy.all_gather_object(rng_state()),
-        "epoch_data_rng": trainer._io.epoch_data_rng,
-        "callbacks": {cb.state_key: cb.state_dict() for cb in trainer.callbacks},
+        "rng": strategy.all_gather_object(rng_state()),
+        "data": strategy.all_gather_object(trainer._io.data_order.state_dict()),
+        "cut": {"clean": problem is None, "reason": problem},
+        "callbacks": {
+            key: cb.state_dict() for key, cb in zip(callback_keys(trainer.callbacks), trainer.callbacks)
+        },
         "config": _plain(trainer.args.model_dump(exclude={"callbacks", "logger", "precision"})),
         "hparams": _plain(dict(getattr(module, "hparams", {}) or {})),
+        "experiment": _plain(getattr(trainer, "experiment_config", None)),
     }
     trainer._dispatch.call("on_save_checkpoint", trainer, module, state)
     return state
@@ -158,7 +289,7 @@ def restore_module(module: Any, checkpoint: dict[str, Any], source: str) -> None
     misshaped = sorted(
         f"{k}: checkpoint {tuple(saved[k].shape)} vs model {tuple(own[k].shape)}"
         for k in set(own) & set(saved)
-        if isinstance(saved[k], torch.Tensor) and saved[k].shape != own[k].shape
+        if isinstance(saved[k], torch.Tensor) and isinstance(own[k], torch.Tensor) and saved[k].shape != own[k].shape
     )
     if missing or unexpected or misshaped:
         parts = [
@@ -173,38 +304,60 @@ def restore_module(module: Any, checkpoint: dict[str, Any], source: str) -> None
     module.load_state_dict(saved)
 
 
+def _source(checkpoint: dict[str, Any]) -> str:
+    path = checkpoint.get("_path")
+    return f"Checkpoint {path!r}" if path else "The checkpoint"
+
+
 def restore_state(trainer: Any, checkpoint: dict[str, Any]) -> None:
     """Put the Trainer back exactly where `collect_state` found it."""
-    from trainer._utils import set_rng_state
-
-    source = f"Checkpoint {checkpoint.get('_path', '')!r}".replace(" ''", "")
+    source = _source(checkpoint)
     restore_module(trainer._module, checkpoint, source)
     opt = trainer._opt
-    if opt is not None and checkpoint.get("optimizer") is not None:
-        opt.optimizer.load_state_dict(checkpoint["optimizer"])
-    if opt is not None and opt.scheduler is not None and checkpoint.get("lr_scheduler") is not None:
-        opt.scheduler.load_state_dict(checkpoint["lr_scheduler"])
-    saved_precision = checkpoint["precision"]
-    if saved_precision["name"] == trainer.precision.name:
-        trainer.precision.load_state_dict(saved_precision["state"])
-    elif saved_precision["state"]:
-        import warnings
-
+    for name, target in (("optimizer", opt.optimizer if opt else None), ("lr_scheduler", opt.scheduler if opt else None)):
+        if target is not None and checkpoint.get(name) is not None:
+            try:
+                target.load_state_dict(checkpoint[name])
+            except (ValueError, KeyError, TypeError, RuntimeError) as error:
+                raise CheckpointError(
+                    f"{source}: its {name} state does not fit this run's {type(target).__name__} "
+                    f"({_first_line(error)}). Expected the configure_optimizers of the saved run."
+                ) from None
+    _restore_precision(trainer, checkpoint["precision"], source)
+    trainer.state.load_state_dict(checkpoint["loop"])
+    saved_callbacks = dict(checkpoint.get("callbacks", {}))
+    for key, callback in zip(callback_keys(trainer.callbacks), trainer.callbacks):
+        if key in saved_callbacks:
+            callback.load_state_dict(saved_callbacks.pop(key))
+    if saved_callbacks:
+        log.info("%s holds state of callbacks this run does not have: %s.", source, ", ".join(saved_callbacks))
+    rank = trainer.strategy.rank
+    data = checkpoint.get("data") or [{}]
+    trainer._io.data_order.load_state_dict(data[min(rank, len(data) - 1)])
+    rngs = checkpoint["rng"]
+    set_rng_state(rngs[min(rank, len(rngs) - 1)])
+    cut = checkpoint.get("cut") or {}
+    if cut.get("clean") is False:
         warnings.warn(
-            f"{source} was saved with precision={saved_precision['name']!r}; this run uses "
+            f"{source} was written on an interrupt inside an optimizer step's window "
+            f"({cut.get('reason')}). Training continues from the last completed step "
+            f"({trainer.global_step}) and re-reads that window's batches, but the random streams "
+            "are those of the interrupt, so the result is not bit-identical to an uninterrupted run.",
+            stacklevel=4,
+        )
+    trainer._dispatch.call("on_load_checkpoint", trainer, trainer._module, checkpoint)
+
+
+def _restore_precision(trainer: Any, saved: dict[str, Any], source: str) -> None:
+    if saved["name"] == trainer.precision.name:
+        trainer.precision.load_state_dict(saved["state"])
+    elif saved["state"]:
+        warnings.warn(
+            f"{source} was saved with precision={saved['name']!r}; this run uses "
             f"{trainer.precision.name!r}, so the saved GradScaler state (loss scale and growth "
             "tracker) is dropped.",
-            stacklevel=3,
+            stacklevel=5,
         )
-    trainer.state.load_state_dict(checkpoint["loop"])
-    by_key = {cb.state_key: cb for cb in trainer.callbacks}
-    for key, cb_state in checkpoint.get("callbacks", {}).items():
-        if key in by_key:
-            by_key[key].load_state_dict(cb_state)
-    trainer._io.epoch_data_rng = checkpoint.get("epoch_data_rng")
-    rngs = checkpoint["rng"]
-    set_rng_state(rngs[min(trainer.strategy.rank, len(rngs) - 1)])
-    trainer._dispatch.call("on_load_checkpoint", trainer, trainer._module, checkpoint)
 
 
 def find_last(root_dir: str | os.PathLike[str]) -> Path | None:

@@ -1,18 +1,35 @@
 """Execution strategies: where the model runs and how ranks cooperate.
 
-`SingleDevice` is the null strategy (one process). The loop only talks to this
-interface, so it knows nothing of torch.distributed.
+`SingleDevice` is the null strategy (one process). `DDP` is PyTorch's own
+`DistributedDataParallel` on a process group made from torchrun's environment. The loop
+only talks to the `Strategy` interface, so it knows nothing of torch.distributed.
+
+Example:
+    >>> from trainer.distributed import resolve_strategy
+    >>> resolve_strategy("auto", "cpu")  # outside torchrun: one process
+    SingleDevice(device=cpu)
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
-from collections.abc import Callable
+import logging
+import os
+import warnings
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 
-__all__ = ["Strategy", "SingleDevice", "resolve_device", "resolve_strategy"]
+__all__ = ["Strategy", "SingleDevice", "DDP", "resolve_device", "resolve_strategy", "launched_by_torchrun"]
+
+_NO_SYNC = contextlib.nullcontext()  # stateless: one shared instance for every micro-batch
+
+log = logging.getLogger("trainer")
+
+#: How each epoch metric reduces ("mean", "sum", "max", "min") and the weight this rank saw.
+Reductions = Mapping[str, tuple[str, float]]
 
 
 def resolve_device(device: str) -> torch.device:
@@ -28,7 +45,7 @@ def resolve_device(device: str) -> torch.device:
 
 
 class Strategy:
-    """One process, one device."""
+    """One process, one device: every method is the trivial case of its DDP meaning."""
 
     world_size: int = 1
     rank: int = 0
@@ -54,14 +71,18 @@ class Strategy:
 
     def no_sync(self, last_micro_batch: bool) -> contextlib.AbstractContextManager[Any]:
         """The context a micro-batch's backward runs in (DDP skips the all-reduce)."""
-        return contextlib.nullcontext()
+        return _NO_SYNC
 
     def all_agree(self, flag: bool) -> bool:
         """True when every rank's `flag` is True (one process: the flag itself)."""
         return flag
 
-    def reduce_mean(self, values: dict[str, torch.Tensor], weights: dict[str, float]) -> dict[str, torch.Tensor]:
-        """Average epoch metrics over ranks, weighted by how many values each rank saw."""
+    def any_rank(self, flag: bool) -> bool:
+        """True when some rank's `flag` is True (one process: the flag itself)."""
+        return flag
+
+    def reduce_epoch(self, values: dict[str, torch.Tensor], reductions: Reductions) -> dict[str, torch.Tensor]:
+        """Combine epoch metrics over ranks: weighted mean, sum, max or min (one process: as is)."""
         return values
 
     def barrier(self) -> None:
@@ -70,18 +91,310 @@ class Strategy:
     def all_gather_object(self, obj: Any) -> list[Any]:
         return [obj]
 
-    def teardown(self) -> None:
-        """Release what `setup_module` acquired."""
+    def broadcast_object(self, obj: Any) -> Any:
+        """Rank 0's `obj` on every rank."""
+        return obj
+
+    def teardown(self, failed: bool = False) -> None:
+        """Release what `setup_module` acquired (called when fit/validate/test/predict end)."""
+
+    def __repr__(self) -> str:
+        return f"SingleDevice(device={self.device})"
 
 
 SingleDevice = Strategy
 
 
-def resolve_strategy(strategy: str, device: str) -> Strategy:
-    """Pick the strategy object for `Trainer(strategy=...)`."""
-    if strategy in ("auto", "single"):
-        return SingleDevice(device)
-    raise ValueError(
-        f"Trainer(strategy={strategy!r}): the 'ddp' strategy needs torchrun; expected 'auto' or 'single' "
-        "in one process."
+def launched_by_torchrun() -> bool:
+    """Whether torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK) is present."""
+    return all(name in os.environ for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
+
+
+class DDP(Strategy):
+    """Data-parallel training with `torch.nn.parallel.DistributedDataParallel`.
+
+    One process per device, started by torchrun. The process group is made from torchrun's
+    environment the first time it is needed (NCCL for CUDA, Gloo otherwise) and destroyed
+    when the process exits, or at once when a run fails; one made by the user beforehand
+    is used and never destroyed. See docs/distributed.md.
+    """
+
+    def __init__(self, device: str = "auto") -> None:
+        from torch import distributed as dist
+
+        if not dist.is_available():
+            raise ValueError("Trainer(strategy='ddp') needs torch.distributed, which this PyTorch build lacks.")
+        if dist.is_initialized():
+            self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+            self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        elif launched_by_torchrun():
+            self.rank, self.world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+            self.local_rank = int(os.environ["LOCAL_RANK"])
+        else:
+            raise ValueError(
+                "Trainer(strategy='ddp') expected to run under torchrun (RANK, WORLD_SIZE and LOCAL_RANK "
+                "in the environment) or with a process group already initialised. Received neither. "
+                "Launch with `torchrun --nproc_per_node=N script.py`, or use strategy='auto'."
+            )
+        self._device_arg = device
+        self.device = self._local_device(device)
+        self._created_group = False
+        self._ddp: torch.nn.parallel.DistributedDataParallel | None = None
+
+    def _local_device(self, device: str) -> torch.device:
+        if device == "auto":
+            return torch.device("cuda", self.local_rank) if torch.cuda.is_available() else torch.device("cpu")
+        chosen = torch.device(device)
+        if chosen.type == "cuda" and chosen.index is None:
+            return torch.device("cuda", self.local_rank)
+        if chosen.type not in ("cuda", "cpu"):
+            raise ValueError(
+                f"Trainer(strategy='ddp', device={device!r}): expected a 'cuda' or 'cpu' device. "
+                f"Received: {chosen.type!r}, which DistributedDataParallel does not support."
+            )
+        return chosen
+
+    # ---------------------------------------------------------------- process group
+    def _group(self) -> Any:
+        """The default process group, made from torchrun's environment on first use."""
+        from torch import distributed as dist
+
+        if not dist.is_initialized():
+            backend = "nccl" if self.device.type == "cuda" else "gloo"
+            if self.device.type == "cuda":
+                torch.cuda.set_device(self.device)
+            dist.init_process_group(backend=backend, rank=self.rank, world_size=self.world_size)
+            self._created_group = True
+            atexit.register(self._destroy_group)  # process exit: release it cleanly
+            log.info("Process group %s: rank %d of %d on %s.", backend, self.rank, self.world_size, self.device)
+        return dist.group.WORLD
+
+    def _destroy_group(self) -> None:
+        from torch import distributed as dist
+
+        if self._created_group and dist.is_initialized():
+            dist.destroy_process_group()
+        self._created_group = False
+        atexit.unregister(self._destroy_group)
+
+    def teardown(self, failed: bool = False) -> None:
+        """Drop the DDP wrapper; after a failure also destroy the process group we made.
+
+        On success the group stays for the next fit/validate/test in this process (making a
+        new one on the same torchrun store is not reliable) and goes at process exit.
+        """
+        self._ddp = None
+        if failed:
+            self._destroy_group()
+
+    # ------------------------------------------------------------------- the model
+    def setup_module(self, module: torch.nn.Module) -> Callable[..., Any]:
+        """Wrap `module` in DistributedDataParallel; return the callable that runs a training step.
+
+        DDP's gradient hooks fire only for a forward that goes through the wrapper, so the
+        training step is run as the forward of a small module that DDP wraps.
+        """
+        self._group()
+        module.to(self.device)
+        if not any(p.requires_grad for p in module.parameters()):
+            self._ddp = None  # nothing to synchronise (e.g. evaluation of a frozen model)
+            return module.training_step  # type: ignore[return-value]
+        ids = [self.device.index] if self.device.type == "cuda" else None
+        self._ddp = torch.nn.parallel.DistributedDataParallel(_TrainingStep(module), device_ids=ids)
+        return self._training_step
+
+    def _training_step(self, batch: Any, batch_idx: int) -> Any:
+        assert self._ddp is not None, "DDP.setup_module must run before a training step"
+        return self._ddp(batch, batch_idx)
+
+    def no_sync(self, last_micro_batch: bool) -> contextlib.AbstractContextManager[Any]:
+        if last_micro_batch or self._ddp is None:
+            return _NO_SYNC
+        return self._ddp.no_sync()
+
+    # --------------------------------------------------------------------- loaders
+    def setup_loader(self, loader: Any, *, train: bool) -> Any:
+        return _with_distributed_sampler(loader, self.rank, self.world_size, self.broadcast_object)
+
+    def set_epoch(self, loader: Any, epoch: int) -> None:
+        for sampler in (getattr(loader, "sampler", None), getattr(getattr(loader, "batch_sampler", None), "sampler", None)):
+            if hasattr(sampler, "set_epoch"):
+                sampler.set_epoch(epoch)
+                return
+
+    # ----------------------------------------------------------------- collectives
+    def _flag_tensor(self, flag: bool) -> torch.Tensor:
+        return torch.tensor([int(flag)], dtype=torch.int32, device=self.device)
+
+    def all_agree(self, flag: bool) -> bool:
+        from torch import distributed as dist
+
+        tensor = self._flag_tensor(flag)
+        dist.all_reduce(tensor, op=dist.ReduceOp.MIN, group=self._group())
+        return bool(tensor.item())
+
+    def any_rank(self, flag: bool) -> bool:
+        from torch import distributed as dist
+
+        tensor = self._flag_tensor(flag)
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=self._group())
+        return bool(tensor.item())
+
+    def reduce_epoch(self, values: dict[str, torch.Tensor], reductions: Reductions) -> dict[str, torch.Tensor]:
+        """Weighted mean over all ranks' samples ("mean"), or sum / max / min over ranks.
+
+        A metric logged on some ranks only is combined over the ranks that logged it. The
+        epoch-end host read here is one small object exchange, not a per-step cost.
+        """
+        local = {name: (*reductions.get(name, ("mean", 1.0)), float(value)) for name, value in values.items()}
+        gathered: list[dict[str, tuple[str, float, float]]] = self.all_gather_object(local)
+        names = list(dict.fromkeys(name for per_rank in gathered for name in per_rank))
+        out: dict[str, torch.Tensor] = {}
+        for name in names:
+            entries = [per_rank[name] for per_rank in gathered if name in per_rank]
+            reduce = entries[0][0]
+            if reduce == "mean":
+                weight = sum(w for _, w, _ in entries)
+                result = sum(w * v for _, w, v in entries) / weight
+            elif reduce == "sum":
+                result = sum(v for _, _, v in entries)
+            elif reduce == "max":
+                result = max(v for _, _, v in entries)
+            else:
+                result = min(v for _, _, v in entries)
+            like = values.get(name)
+            out[name] = torch.tensor(result, dtype=torch.float32, device=like.device if like is not None else self.device)
+        return out
+
+    def barrier(self) -> None:
+        from torch import distributed as dist
+
+        dist.barrier(group=self._group())
+
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        from torch import distributed as dist
+
+        gathered: list[Any] = [None] * self.world_size
+        dist.all_gather_object(gathered, obj, group=self._group())
+        return gathered
+
+    def broadcast_object(self, obj: Any) -> Any:
+        from torch import distributed as dist
+
+        holder = [obj]
+        dist.broadcast_object_list(holder, src=0, group=self._group())
+        return holder[0]
+
+    def __repr__(self) -> str:
+        return f"DDP(rank={self.rank}, world_size={self.world_size}, device={self.device})"
+
+
+class _TrainingStep(torch.nn.Module):
+    """Makes `training_step` the forward that DistributedDataParallel wraps."""
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        super().__init__()
+        self.module = module
+
+    def forward(self, batch: Any, batch_idx: int) -> Any:
+        return self.module.training_step(batch, batch_idx)  # type: ignore[operator]
+
+
+def _with_distributed_sampler(loader: Any, rank: int, world_size: int, broadcast: Callable[[Any], Any]) -> Any:
+    """`loader` rebuilt to read this rank's share of the data through a `DistributedSampler`.
+
+    The shuffle (a `RandomSampler`) and `drop_last` are kept: `drop_last=True` drops the
+    tail that does not divide evenly over the ranks, `drop_last=False` pads it by repeating
+    the first samples, so every rank gets the same number of batches. The shuffle order
+    comes from the sampler's seed (rank 0's `torch.initial_seed()`, which `Trainer(seed=...)`
+    sets) and the epoch. A loader that already has a distributed sampler is left alone.
+    """
+    from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler, SequentialSampler
+    from torch.utils.data.distributed import DistributedSampler
+
+    if not isinstance(loader, DataLoader):
+        warnings.warn(
+            f"strategy='ddp': the loader is a {type(loader).__name__}, not a torch DataLoader, so it is "
+            "used as is. Every rank must read its own share of the data and yield the same number of "
+            "batches; otherwise ranks read the same data or wait on each other.",
+            stacklevel=4,
+        )
+        return loader
+    batch_sampler = loader.batch_sampler
+    inner = batch_sampler.sampler if isinstance(batch_sampler, BatchSampler) else loader.sampler
+    if isinstance(inner, DistributedSampler) or isinstance(loader.sampler, DistributedSampler):
+        return loader
+    if isinstance(loader.dataset, IterableDataset):
+        warnings.warn(
+            "strategy='ddp': the loader reads an IterableDataset, which a DistributedSampler cannot split, "
+            "so it is used as is. Shard it per rank yourself (torch.distributed.get_rank()).",
+            stacklevel=4,
+        )
+        return loader
+    if batch_sampler is not None and type(batch_sampler) is not BatchSampler:
+        raise ValueError(
+            f"strategy='ddp' expected DataLoaders with batch_size (a default BatchSampler) or a "
+            f"DistributedSampler. Received: a custom batch_sampler {type(batch_sampler).__name__}. "
+            "Give it a DistributedSampler yourself; the Trainer then leaves the loader alone."
+        )
+    if type(inner) not in (RandomSampler, SequentialSampler) or (
+        isinstance(inner, RandomSampler) and (inner.replacement or inner._num_samples is not None)
+    ):
+        raise ValueError(
+            f"strategy='ddp' can only split loaders with shuffle=True/False or a DistributedSampler. "
+            f"Received: sampler {type(inner).__name__}. Pass a DistributedSampler yourself (set its "
+            "num_replicas/rank) and the Trainer leaves the loader alone."
+        )
+    drop_last = loader.batch_size is not None and loader.drop_last
+    sampler = DistributedSampler(
+        loader.dataset,
+        num_replicas=world_size,
+        rank=rank,
+        shuffle=isinstance(inner, RandomSampler),
+        seed=int(broadcast(torch.initial_seed() % 2**62)),
+        drop_last=drop_last,
     )
+    options: dict[str, Any] = {
+        "batch_size": loader.batch_size,
+        "sampler": sampler,
+        "num_workers": loader.num_workers,
+        "collate_fn": loader.collate_fn,
+        "pin_memory": loader.pin_memory,
+        "drop_last": loader.drop_last,
+        "timeout": loader.timeout,
+        "worker_init_fn": loader.worker_init_fn,
+        "multiprocessing_context": loader.multiprocessing_context,
+        "generator": loader.generator,
+        "persistent_workers": loader.persistent_workers,
+        "pin_memory_device": loader.pin_memory_device,
+    }
+    if loader.num_workers > 0:
+        options["prefetch_factor"] = loader.prefetch_factor
+    if hasattr(loader, "in_order"):
+        options["in_order"] = loader.in_order
+    if type(loader) is not DataLoader:
+        log.warning("strategy='ddp': %s is rebuilt as a plain DataLoader with a DistributedSampler.", type(loader).__name__)
+    return DataLoader(loader.dataset, **options)
+
+
+def resolve_strategy(strategy: str, device: str) -> Strategy:
+    """Pick the strategy object for `Trainer(strategy=...)`.
+
+    "auto" is DDP when torchrun started more than one process, else one device; "single"
+    is always one device (each torchrun process then trains on its own); "ddp" requires
+    torchrun or an initialised process group.
+    """
+    if strategy == "ddp":
+        return DDP(device)
+    if strategy == "auto" and launched_by_torchrun() and int(os.environ["WORLD_SIZE"]) > 1:
+        return DDP(device)
+    if strategy in ("auto", "single"):
+        if strategy == "single" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            warnings.warn(
+                "Trainer(strategy='single') under torchrun with WORLD_SIZE > 1: every process trains "
+                "its own model on all the data and writes its own files. Use strategy='ddp' to train "
+                "one model together.",
+                stacklevel=3,
+            )
+        return SingleDevice(device)
+    raise ValueError(f"Trainer(strategy=...) expected 'auto', 'ddp' or 'single'. Received: {strategy!r}.")

@@ -6,7 +6,9 @@ has a `_log_metric` method (the `_MetricSink` protocol below).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+import functools
+import inspect
+from typing import TYPE_CHECKING, Any, Callable, Literal, Protocol
 
 import torch
 
@@ -57,11 +59,21 @@ class Module(torch.nn.Module):
 
     if TYPE_CHECKING:
         trainer: Any
+        hparams: dict[str, Any]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Wrap a subclass's own `__init__` so its arguments land in `self.hparams`."""
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is not None and not getattr(init, "_captures_hparams", False):
+            cls.__init__ = _capturing_init(init)  # type: ignore[method-assign]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # Set through object.__setattr__ so nn.Module does not register the Trainer.
         object.__setattr__(self, "_trainer_ref", None)
+        if "hparams" not in self.__dict__:
+            object.__setattr__(self, "hparams", {})  # filled with the subclass's init arguments
 
     # ----------------------------------------------------------------- the Trainer link
     @property
@@ -152,3 +164,40 @@ class Module(torch.nn.Module):
     def on_train_epoch_end(self) -> None: ...
     def on_validation_epoch_start(self) -> None: ...
     def on_validation_epoch_end(self) -> None: ...
+
+
+def _capturing_init(init: Callable[..., None]) -> Callable[..., None]:
+    """`init`, plus: the outermost call records its bound arguments as `self.hparams`.
+
+    Defaults are filled in; `**kwargs` are merged in by name. A subclass that fills
+    `self.hparams` itself keeps its own value. Capturing never fails the constructor and
+    costs one `Signature.bind` per instance.
+    """
+    try:
+        signature: inspect.Signature | None = inspect.signature(init)
+    except (TypeError, ValueError):
+        signature = None
+
+    @functools.wraps(init)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        if type(self).__init__ is not wrapper or self.__dict__.get("hparams") or signature is None:
+            return  # an inner super().__init__ call, hparams the user set, or no signature
+        try:
+            bound = signature.bind(self, *args, **kwargs)
+            bound.apply_defaults()
+        except TypeError:
+            return
+        hparams: dict[str, Any] = {}
+        for index, (name, value) in enumerate(bound.arguments.items()):
+            kind = signature.parameters[name].kind
+            if index == 0:
+                continue  # self
+            if kind is inspect.Parameter.VAR_KEYWORD:
+                hparams.update(value)
+            else:
+                hparams[name] = value
+        object.__setattr__(self, "hparams", hparams)
+
+    wrapper._captures_hparams = True  # type: ignore[attr-defined]
+    return wrapper

@@ -26,6 +26,7 @@ import torch
 __all__ = ["Precision", "FP32", "AMP", "BF16", "PRECISIONS", "resolve_precision"]
 
 ClipAlgorithm = Literal["norm", "value"]
+_NO_AUTOCAST = contextlib.nullcontext()  # stateless, so one shared instance serves every step
 
 
 def _grads(parameters: Iterable[torch.nn.Parameter]) -> list[torch.Tensor]:
@@ -54,7 +55,7 @@ class Precision:
 
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
         """The context the forward pass and loss run in."""
-        return contextlib.nullcontext()
+        return _NO_AUTOCAST
 
     def backward(self, loss: torch.Tensor) -> None:
         loss.backward()

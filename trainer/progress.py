@@ -1,4 +1,13 @@
-"""The progress bar the Trainer shows by default (`tqdm.auto`: a widget in Jupyter)."""
+"""The progress bar the Trainer shows by default (`tqdm.auto`: a widget in Jupyter).
+
+One bar per training epoch (kept on screen when the epoch ends) and a transient bar for
+validation, drawn one line below it (`position=1`, `leave=False`) so it never writes over
+the training bar. A loader without `len` gets a bar without a total (count and rate only).
+
+The postfix (loss and every metric logged with `prog_bar=True`) is refreshed only at
+logging intervals, from values the Trainer has already read to the host, so the bar adds
+no host synchronisation: per batch it costs one `tqdm.update`.
+"""
 
 from __future__ import annotations
 
@@ -9,11 +18,7 @@ __all__ = ["ProgressBar"]
 
 
 class ProgressBar:
-    """One bar per epoch for training, a transient one for validation.
-
-    The postfix is refreshed only at logging intervals, from values the Trainer has
-    already read to the host, so the bar adds no host synchronisation.
-    """
+    """Draws the training and validation bars; `close` is safe to call at any time."""
 
     def __init__(self) -> None:
         self._bar: Any = None
@@ -23,20 +28,27 @@ class ProgressBar:
         from tqdm.auto import tqdm
 
         self.close()
-        self._bar = tqdm(total=total, desc=f"Epoch {epoch}", unit="batch", dynamic_ncols=True, leave=True)
+        self._bar = tqdm(total=total, desc=f"Epoch {epoch}", unit="batch", dynamic_ncols=True, leave=True, position=0)
 
     def advance(self, n: int = 1) -> None:
         if self._bar is not None:
             self._bar.update(n)
 
     def set_postfix(self, values: Mapping[str, float]) -> None:
+        """Show `values` after the bar (drawn with the next update, not immediately)."""
         if self._bar is not None and values:
             self._bar.set_postfix({k: f"{v:.4g}" for k, v in values.items()}, refresh=False)
 
-    def start_validation(self, total: int | None) -> None:
+    def start_validation(self, total: int | None, desc: str = "Validation") -> None:
         from tqdm.auto import tqdm
 
-        self._val_bar = tqdm(total=total, desc="Validation", unit="batch", dynamic_ncols=True, leave=False, position=1 if self._bar is not None else 0)
+        self.end_validation()
+        below = self._bar is not None
+        if below:
+            self._bar.refresh()  # show the finished count and postfix before drawing below it
+        self._val_bar = tqdm(
+            total=total, desc=desc, unit="batch", dynamic_ncols=True, leave=not below, position=1 if below else 0
+        )
 
     def advance_validation(self) -> None:
         if self._val_bar is not None:

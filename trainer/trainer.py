@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 from collections.abc import Iterable, Sized
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,6 @@ from typing import Any
 import torch
 
 from trainer._run import RunIO
-from trainer._args import validate_trainer_args
 from trainer._eval import EvalLoop
 from trainer._metrics import MetricStore, to_floats
 from trainer._optim import LoopState, OptimizerSetup, parse_optimizers
@@ -74,8 +74,11 @@ class Trainer:
         strategy: str = "auto",
         nonfinite_loss: str = "error",
     ) -> None:
+        from trainer._args import validate_trainer_args  # pydantic loads on first use, not on import
+
         arguments = dict(locals())
         arguments.pop("self")
+        arguments.pop("validate_trainer_args")
         self.args = validate_trainer_args(arguments)
         self._precision = resolve_precision(precision)
         self.strategy: Strategy = resolve_strategy(self.args.strategy, self.args.device)
@@ -88,6 +91,25 @@ class Trainer:
         self._dispatch = _Dispatcher(None, self.callbacks)
         self._signals: SignalGuard | None = None
         self._train_loader: Any = None
+        self.experiment_config: dict[str, Any] | None = None  # a YAML run's resolved config (trainer.config)
+        self._stop_request = False  # this rank's own request; see request_stop
+
+    @classmethod
+    def from_config(cls, source: Any, **overrides: Any) -> Any:
+        """Build the experiment a YAML file (or dict) describes, as `trainer fit` would.
+
+        `overrides` are dotted config paths (`**{"model.init_args.hidden": 256}`) or bare
+        Trainer arguments (`max_epochs=3`). Returns a `trainer.config.Experiment` with
+        `.model`, `.data`, `.trainer`, `.config` and `fit()`/`validate()`/`test()`/`predict()`;
+        a bad config raises `trainer.config.ConfigError` listing every problem.
+
+        Example:
+            >>> experiment = Trainer.from_config("examples/digits_fp32.yaml", max_epochs=1)  # doctest: +SKIP
+            >>> experiment.fit()  # doctest: +SKIP
+        """
+        from trainer.config import load_experiment
+
+        return load_experiment(source, overrides)
 
     # ---------------------------------------------------------------- read-only state
     @property
@@ -122,6 +144,14 @@ class Trainer:
         return self._io.logger
 
     @property
+    def history(self) -> list[dict[str, float]]:
+        """One row per finished epoch of `fit`: epoch, step and that epoch's epoch-level metrics.
+
+        Example: ``pandas.DataFrame(trainer.history).plot(x="epoch", y="val/loss")``.
+        """
+        return [dict(row) for row in self._io.history]
+
+    @property
     def log_dir(self) -> Path:
         """This run's folder under `root_dir` (created when first needed)."""
         return self._io.run_dir
@@ -131,8 +161,19 @@ class Trainer:
         return self.state.stop_requested
 
     def request_stop(self) -> None:
-        """Ask the loop to stop after the current optimizer step (used by EarlyStopping)."""
-        self.state.stop_requested = True
+        """Ask the loop to stop after the current optimizer step (used by EarlyStopping).
+
+        Under DDP a request made on some ranks takes effect on all of them together at the
+        next logging step (`log_every_n_steps`) or epoch end: see docs/distributed.md.
+        """
+        self._stop_request = True
+        if self.strategy.world_size == 1:
+            self.state.stop_requested = True
+
+    def _agree_stop(self) -> None:
+        """At a point every rank passes together: stop everywhere when some rank asked to."""
+        if self.strategy.world_size > 1 and self.strategy.any_rank(self._stop_request):
+            self.state.stop_requested = True
 
     # ------------------------------------------------------------------------- fit
     def fit(
@@ -171,7 +212,7 @@ class Trainer:
         self._setup(model)
         if checkpoint is not None:
             self._io.restore(checkpoint)
-        self.state.stop_requested = False
+        self.state.stop_requested = self._stop_request = False
         self._train_loader = train_loader = self.strategy.setup_loader(train_loader, train=True)
         if val_loader is not None:
             val_loader = self.strategy.setup_loader(val_loader, train=False)
@@ -183,10 +224,12 @@ class Trainer:
                 self._call("on_fit_end")
         except BaseException as error:
             self._on_fit_error(error)
+            self.strategy.teardown(failed=True)
             raise
         finally:
             self._signals = None
             self._io.end_run()
+        self.strategy.teardown()
         if self.state.stop_requested and self._io.terminated:
             log.info("Stopped on SIGTERM after step %d; resume with ckpt_path='last'.", self.global_step)
 
@@ -200,6 +243,7 @@ class Trainer:
             self._opt = parse_optimizers(model.configure_optimizers())
         else:
             model._attach(self)
+            self._train_step = self.strategy.setup_module(model)  # teardown released the last one
         self._dispatch = _Dispatcher(model, self.callbacks)
         self._eval = EvalLoop(self)
 
@@ -229,6 +273,7 @@ class Trainer:
             self.state.epoch += 1
             self.state.batches_done = 0
             self._io.end_epoch()
+            self._agree_stop()
         self._io.save_last()
 
     # ------------------------------------------------------------------ one epoch
@@ -263,6 +308,8 @@ class Trainer:
                 return True  # the loader ended early (its len() overstated it)
             if self.args.max_steps is not None and state.global_step >= self.args.max_steps:
                 state.stop_requested = True
+            elif state.global_step % self.args.log_every_n_steps == 0:
+                self._agree_stop()  # DDP: no per-step collective, only at logging steps
         return total is not None and state.batches_done >= total
 
     def _run_window(self, window: Iterable[Any], size: int, start: int) -> bool:
@@ -272,7 +319,6 @@ class Trainer:
         want_start = self._dispatch.wants("on_train_batch_start")
         want_end = self._dispatch.wants("on_train_batch_end")
         window_loss: torch.Tensor | None = None
-        finite: torch.Tensor | None = None
         seen = 0
         for offset, batch in enumerate(window):
             seen += 1
@@ -291,10 +337,7 @@ class Trainer:
             if loss is not None:
                 detached = loss.detach()
                 window_loss = detached if window_loss is None else window_loss + detached
-                if not precision.handles_nonfinite:
-                    ok = torch.isfinite(detached)
-                    finite = ok if finite is None else finite & ok
-            self._io.progress_advance()
+            self._io.progress_advance(batch)
             if want_end:
                 self._call("on_train_batch_end", output, batch, batch_idx)
         if seen == 0:
@@ -302,14 +345,16 @@ class Trainer:
         if window_loss is None:  # every micro-batch was skipped (training_step returned None)
             self.state.batches_done = start + seen
             return seen == size
-        if finite is not None and not self.strategy.all_agree(bool(finite)):
+        # A non-finite micro-batch loss makes the window's sum non-finite, so one host read
+        # per optimizer step guards the weights (amp's GradScaler makes its own read instead).
+        if not precision.handles_nonfinite and not self.strategy.all_agree(math.isfinite(window_loss)):
             self._nonfinite_loss(start, seen)
         else:
-            self._optimizer_step(window_loss)
+            self._optimizer_step(window_loss, start + seen)
         self.state.batches_done = start + seen
         return seen == size
 
-    def _optimizer_step(self, window_loss: torch.Tensor) -> None:
+    def _optimizer_step(self, window_loss: torch.Tensor, batches_done: int) -> None:
         opt, precision, args, signals = self._opt, self._precision, self.args, self._signals
         assert opt is not None and signals is not None
         log_now = (self.state.global_step + 1) % args.log_every_n_steps == 0
@@ -330,6 +375,7 @@ class Trainer:
                 opt.step_scheduler()
             opt.optimizer.zero_grad(set_to_none=True)
             self.state.global_step += 1
+            self.state.batches_done = batches_done  # with the step, so on_train_step_end is a clean cut
             if not stepped:
                 self.state.skipped_steps += 1
         finally:
@@ -357,7 +403,10 @@ class Trainer:
         if self._opt is not None:
             self._opt.optimizer.zero_grad(set_to_none=True)  # drop a half-accumulated window
         self._call("on_exception", error)
-        if isinstance(error, KeyboardInterrupt):
+        if isinstance(error, KeyboardInterrupt) and self.strategy.world_size > 1:
+            log.warning("Interrupted under DDP: ranks stopped at different points, so no checkpoint is "
+                        "written (send SIGTERM to stop at a step boundary with one). Resume from last.ckpt.")
+        elif isinstance(error, KeyboardInterrupt):
             self._io.save_last()
             log.warning(
                 "Interrupted after optimizer step %d. Resume with trainer.fit(model, loader, "
@@ -390,7 +439,11 @@ class Trainer:
             self._io.restore_weights(checkpoint)
         self._dispatch = _Dispatcher(model, self.callbacks)
         self._eval = EvalLoop(self)
-        return self._eval.run(self.strategy.setup_loader(loader, train=False), stage)
+        try:
+            return self._eval.run(self.strategy.setup_loader(loader, train=False), stage)
+        except BaseException:
+            self.strategy.teardown(failed=True)
+            raise
 
     def save_checkpoint(self, path: str | Path) -> Path:
         """Write the whole training state to `path`, atomically (see README: Checkpoints)."""
@@ -443,6 +496,8 @@ def _empty_loader_message(loader: Any) -> str:
 
 
 def _extract_loss(output: Any, batch_idx: int) -> torch.Tensor | None:
+    if type(output) is torch.Tensor and output.requires_grad and output.dim() == 0:
+        return output  # the common case, checked cheaply
     loss = output.get("loss") if isinstance(output, dict) else output
     if output is None:
         return None

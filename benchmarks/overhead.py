@@ -1,0 +1,164 @@
+"""Per-step overhead of the Trainer against a hand-written loop, measured in one process.
+
+Each case times the raw loop and `Trainer.fit` on the same model and pre-built batches,
+interleaved over several rounds. The per-step cost is the *marginal* one,
+(T(long run) - T(short run)) / (extra steps), so one-off setup (optimizer creation,
+folders, hparams) does not hide in the per-step figure; the medians over rounds are
+reported with their ratio.
+
+    python benchmarks/overhead.py            # full table (a few minutes on 2 cores)
+    python benchmarks/overhead.py --quick    # fewer rounds and cases
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from trainer import Module, Trainer  # noqa: E402
+
+DTYPES = {"fp32": None, "amp": torch.float16, "bf16": torch.bfloat16}
+
+
+class MLP(Module):
+    def __init__(self, width: int, depth: int, inputs: int) -> None:
+        super().__init__()
+        layers: list[torch.nn.Module] = []
+        size = inputs
+        for _ in range(depth):
+            layers += [torch.nn.Linear(size, width), torch.nn.ReLU()]
+            size = width
+        layers.append(torch.nn.Linear(size, 10))
+        self.net = torch.nn.Sequential(*layers)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        return torch.nn.functional.cross_entropy(self.net(x), y)
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=0.01, momentum=0.9)
+
+
+SIZES = {"tiny": dict(width=32, depth=1, inputs=32, batch=32), "large": dict(width=1024, depth=3, inputs=512, batch=64)}
+
+
+def batches(size: str, n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    spec = SIZES[size]
+    g = torch.Generator().manual_seed(0)
+    return [(torch.randn(spec["batch"], spec["inputs"], generator=g), torch.randint(0, 10, (spec["batch"],), generator=g)) for _ in range(n)]
+
+
+def raw_loop(model: MLP, data: list[Any], precision: str, accumulate: int, clip: float | None) -> None:
+    """The hand-written loop, as tight as we would write it."""
+    opt = model.configure_optimizers()
+    scaler = torch.amp.GradScaler("cpu") if precision == "amp" else None
+    dtype = DTYPES[precision]
+    n = len(data)
+    for i, batch in enumerate(data):
+        start = (i // accumulate) * accumulate
+        window = min(accumulate, n - start)
+        with torch.autocast("cpu", dtype=dtype) if dtype is not None else contextlib.nullcontext():
+            loss = model.training_step(batch, i)
+        loss = loss / window if window > 1 else loss
+        (scaler.scale(loss) if scaler is not None else loss).backward()
+        if i - start + 1 < window:
+            continue
+        if clip is not None:
+            if scaler is not None:
+                scaler.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        if scaler is not None:
+            scaler.step(opt)
+            scaler.update()
+        else:
+            opt.step()
+        opt.zero_grad(set_to_none=True)
+
+
+def trainer_fit(model: MLP, data: list[Any], precision: str, accumulate: int, clip: float | None, defaults: bool, root: str) -> None:
+    extra = dict(root_dir=root, enable_checkpointing=False) if defaults else dict(logger=False, enable_progress_bar=False, enable_checkpointing=False)
+    trainer = Trainer(precision=precision, accumulate_grad_batches=accumulate, gradient_clip_val=clip, device="cpu", **extra)
+    with contextlib.redirect_stderr(io.StringIO()):  # the bar is drawn, just not shown
+        trainer.fit(model, data)
+
+
+def timed(fn: Any) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def measure(size: str, precision: str, accumulate: int, clip: float | None, defaults: bool, rounds: int, short: int, long: int) -> tuple[float, float]:
+    spec = SIZES[size]
+    data_short, data_long = batches(size, short), batches(size, long)
+    raw, ours = [], []
+    with tempfile.TemporaryDirectory() as root:
+        for r in range(rounds + 1):  # round 0 warms up
+            pair = []
+            for runner in (raw_loop, trainer_fit):
+                costs = []
+                for data in (data_short, data_long):
+                    torch.manual_seed(r)
+                    model = MLP(spec["width"], spec["depth"], spec["inputs"])
+                    args = (model, data, precision, accumulate, clip) + ((defaults, root) if runner is trainer_fit else ())
+                    costs.append(timed(lambda: runner(*args)))
+                steps = (long - short) / accumulate
+                pair.append((costs[1] - costs[0]) / steps * 1e6)
+            if r:
+                raw.append(pair[0])
+                ours.append(pair[1])
+    return statistics.median(raw), statistics.median(ours)
+
+
+def import_time(rounds: int) -> tuple[float, float]:
+    def run(code: str) -> float:
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code], check=True)
+        return time.perf_counter() - start
+
+    torch_only, with_trainer = [], []
+    for _ in range(rounds):
+        torch_only.append(run("import torch"))
+        with_trainer.append(run("import torch; import trainer"))
+    return statistics.median(torch_only) * 1e3, statistics.median(with_trainer) * 1e3
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    rounds = 5 if args.quick else 9
+    cases = []
+    for size in ("tiny", "large"):
+        for precision in ("fp32", "amp", "bf16"):
+            for accumulate, clip in ((1, None), (2, 1.0)):
+                if args.quick and (size == "large" and accumulate == 2):
+                    continue
+                cases.append((size, precision, accumulate, clip, False))
+    for precision in ("fp32", "amp", "bf16"):
+        cases.append(("tiny", precision, 1, None, True))
+    print("| model | precision | accumulate | clip | logger+bar | raw µs/step | trainer µs/step | ratio |")
+    print("|---|---|---|---|---|---|---|---|")
+    for size, precision, accumulate, clip, defaults in cases:
+        short, long = (40, 240) if size == "tiny" else (8, 48)
+        raw, ours = measure(size, precision, accumulate, clip, defaults, rounds, short, long)
+        print(f"| {size} | {precision} | {accumulate} | {clip or '-'} | {'on' if defaults else 'off'} | {raw:.0f} | {ours:.0f} | {ours / raw:.3f} |", flush=True)
+    base, ours_import = import_time(7 if not args.quick else 3)
+    print(f"\nimport torch: {base:.0f} ms; import torch + trainer: {ours_import:.0f} ms; difference {ours_import - base:+.0f} ms")
+
+
+if __name__ == "__main__":
+    main()

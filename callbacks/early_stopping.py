@@ -1,0 +1,149 @@
+"""`EarlyStopping`: stop `fit` when a monitored metric has stopped improving."""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any, Literal
+
+from trainer import Callback
+
+__all__ = ["EarlyStopping"]
+
+log = logging.getLogger("trainer.callbacks")
+
+_MODES = ("min", "max")
+_CHECK_ON = ("validation_end", "train_epoch_end")
+
+
+class EarlyStopping(Callback):
+    """Stops training after `patience` checks without an improvement of `monitor`.
+
+    A check happens once per epoch: after validation (`check_on="validation_end"`, the
+    default) or after the training epoch (`check_on="train_epoch_end"`, for metrics
+    logged with `on_epoch=True` in `training_step`, or when there is no validation
+    loader). An improvement is a value better than the best so far by more than
+    `min_delta`. Stopping is a request to the Trainer (`trainer.request_stop()`), so the
+    current epoch finishes normally (epoch-end hooks, `last.ckpt`). The wait count and
+    the best value are part of the checkpoint.
+
+    Args:
+        monitor: the metric name, as logged with `self.log` (e.g. ``"val/loss"``).
+        mode: "min" when lower is better, "max" when higher is better.
+        patience: how many checks without improvement to tolerate before stopping.
+        min_delta: the smallest change that counts as an improvement (>= 0).
+        check_on: "validation_end" or "train_epoch_end".
+        check_finite: stop at once when the monitored value is nan or inf.
+
+    Raises:
+        ValueError: for an invalid argument (at construction), or when `monitor` was never
+            logged by the time of the first check (the message lists what was logged).
+
+    Example:
+        >>> import callbacks
+        >>> stopper = callbacks.EarlyStopping("val/loss", mode="min", patience=3)
+        >>> stopper.state_dict()
+        {'wait': 0, 'best': None, 'stopped_epoch': None}
+    """
+
+    def __init__(
+        self,
+        monitor: str,
+        mode: Literal["min", "max"] = "min",
+        patience: int = 3,
+        min_delta: float = 0.0,
+        check_on: Literal["validation_end", "train_epoch_end"] = "validation_end",
+        check_finite: bool = True,
+    ) -> None:
+        if not isinstance(monitor, str) or not monitor:
+            raise ValueError(f"EarlyStopping(monitor=...) expected a metric name such as 'val/loss'. Received: {monitor!r}.")
+        if mode not in _MODES:
+            raise ValueError(f"EarlyStopping(mode=...) expected 'min' or 'max'. Received: {mode!r}.")
+        if isinstance(patience, bool) or not isinstance(patience, int) or patience < 0:
+            raise ValueError(f"EarlyStopping(patience=...) expected an int >= 0. Received: {patience!r}.")
+        if isinstance(min_delta, bool) or not isinstance(min_delta, (int, float)) or not min_delta >= 0:
+            raise ValueError(f"EarlyStopping(min_delta=...) expected a number >= 0. Received: {min_delta!r}.")
+        if check_on not in _CHECK_ON:
+            raise ValueError(
+                f"EarlyStopping(check_on=...) expected 'validation_end' or 'train_epoch_end'. Received: {check_on!r}."
+            )
+        self.monitor = monitor
+        self.mode = mode
+        self.patience = patience
+        self.min_delta = float(min_delta)
+        self.check_on = check_on
+        self.check_finite = check_finite
+        self.wait = 0
+        self.best: float | None = None
+        self.stopped_epoch: int | None = None
+        self._fitting = False
+
+    @property
+    def state_key(self) -> str:
+        return f"EarlyStopping[{self.monitor}]"
+
+    # -------------------------------------------------------------------- hooks
+    def on_fit_start(self, trainer: Any, module: Any) -> None:
+        self._fitting = True  # validate()/test() outside fit never count as checks
+
+    def on_fit_end(self, trainer: Any, module: Any) -> None:
+        self._fitting = False
+
+    def on_exception(self, trainer: Any, module: Any, exception: BaseException) -> None:
+        self._fitting = False
+
+    def on_validation_epoch_end(self, trainer: Any, module: Any) -> None:
+        if self._fitting and self.check_on == "validation_end":
+            self._check(trainer)
+
+    def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
+        if self._fitting and self.check_on == "train_epoch_end":
+            self._check(trainer)
+
+    # -------------------------------------------------------------------- logic
+    def _check(self, trainer: Any) -> None:
+        metrics = trainer.callback_metrics
+        if self.monitor not in metrics:
+            logged = ", ".join(sorted(metrics)) or "nothing"
+            raise ValueError(
+                f"EarlyStopping(monitor={self.monitor!r}): no such metric at {self.check_on}. Expected "
+                f"a name logged with self.log. Received these metrics: {logged}."
+            )
+        value = float(metrics[self.monitor])
+        if not math.isfinite(value):
+            if self.check_finite:
+                self._stop(trainer, f"{self.monitor} is {value}")
+            return
+        if self._improved(value):
+            self.best, self.wait = value, 0
+            return
+        self.wait += 1
+        if self.wait >= self.patience:
+            self._stop(trainer, f"{self.monitor} did not improve on {self.best:.6g} for {self.wait} checks")
+
+    def _improved(self, value: float) -> bool:
+        if self.best is None:
+            return True
+        if self.mode == "min":
+            return value < self.best - self.min_delta
+        return value > self.best + self.min_delta
+
+    def _stop(self, trainer: Any, reason: str) -> None:
+        self.stopped_epoch = int(trainer.current_epoch)
+        log.info("EarlyStopping: stopping after epoch %d: %s.", self.stopped_epoch, reason)
+        trainer.request_stop()
+
+    # -------------------------------------------------------------------- state
+    def state_dict(self) -> dict[str, Any]:
+        return {"wait": self.wait, "best": self.best, "stopped_epoch": self.stopped_epoch}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.wait = int(state["wait"])
+        self.best = None if state["best"] is None else float(state["best"])
+        self.stopped_epoch = None if state.get("stopped_epoch") is None else int(state["stopped_epoch"])
+
+    def __repr__(self) -> str:
+        return (
+            f"EarlyStopping(monitor={self.monitor!r}, mode={self.mode!r}, patience={self.patience}, "
+            f"min_delta={self.min_delta}, check_on={self.check_on!r})"
+        )

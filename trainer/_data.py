@@ -1,0 +1,218 @@
+"""Data order: what decides an epoch's batches, and how a resumed run gets back to them.
+
+An epoch's order is decided when its iterator is created and first advanced: a torch
+`DataLoader` draws its workers' base seed from the torch generator at `iter()`, and a
+shuffling `RandomSampler` draws its own seed at the first `next()`. So `DataOrder`
+keeps, for the epoch in progress, the torch RNG state and the state of every
+`torch.Generator` the loader or its sampler owns, taken just before `iter()`.
+
+Resuming `skip` batches into an epoch then goes, by loader kind:
+
+* a loader with its own `state_dict`/`load_state_dict` (torchdata's
+  `StatefulDataLoader`): its saved state is loaded and it positions itself;
+* a `DataLoader` over a map-style dataset with `num_workers=0`: the epoch-start states
+  are put back, the iterator is created, and the first `skip` batches of *indices* are
+  drawn from its batch sampler without fetching a single sample;
+* anything else (iterable datasets, worker processes, plain iterables): the same replay,
+  but the first `skip` batches are loaded and discarded. With workers this keeps each
+  worker's random stream exactly as in the uninterrupted run, which skipping would not.
+
+Afterwards the RNG states of the moment the checkpoint was taken are put back, so the
+replay leaves no trace. The iterator is wrapped to count the batches it hands out; a
+checkpoint is a clean cut only when that count equals the batches of completed steps.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, IterableDataset
+
+from trainer._utils import rng_state, set_rng_state
+
+__all__ = ["DataOrder", "loader_generators", "is_stateful_loader"]
+
+log = logging.getLogger("trainer")
+
+# Where a DataLoader keeps generators that decide its order (deduplicated by identity).
+_GENERATOR_PATHS = (
+    "generator",
+    "sampler.generator",
+    "batch_sampler.generator",
+    "batch_sampler.sampler.generator",
+)
+
+
+def is_stateful_loader(loader: Any) -> bool:
+    """True for loaders that save and restore their own position (StatefulDataLoader)."""
+    return callable(getattr(loader, "state_dict", None)) and callable(getattr(loader, "load_state_dict", None))
+
+
+def loader_generators(loader: Any) -> dict[str, torch.Generator]:
+    """The distinct `torch.Generator`s a loader and its samplers own, by attribute path."""
+    found: dict[str, torch.Generator] = {}
+    seen: set[int] = set()
+    for path in _GENERATOR_PATHS:
+        value: Any = loader
+        for name in path.split("."):
+            value = getattr(value, name, None)
+            if value is None:
+                break
+        if isinstance(value, torch.Generator) and id(value) not in seen:
+            seen.add(id(value))
+            found[path] = value
+    return found
+
+
+def _skip_without_loading(loader: Any, iterator: Any, count: int) -> bool:
+    """Advance a single-process DataLoader iterator by `count` batches of indices only.
+
+    Returns False (nothing consumed) when the loader doesn't allow it.
+    """
+    single = getattr(torch.utils.data.dataloader, "_SingleProcessDataLoaderIter", None)
+    if (
+        single is None
+        or type(iterator) is not single
+        or not isinstance(loader, DataLoader)
+        or isinstance(loader.dataset, IterableDataset)
+        or not hasattr(iterator, "_sampler_iter")
+    ):
+        return False
+    sampler_iter = iterator._sampler_iter
+    for index in range(count):
+        try:
+            next(sampler_iter)  # the same index draws the original run made, no __getitem__
+        except StopIteration:
+            raise _too_short(count, index) from None
+    iterator._num_yielded += count
+    return True
+
+
+class DataOrder:
+    """Records each epoch's order-deciding state and positions resumed iterators.
+
+    `yielded` counts the batches the current epoch's iterator has handed out; `epoch`
+    is the epoch that iterator belongs to.
+    """
+
+    def __init__(self) -> None:
+        self.epoch_start: dict[str, Any] | None = None
+        self.loader: Any = None
+        self.epoch: int | None = None
+        self.yielded = 0
+        self.skipped_without_loading = 0
+        self._pending: dict[str, Any] | None = None
+
+    # ------------------------------------------------------------------ iterators
+    def epoch_iterator(self, loader: Any, skip: int, epoch: int) -> Iterator[Any]:
+        """An iterator over this epoch's batches, positioned after `skip` consumed ones."""
+        pending, self._pending = self._pending, None
+        self.loader, self.epoch, self.yielded = loader, epoch, skip
+        self.skipped_without_loading = 0
+        if is_stateful_loader(loader):
+            return self._count(self._stateful_iterator(loader, skip, pending))
+        generators = loader_generators(loader)
+        if skip == 0:
+            if pending is not None:  # an epoch-boundary checkpoint: continue its generators
+                _set_generator_states(generators, pending.get("generators") or {})
+            self.epoch_start = {
+                "torch": torch.get_rng_state(),
+                "generators": {path: g.get_state() for path, g in generators.items()},
+            }
+            return self._count(iter(loader))
+        start = pending.get("epoch_start") if pending is not None else self.epoch_start
+        if start is None:
+            raise RuntimeError(
+                f"Cannot resume {skip} batches into epoch {epoch}: the checkpoint has no record of "
+                "the epoch's data order. Expected a checkpoint written by Trainer.save_checkpoint."
+            )
+        self.epoch_start = start
+        current = rng_state()
+        torch.set_rng_state(start["torch"])
+        _set_generator_states(generators, start.get("generators") or {})
+        try:
+            iterator = iter(loader)
+            if _skip_without_loading(loader, iterator, skip):
+                self.skipped_without_loading = skip
+            else:
+                _consume(iterator, skip)
+        finally:
+            set_rng_state(current)
+        return self._count(iterator)
+
+    def _stateful_iterator(self, loader: Any, skip: int, pending: dict[str, Any] | None) -> Iterator[Any]:
+        self.epoch_start = None
+        saved = pending.get("loader") if pending is not None else None
+        if saved is None:
+            if skip:
+                raise RuntimeError(
+                    f"Cannot resume {skip} batches into the epoch: the checkpoint holds no state of "
+                    f"the {type(loader).__name__}. Expected a checkpoint written with the same loader."
+                )
+            return iter(loader)
+        current = rng_state() if skip else None
+        loader.load_state_dict(saved)
+        iterator = iter(loader)
+        if current is not None:  # mid-epoch: whatever iter() drew belongs to the past
+            set_rng_state(current)
+        self.skipped_without_loading = skip
+        return iterator
+
+    def _count(self, iterator: Iterator[Any]) -> Iterator[Any]:
+        for item in iterator:
+            self.yielded += 1
+            yield item
+
+    # ------------------------------------------------------------------ checkpoint
+    def unconsumed(self, epoch: int, batches_done: int) -> int:
+        """Batches taken from the loader beyond the last completed step (0 at a clean cut)."""
+        if self.epoch != epoch:
+            return 0
+        return max(self.yielded - batches_done, 0)
+
+    def state_dict(self) -> dict[str, Any]:
+        if self._pending is not None:  # restored but not yet used: pass it on unchanged
+            return dict(self._pending)
+        loader = self.loader
+        state: dict[str, Any] = {"epoch_start": self.epoch_start, "generators": {}, "loader": None}
+        if loader is None:
+            return state
+        if is_stateful_loader(loader):
+            state["loader"] = loader.state_dict()
+        else:
+            state["generators"] = {path: g.get_state() for path, g in loader_generators(loader).items()}
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Keep `state` for the next `epoch_iterator` call."""
+        self._pending = dict(state)
+
+
+def _set_generator_states(generators: dict[str, torch.Generator], states: dict[str, torch.Tensor]) -> None:
+    missing = sorted(set(states) - set(generators))
+    if missing:
+        log.warning(
+            "The checkpoint holds the state of loader generator(s) %s, which the current loader "
+            "does not have; its order may differ from the interrupted run.", ", ".join(missing)
+        )
+    for path, generator in generators.items():
+        if path in states:
+            generator.set_state(states[path])
+
+
+def _consume(iterator: Iterator[Any], count: int) -> None:
+    for index in range(count):
+        try:
+            next(iterator)
+        except StopIteration:
+            raise _too_short(count, index) from None
+
+
+def _too_short(count: int, available: int) -> RuntimeError:
+    return RuntimeError(
+        f"Cannot resume after {count} batches of the epoch: the loader now yields only {available}. "
+        "Expected the same loader (dataset, batch_size, drop_last) as the interrupted run."
+    )

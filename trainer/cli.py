@@ -1,0 +1,179 @@
+"""The `trainer` command: the composition root where a YAML file becomes a run.
+
+    trainer fit CONFIG [--trainer.max_epochs 3] [--model.init_args.hidden 256] [--seed 1]
+    trainer validate|test|predict CONFIG --ckpt_path PATH
+    trainer fit CONFIG --print_config      # the resolved config, defaults filled in
+    trainer fit CONFIG --dry_run           # build everything, run 2 steps, write nothing
+
+A user mistake (a bad file, a bad value, an unknown override, a missing checkpoint) is
+reported as one message listing every problem, with exit code 2 and no traceback. An
+exception raised by the user's code while it runs keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from trainer._args import TrainerArgs
+from trainer._classpath import Problem, suggest
+from trainer.config import SECTIONS, TOP_LEVEL_ONLY, ConfigError, dump_yaml, load_experiment, parse_yaml, prepare_config
+
+__all__ = ["main", "build_parser"]
+
+log = logging.getLogger("trainer")
+
+COMMANDS = {
+    "fit": "train the model (resume with --ckpt_path PATH or --ckpt_path last)",
+    "validate": "run validation_step over the data's val_dataloader()",
+    "test": "run test_step over the data's test_dataloader()",
+    "predict": "run predict_step over the data's predict_dataloader()",
+}
+
+OVERRIDES_HELP = """\
+Any value of the config can be overridden with a dotted path, applied in order
+after the file is read and before it is validated:
+  --trainer.max_epochs 3   --trainer.precision bf16   --seed 1
+  --model.init_args.hidden 256   --data.init_args.batch_size 32
+  --callbacks.0.init_args.patience 5   --logger false
+Values are read as YAML: 3 is an int, 1e-4 a float, null None, [1, 2] a list.
+Modules named by class_path are imported from the installed packages, the current
+folder and the config file's folder.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of `trainer` (overrides are taken out before it runs)."""
+    root = argparse.ArgumentParser(
+        prog="trainer",
+        description="Run a YAML-configured experiment: every section is validated before any work starts.",
+        epilog="Run `trainer COMMAND --help` for a command's options.\n\n" + OVERRIDES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    commands = root.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, text in COMMANDS.items():
+        parser = commands.add_parser(
+            name, help=text, description=f"trainer {name}: {text}.", epilog=OVERRIDES_HELP,
+            formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False,
+        )
+        parser.add_argument("config", metavar="CONFIG", help="the experiment's YAML file")
+        parser.add_argument("--ckpt_path", metavar="PATH", help="checkpoint to resume from / evaluate ('last': the newest under root_dir)")
+        parser.add_argument("--print_config", action="store_true", help="print the resolved config (defaults filled in) and exit")
+        parser.add_argument("--dry_run", action="store_true", help="build everything and run 2 steps (2 batches to evaluate); write nothing")
+        if name == "predict":
+            parser.add_argument("--output", metavar="PATH", help="save the list of predict_step outputs with torch.save")
+        group = parser.add_argument_group("overrides of the trainer section (defaults shown; any dotted path works)")
+        group.add_argument("--seed", metavar="INT", help="seed everything once, before anything is built")
+        for field, info in TrainerArgs.model_fields.items():
+            if field not in TOP_LEVEL_ONLY:
+                default = info.default if not isinstance(info.default, Path) else str(info.default)
+                group.add_argument(f"--trainer.{field}", metavar="VALUE", help=f"{info.description or ''} (default: {default!r})".lstrip())
+    return root
+
+
+def split_overrides(argv: Sequence[str]) -> tuple[list[str], dict[str, Any], list[Problem]]:
+    """Take `--section[.path] VALUE` / `--section.path=VALUE` pairs out of `argv`."""
+    rest: list[str] = []
+    overrides: dict[str, Any] = {}
+    problems: list[Problem] = []
+    tokens = list(argv)
+    index = 0
+    while index < len(tokens):
+        token = tokens[index]
+        name = token[2:].split("=", 1)[0] if token.startswith("--") else ""
+        if not name or ("." not in name and name not in SECTIONS):
+            rest.append(token)
+            index += 1
+            continue
+        if "=" in token:
+            text, index = token.split("=", 1)[1], index + 1
+        elif index + 1 < len(tokens):
+            text, index = tokens[index + 1], index + 2
+        else:
+            problems.append(Problem(f"--{name}", "Expected a value after it. Received: nothing."))
+            break
+        if name.split(".")[0] not in SECTIONS:
+            problems.append(Problem(f"--{name}", f"unknown override.{suggest(name.split('.')[0], SECTIONS)} "
+                                    f"Expected a dotted path starting with one of: {', '.join(SECTIONS)}."))
+            continue
+        overrides[name] = _parse_value(text)
+    return rest, overrides, problems
+
+
+def _parse_value(text: str) -> Any:
+    try:
+        return parse_yaml(text) if text.strip() else text
+    except Exception:  # not YAML (e.g. "a: b: c"): keep the text
+        return text
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `trainer` console script and `python -m trainer`; returns the exit code."""
+    from trainer.checkpoint import CheckpointError
+
+    _setup_logging()
+    try:
+        return _run(list(sys.argv[1:] if argv is None else argv))
+    except (ConfigError, CheckpointError) as error:
+        sys.stderr.write(f"trainer: error: {error}\n")
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write("trainer: interrupted\n")
+        return 130
+
+
+def _run(argv: list[str]) -> int:
+    rest, overrides, problems = split_overrides(argv)
+    args = build_parser().parse_args(rest)
+    if problems:
+        raise ConfigError(problems, "the command line")
+    _extend_import_path(Path(args.config))
+    stage = args.command
+    if args.ckpt_path is not None and args.ckpt_path != "last" and not Path(args.ckpt_path).is_file():
+        raise ConfigError([Problem("--ckpt_path", f"{args.ckpt_path!r} does not exist. Expected a checkpoint file "
+                                   "written by the trainer (or 'last' for the newest under root_dir).")])
+    if args.print_config:
+        resolved = prepare_config(args.config, overrides, stage=stage, dry_run=args.dry_run)
+        sys.stdout.write(dump_yaml(resolved.plain))
+        return 0
+    experiment = load_experiment(args.config, overrides, stage=stage, dry_run=args.dry_run)
+    if stage == "fit":
+        experiment.fit(ckpt_path=args.ckpt_path)
+        metrics = experiment.trainer.callback_metrics
+        log.info("fit finished after %d optimizer steps (%d epochs).", experiment.trainer.global_step,
+                 experiment.trainer.current_epoch)
+    elif stage == "predict":
+        predictions = experiment.predict(ckpt_path=args.ckpt_path)
+        if args.output and not args.dry_run:
+            import torch
+
+            torch.save(predictions, args.output)
+        log.info("predict: %d outputs%s.", len(predictions), f" saved to {args.output}" if args.output else "")
+        return 0
+    else:
+        metrics = getattr(experiment, stage)(ckpt_path=args.ckpt_path)
+    sys.stdout.write(json.dumps(metrics, sort_keys=True) + "\n")
+    return 0
+
+
+def _extend_import_path(config: Path) -> None:
+    """Let class_path find modules in the current folder and beside the config file."""
+    for folder in (os.getcwd(), str(config.resolve().parent)):
+        if folder not in sys.path:
+            sys.path.append(folder)
+
+
+def _setup_logging() -> None:
+    logger = logging.getLogger("trainer")
+    if not logger.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
