@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Iterable
 from typing import Any, Literal
 
@@ -140,7 +141,8 @@ class AMP(Precision):
         self.scaler: torch.amp.GradScaler | None = None
         self.device_type: str | None = None
         self._steps_taken = 0
-        self._hooked: set[int] = set()
+        # Weak: a new optimizer may reuse a freed one's id(), so ids can't mark "hooked".
+        self._hooked: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
         self._unscaled: set[int] = set()
         self._pending_state: dict[str, Any] | None = None
 
@@ -170,11 +172,11 @@ class AMP(Precision):
 
     def optimizer_step(self, optimizer: torch.optim.Optimizer) -> bool:
         assert self.scaler is not None
-        if id(optimizer) not in self._hooked:
+        if optimizer not in self._hooked:
             # The post-hook fires only when optimizer.step() really runs, which is how we
             # learn that GradScaler did not skip it, without a host read of our own.
             optimizer.register_step_post_hook(self._count_step)
-            self._hooked.add(id(optimizer))
+            self._hooked.add(optimizer)
         before = self._steps_taken
         self.scaler.step(optimizer)
         self.scaler.update()

@@ -82,6 +82,7 @@ class Trainer:
         self.args = validate_trainer_args(arguments)
         self._precision = resolve_precision(precision)
         self.strategy: Strategy = resolve_strategy(self.args.strategy, self.args.device)
+        self._precision.setup(self.strategy.device)  # AMP's scaler exists from the start
         self.state = LoopState()
         self.callbacks: list[Callback] = list(callbacks or [])
         self._metrics = MetricStore()
