@@ -55,7 +55,7 @@ def is_spec(value: Any) -> bool:
     return isinstance(value, dict) and "class_path" in value
 
 
-def suggest(name: str, choices: Any) -> str:
+def suggest(name: Any, choices: Any) -> str:
     """' Did you mean 'x'?' for the closest of `choices`, or ''."""
     close = difflib.get_close_matches(str(name), [str(c) for c in choices], n=1, cutoff=0.6)
     return f" Did you mean {close[0]!r}?" if close else ""

@@ -80,7 +80,7 @@ class RunIO:
         self._in_fit = True
         self._epoch_record = {}
         strategy = self.trainer.strategy
-        if strategy.world_size > 1 and self._run_dir is None and (args.logger is not False or args.enable_checkpointing):
+        if strategy.world_size > 1 and (args.logger is not False or args.enable_checkpointing):
             # Every rank uses rank 0's folder (for last.ckpt paths); only rank 0 creates it.
             self._run_dir = Path(strategy.broadcast_object(str(self.run_dir) if self.writes else None))
         if self.writes and not self._summary_logged:
@@ -185,7 +185,7 @@ class RunIO:
 
     def progress_advance(self, batch: Any = None) -> None:
         """One micro-batch done: count its samples (tensor metadata only, no host sync)."""
-        if self._samples_known:
+        if self._samples_known and self._logger is not None:  # counted only when written
             size = batch_size_of(batch)
             if size is None:
                 self._samples_known = False

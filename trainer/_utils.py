@@ -18,6 +18,9 @@ def move_to_device(batch: Any, device: torch.device) -> Any:
     Handles tensors, lists, tuples (named tuples keep their type), dicts (and other
     mappings rebuilt as their own type when possible) and dataclass instances.
     """
+    cls = type(batch)
+    if cls is tuple or cls is list:  # the common case first: a plain tuple/list of tensors
+        return cls([move_to_device(item, device) for item in batch])
     if isinstance(batch, torch.Tensor):
         return batch if batch.device == device else batch.to(device, non_blocking=True)
     if isinstance(batch, (list, tuple)):

@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
-import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -33,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from trainer._args import TrainerArgs
 from trainer._classpath import Problem, ResolvedSpec, check_spec, instantiate, received, suggest
+from trainer._yaml import dump_yaml, parse_yaml
 
 __all__ = [
     "ClassSpec",
@@ -42,6 +42,8 @@ __all__ = [
     "Experiment",
     "Stage",
     "read_yaml",
+    "parse_yaml",
+    "dump_yaml",
     "apply_overrides",
     "resolve_config",
     "load_experiment",
@@ -96,33 +98,6 @@ class ConfigError(ValueError):
 
 
 # ------------------------------------------------------------------------------- YAML
-class _Loader(yaml.SafeLoader):
-    """SafeLoader that reads `1e-4` as a float (YAML 1.2) and refuses duplicate keys."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r} (a later value would silently replace the first)", key_node.start_mark
-                )
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-    list("-+0123456789"),
-)
-
-
-def parse_yaml(text: str) -> Any:
-    """Parse YAML text with the experiment loader (`1e-4` is a float)."""
-    return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
-
-
 def read_yaml(path: str | Path) -> dict[str, Any]:
     """Read a config file; raise `ConfigError` if it is missing, not YAML or not a mapping."""
     source = Path(path)
@@ -367,11 +342,6 @@ class Experiment:
             path = Path(self.trainer.log_dir) / "config.yaml"
             path.write_text(dump_yaml(self.config), encoding="utf-8")
             log.info("Config saved to %s", path)
-
-
-def dump_yaml(config: Mapping[str, Any]) -> str:
-    """The YAML text of a resolved config (reads back to the same config)."""
-    return yaml.safe_dump(dict(config), sort_keys=False, default_flow_style=False)
 
 
 DRY_RUN = {"logger": False, "trainer.enable_checkpointing": False, "trainer.max_steps": 2, "trainer.max_epochs": None}

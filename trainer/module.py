@@ -35,7 +35,9 @@ class Module(torch.nn.Module):
     """A `torch.nn.Module` with the hooks a Trainer drives.
 
     Subclass it, implement `training_step` and `configure_optimizers`, then hand it to
-    `Trainer.fit`.
+    `Trainer.fit`. The arguments your `__init__` was called with (defaults filled in)
+    are recorded in `self.hparams` and logged once per run; assign `self.hparams` in
+    `__init__` to choose them yourself.
 
     Example:
         >>> import torch
@@ -142,6 +144,8 @@ class Module(torch.nn.Module):
             prog_bar: show it in the progress bar.
             reduce: how epoch values combine: "mean", "sum", "max" or "min".
             batch_size: weight of this value in an epoch mean (default 1).
+
+        With both `on_step` and `on_epoch`, the epoch value is written as `<name>_epoch`.
         """
         ref = self.__dict__.get("_trainer_ref")
         if ref is None:

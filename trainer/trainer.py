@@ -247,6 +247,10 @@ class Trainer:
             self._train_step = self.strategy.setup_module(model)  # teardown released the last one
         self._dispatch = _Dispatcher(model, self.callbacks)
         self._eval = EvalLoop(self)
+        # Looked up once per fit, so the step pays nothing for hooks nobody overrides.
+        wants = self._dispatch.wants
+        self._want_batch_start, self._want_batch_end = wants("on_train_batch_start"), wants("on_train_batch_end")
+        self._want_before_step, self._want_step_end = wants("on_before_optimizer_step"), wants("on_train_step_end")
 
     def _finished(self) -> bool:
         args, state = self.args, self.state
@@ -257,9 +261,11 @@ class Trainer:
 
     def _fit_loop(self, train_loader: Any, val_loader: Any) -> None:
         if self._finished():
-            log.info(
-                "Nothing to train: the run already reached max_epochs=%s / max_steps=%s. Raise them "
-                "or create a new Trainer to train further.", self.args.max_epochs, self.args.max_steps
+            log.warning(  # a warning, so a notebook (no logging configured) shows it
+                "Nothing to train: the run already reached max_epochs=%s / max_steps=%s. To train further, "
+                "create a Trainer with higher limits and call its fit with ckpt_path=%s.",
+                self.args.max_epochs, self.args.max_steps,
+                repr(str(self._io.last_path)) if self.args.enable_checkpointing else "<a trainer.save_checkpoint(path) file>",
             )
         while not self._finished() and not self.state.stop_requested:
             epoch_complete = self._train_epoch(train_loader)
@@ -317,8 +323,7 @@ class Trainer:
         """Forward/backward each micro-batch of one window, then one optimizer step."""
         module, precision, device = self._module, self._precision, self.strategy.device
         assert module is not None
-        want_start = self._dispatch.wants("on_train_batch_start")
-        want_end = self._dispatch.wants("on_train_batch_end")
+        want_start, want_end = self._want_batch_start, self._want_batch_end
         window_loss: torch.Tensor | None = None
         seen = 0
         for offset, batch in enumerate(window):
@@ -359,9 +364,9 @@ class Trainer:
         opt, precision, args, signals = self._opt, self._precision, self.args, self._signals
         assert opt is not None and signals is not None
         log_now = (self.state.global_step + 1) % args.log_every_n_steps == 0
-        if self._dispatch.wants("on_before_optimizer_step"):
+        if self._want_before_step:
             self._call("on_before_optimizer_step", opt.optimizer)
-        signals.enter_critical()
+        signals.in_critical = True  # SIGINT now waits for the end of the step (see _signals.py)
         try:
             norm = None
             if args.gradient_clip_val is not None:
@@ -372,7 +377,7 @@ class Trainer:
             elif log_now:
                 norm = precision.gradient_norm(opt.optimizer)
             stepped = precision.optimizer_step(opt.optimizer)
-            if stepped and opt.interval == "step":
+            if stepped and opt.scheduler is not None and opt.interval == "step":
                 opt.step_scheduler()
             opt.optimizer.zero_grad(set_to_none=True)
             self.state.global_step += 1
@@ -381,7 +386,7 @@ class Trainer:
                 self.state.skipped_steps += 1
         finally:
             signals.exit_critical()
-        if self._dispatch.wants("on_train_step_end"):
+        if self._want_step_end:
             self._call("on_train_step_end", stepped)
         if log_now:
             self._io.log_step(window_loss, norm)
