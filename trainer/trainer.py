@@ -208,7 +208,7 @@ class Trainer:
         if val_loader is not None:
             _check_loader(val_loader, "val_loader")
         checkpoint = self._io.read_checkpoint(ckpt_path) if ckpt_path is not None else None
-        if self.args.seed is not None:
+        if self.args.seed is not None and self._starts_run(model):  # a continued run keeps its random streams
             seed_everything(self.args.seed)
         self._setup(model)
         if checkpoint is not None:
@@ -235,7 +235,7 @@ class Trainer:
             log.info("Stopped on SIGTERM after step %d; resume with ckpt_path='last'.", self.global_step)
 
     def _setup(self, model: Module) -> None:
-        if model is not self._module:  # a new model: new optimizer, counters restart
+        if self._starts_run(model):  # a new model (or one only evaluated so far): new optimizer, counters restart
             self._module = model
             self.state = LoopState()
             model._attach(self)
@@ -251,6 +251,9 @@ class Trainer:
         wants = self._dispatch.wants
         self._want_batch_start, self._want_batch_end = wants("on_train_batch_start"), wants("on_train_batch_end")
         self._want_before_step, self._want_step_end = wants("on_before_optimizer_step"), wants("on_train_step_end")
+
+    def _starts_run(self, model: Module) -> bool:
+        return model is not self._module or self._opt is None
 
     def _finished(self) -> bool:
         args, state = self.args, self.state
