@@ -115,8 +115,8 @@ class DDP(Strategy):
 
     One process per device, started by torchrun. The process group is made from torchrun's
     environment the first time it is needed (NCCL for CUDA, Gloo otherwise) and destroyed
-    when the process exits, or at once when a run fails; one made by the user beforehand
-    is used and never destroyed. See docs/distributed.md.
+    when the process exits (after a barrier), or at once when a run fails; one made by the
+    user beforehand is used and never destroyed. See docs/distributed.md.
     """
 
     def __init__(self, device: str = "auto") -> None:
@@ -165,27 +165,32 @@ class DDP(Strategy):
                 torch.cuda.set_device(self.device)
             dist.init_process_group(backend=backend, rank=self.rank, world_size=self.world_size)
             self._created_group = True
-            atexit.register(self._destroy_group)  # process exit: release it cleanly
+            atexit.register(self._destroy_group)  # process exit: release it cleanly (after a barrier)
             log.info("Process group %s: rank %d of %d on %s.", backend, self.rank, self.world_size, self.device)
         return dist.group.WORLD
 
-    def _destroy_group(self) -> None:
+    def _destroy_group(self, wait: bool = True) -> None:
         from torch import distributed as dist
 
         if self._created_group and dist.is_initialized():
+            if wait:  # Gloo aborts a rank whose peer tears down while still talking to it
+                dist.barrier()
             dist.destroy_process_group()
         self._created_group = False
         atexit.unregister(self._destroy_group)
 
     def teardown(self, failed: bool = False) -> None:
-        """Drop the DDP wrapper; after a failure also destroy the process group we made.
+        """Drop the DDP wrapper; after a failure also destroy the group we made, at once.
 
         On success the group stays for the next fit/validate/test in this process (making a
-        new one on the same torchrun store is not reliable) and goes at process exit.
+        new one on the same torchrun store is not reliable) and is destroyed at process exit,
+        after a barrier. After a failure the other ranks may never reach a barrier, so it is
+        destroyed without one (Gloo may then abort a peer that is still talking to it; the
+        run has failed anyway, and the peers learn of it instead of waiting for a timeout).
         """
         self._ddp = None
         if failed:
-            self._destroy_group()
+            self._destroy_group(wait=False)
 
     # ------------------------------------------------------------------- the model
     def setup_module(self, module: torch.nn.Module) -> Callable[..., Any]:
