@@ -390,3 +390,22 @@ def test_module_without_steps_explains():
 
     with pytest.raises(NotImplementedError, match="configure_optimizers"):
         Trainer(**QUIET).fit(Bare(), loader(make_data()))
+
+
+class WrongLength(Stream):
+    def __init__(self, n, claimed):
+        super().__init__(n)
+        self.claimed = claimed
+
+    def __len__(self):
+        return self.claimed
+
+
+@pytest.mark.parametrize("actual,claimed,steps", [(37, 12, 5), (37, 4, 2), (20, 9, 3)])
+def test_loader_whose_len_is_wrong(actual, claimed, steps):
+    # len() = claimed batches of 4 (rounded up). Too long: the last window is stepped when the
+    # data runs out. Too short: the epoch ends at len(), like a hand-written range(len()).
+    trainer = Trainer(accumulate_grad_batches=2, max_epochs=1, **QUIET)
+    trainer.fit(make_model(), DataLoader(WrongLength(actual, claimed * 4), batch_size=4))
+    assert trainer.global_step == steps
+    assert trainer.state.batches_done == 0 and trainer.current_epoch == 1

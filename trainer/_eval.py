@@ -37,7 +37,8 @@ class EvalLoop:
         hook_scope = "validation" if stage == "validation" else stage
         want_batch_hooks = stage == "validation"
         total = length_of(loader)
-        trainer._io.progress_start_eval(stage, total)
+        with trainer._bookkeeping():
+            trainer._io.progress_start_eval(stage, total)
         grad_mode = torch.inference_mode() if stage == "predict" else torch.no_grad()
         try:
             if stage != "predict":
@@ -63,6 +64,7 @@ class EvalLoop:
             return results
         finally:
             self.stage = None
-            trainer._io.progress_end_eval()
+            with trainer._bookkeeping():
+                trainer._io.progress_end_eval()
             for sub, mode in modes.items():
                 sub.training = mode

@@ -34,7 +34,6 @@ class RunIO:
         self._progress: ProgressBar | None = None
         self._hparams_logged = False
         self.saves = 0
-        self.terminated = False
         self.data_order = DataOrder()
         self._last_log_time: float | None = None
         self._last_log_step = 0

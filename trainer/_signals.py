@@ -10,9 +10,11 @@ The previous handlers are restored when fit ends; nothing is changed for good.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 from types import FrameType
+from collections.abc import Iterator
 from typing import Any, Callable
 
 __all__ = ["SignalGuard"]
@@ -56,8 +58,18 @@ class SignalGuard:
         self.terminated = True
         self._on_terminate()
 
-    def enter_critical(self) -> None:
+    @contextlib.contextmanager
+    def deferred(self) -> Iterator[None]:
+        """A critical section for bookkeeping (opening/closing bars, writing the last
+        checkpoint): an interrupt arriving inside waits for its end, then is raised."""
+        if self.in_critical:  # nested: the outer section raises
+            yield
+            return
         self.in_critical = True
+        try:
+            yield
+        finally:
+            self.exit_critical()
 
     def exit_critical(self) -> None:
         self.in_critical = False

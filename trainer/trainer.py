@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import itertools
+import contextlib
 import logging
 import math
-from collections.abc import Iterable, Sized
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +13,13 @@ import torch
 
 from trainer._run import RunIO
 from trainer._eval import EvalLoop
+from trainer._loop_utils import (
+    _check_loader,
+    _check_module,
+    _empty_loader_message,
+    _extract_loss,
+    _micro_batches,
+)
 from trainer._metrics import MetricStore, to_floats
 from trainer._optim import LoopState, OptimizerSetup, parse_optimizers
 from trainer._signals import SignalGuard
@@ -217,22 +224,29 @@ class Trainer:
         self._train_loader = train_loader = self.strategy.setup_loader(train_loader, train=True)
         if val_loader is not None:
             val_loader = self.strategy.setup_loader(val_loader, train=False)
-        try:
-            with SignalGuard(self.request_stop) as self._signals:
+        with SignalGuard(self.request_stop) as signals:
+            self._signals = signals
+            try:
                 self._call("on_fit_start")
                 self._io.start_run(model)
                 self._fit_loop(train_loader, val_loader)
                 self._call("on_fit_end")
-        except BaseException as error:
-            self._on_fit_error(error)
-            self.strategy.teardown(failed=True)
-            raise
-        finally:
-            self._signals = None
-            self._io.end_run()
+            except BaseException as error:
+                with signals.deferred():  # a second Ctrl-C can't cut the cleanup short
+                    self._on_fit_error(error)
+                    self.strategy.teardown(failed=True)
+                raise
+            finally:
+                self._signals = None
+                with signals.deferred():
+                    self._io.end_run()
         self.strategy.teardown()
-        if self.state.stop_requested and self._io.terminated:
-            log.info("Stopped on SIGTERM after step %d; resume with ckpt_path='last'.", self.global_step)
+        if signals.terminated:
+            log.warning("Stopped on SIGTERM after optimizer step %d; resume with ckpt_path='last'.", self.global_step)
+
+    def _bookkeeping(self) -> contextlib.AbstractContextManager[Any]:
+        """Opening/closing bars and writing epoch-end files: not cut by an interrupt."""
+        return self._signals.deferred() if self._signals is not None else contextlib.nullcontext()
 
     def _setup(self, model: Module) -> None:
         if self._starts_run(model):  # a new model (or one only evaluated so far): new optimizer, counters restart
@@ -282,86 +296,74 @@ class Trainer:
                 self._opt.step_scheduler(self.callback_metrics if self._opt.monitor else None)
             self.state.epoch += 1
             self.state.batches_done = 0
-            self._io.end_epoch()
+            with self._bookkeeping():
+                self._io.end_epoch()
             self._agree_stop()
         self._io.save_last()
 
     # ------------------------------------------------------------------ one epoch
     def _train_epoch(self, loader: Any) -> bool:
         """Run (the rest of) one epoch; return whether it reached its end."""
-        state, k = self.state, self.args.accumulate_grad_batches
+        state, args, precision, strategy = self.state, self.args, self._precision, self.strategy
         assert self._module is not None
         self._module.train()
-        self.strategy.set_epoch(loader, state.epoch)
+        strategy.set_epoch(loader, state.epoch)
         total = length_of(loader)
         if total == 0:
             raise ValueError(_empty_loader_message(loader))
         if state.batches_done == 0:
             self._call("on_train_epoch_start")
         iterator = self._io.epoch_iterator(loader, state.batches_done)
-        self._io.progress_start_epoch(total)
-        while not state.stop_requested:
-            start = state.batches_done
-            if total is not None:
-                size = min(k, total - start)
-                if size <= 0:
-                    return True
-                window: Iterable[Any] = itertools.islice(iterator, size)
-            else:
-                window = list(itertools.islice(iterator, k))
-                size = len(window)
-                if size == 0:
-                    if state.epoch == 0 and start == 0:
-                        raise ValueError(_empty_loader_message(loader))
-                    return True
-            if not self._run_window(window, size, start):
-                return True  # the loader ended early (its len() overstated it)
-            if self.args.max_steps is not None and state.global_step >= self.args.max_steps:
-                state.stop_requested = True
-            elif state.global_step % self.args.log_every_n_steps == 0:
-                self._agree_stop()  # DDP: no per-step collective, only at logging steps
-        return total is not None and state.batches_done >= total
-
-    def _run_window(self, window: Iterable[Any], size: int, start: int) -> bool:
-        """Forward/backward each micro-batch of one window, then one optimizer step."""
-        module, precision, device = self._module, self._precision, self.strategy.device
-        assert module is not None
+        with self._bookkeeping():
+            self._io.progress_start_epoch(total)
+        device, train_step, advance = strategy.device, self._train_step, self._io.progress_advance
         want_start, want_end = self._want_batch_start, self._want_batch_end
         window_loss: torch.Tensor | None = None
-        seen = 0
-        for offset, batch in enumerate(window):
-            seen += 1
-            batch_idx = start + offset
+        batch_idx = state.batches_done - 1
+        for batch_idx, size, last, batch in _micro_batches(iterator, total, args.accumulate_grad_batches, state.batches_done):
             batch = move_to_device(batch, device)
             if want_start:
                 self._call("on_train_batch_start", batch, batch_idx)
-            with self.strategy.no_sync(offset == size - 1):
+            with strategy.no_sync(last):
                 with precision.autocast():
-                    output = self._train_step(batch, batch_idx)
+                    output = train_step(batch, batch_idx)
                 loss = _extract_loss(output, batch_idx)
                 if loss is not None:
                     if size > 1:
-                        loss = loss / size
+                        loss = loss / size  # the window's own length: a short last window too
                     precision.backward(loss)
             if loss is not None:
                 detached = loss.detach()
                 window_loss = detached if window_loss is None else window_loss + detached
-            self._io.progress_advance(batch)
+            advance(batch)
             if want_end:
                 self._call("on_train_batch_end", output, batch, batch_idx)
-        if seen == 0:
-            return False
+            if last:
+                self._end_window(window_loss, batch_idx + 1)
+                window_loss = None
+                if args.max_steps is not None and state.global_step >= args.max_steps:
+                    state.stop_requested = True
+                elif state.global_step % args.log_every_n_steps == 0:
+                    self._agree_stop()  # DDP: no per-step collective, only at logging steps
+                if state.stop_requested:
+                    return total is not None and state.batches_done >= total
+        if batch_idx + 1 > state.batches_done:  # the loader ended inside a window (len() overstated it)
+            self._end_window(window_loss, batch_idx + 1)
+        if total is None and state.epoch == 0 and state.batches_done == 0:
+            raise ValueError(_empty_loader_message(loader))
+        return True
+
+    def _end_window(self, window_loss: torch.Tensor | None, batches_done: int) -> None:
+        """Close an accumulation window: guard against non-finite losses, then step."""
         if window_loss is None:  # every micro-batch was skipped (training_step returned None)
-            self.state.batches_done = start + seen
-            return seen == size
+            self.state.batches_done = batches_done
+            return
         # A non-finite micro-batch loss makes the window's sum non-finite, so one host read
         # per optimizer step guards the weights (amp's GradScaler makes its own read instead).
-        if not precision.handles_nonfinite and not self.strategy.all_agree(math.isfinite(window_loss)):
-            self._nonfinite_loss(start, seen)
+        if not self._precision.handles_nonfinite and not self.strategy.all_agree(math.isfinite(window_loss)):
+            self._nonfinite_loss(batches_done)
         else:
-            self._optimizer_step(window_loss, start + seen)
-        self.state.batches_done = start + seen
-        return seen == size
+            self._optimizer_step(window_loss, batches_done)
 
     def _optimizer_step(self, window_loss: torch.Tensor, batches_done: int) -> None:
         opt, precision, args, signals = self._opt, self._precision, self.args, self._signals
@@ -394,10 +396,11 @@ class Trainer:
         if log_now:
             self._io.log_step(window_loss, norm)
 
-    def _nonfinite_loss(self, start: int, seen: int) -> None:
+    def _nonfinite_loss(self, batches_done: int) -> None:
         assert self._opt is not None
         self._opt.optimizer.zero_grad(set_to_none=True)
-        where = f"optimizer step {self.state.global_step + 1} (epoch {self.state.epoch}, batches {start}..{start + seen - 1})"
+        start = self.state.batches_done
+        where = f"optimizer step {self.state.global_step + 1} (epoch {self.state.epoch}, batches {start}..{batches_done - 1})"
         if self.args.nonfinite_loss == "error":
             raise FloatingPointError(
                 f"training_step returned a non-finite loss (nan or inf) at {where}; the weights were "
@@ -407,6 +410,7 @@ class Trainer:
         log.warning("Skipped %s: non-finite loss (nonfinite_loss='skip').", where)
         self.state.global_step += 1
         self.state.skipped_steps += 1
+        self.state.batches_done = batches_done
 
     def _on_fit_error(self, error: BaseException) -> None:
         if self._opt is not None:
@@ -473,54 +477,3 @@ class Trainer:
             reduce=reduce,
             batch_size=batch_size,
         )
-
-
-def _check_module(model: Any) -> None:
-    if not isinstance(model, Module):
-        raise TypeError(
-            f"Expected a trainer.Module (a torch.nn.Module with training_step and configure_optimizers). "
-            f"Received: {type(model).__name__}. Subclass trainer.Module instead of torch.nn.Module."
-        )
-
-
-def _check_loader(loader: Any, name: str) -> None:
-    if not isinstance(loader, Iterable) or isinstance(loader, (str, bytes)):
-        raise TypeError(
-            f"{name} expected an iterable of batches such as a torch.utils.data.DataLoader. "
-            f"Received: {type(loader).__name__}."
-        )
-    if length_of(loader) == 0:
-        raise ValueError(_empty_loader_message(loader))
-
-
-def _empty_loader_message(loader: Any) -> str:
-    detail = ""
-    dataset = getattr(loader, "dataset", None)
-    if isinstance(dataset, Sized):
-        detail = f" (dataset of {len(dataset)} samples, batch_size={getattr(loader, 'batch_size', None)}, drop_last={getattr(loader, 'drop_last', None)})"
-    return (
-        f"The loader yields no batches{detail}. Expected at least one batch per epoch: check the "
-        "dataset, or lower batch_size / set drop_last=False."
-    )
-
-
-def _extract_loss(output: Any, batch_idx: int) -> torch.Tensor | None:
-    if type(output) is torch.Tensor and output.requires_grad and output.dim() == 0:
-        return output  # the common case, checked cheaply
-    loss = output.get("loss") if isinstance(output, dict) else output
-    if output is None:
-        return None
-    if isinstance(loss, torch.Tensor) and loss.numel() == 1 and loss.requires_grad:
-        return loss.reshape(()) if loss.dim() else loss
-    if isinstance(loss, torch.Tensor) and loss.numel() == 1:
-        raise ValueError(
-            f"training_step (batch {batch_idx}) returned a loss that does not require grad: it was "
-            "computed without the model's parameters or under torch.no_grad(). Expected a scalar "
-            "tensor connected to the parameters."
-        )
-    shown = f"a tensor of shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor) else f"{output!r} of type {type(output).__name__}"
-    raise ValueError(
-        f"training_step (batch {batch_idx}) expected to return a scalar loss tensor, a dict with a "
-        f"scalar 'loss', or None to skip the batch. Received: {shown}."
-    )
-
