@@ -31,7 +31,7 @@ def move_to_device(batch: Any, device: torch.device) -> Any:
     if isinstance(batch, Mapping):
         items = {key: move_to_device(value, device) for key, value in batch.items()}
         try:
-            return type(batch)(items)
+            return type(batch)(items)  # type: ignore[call-arg]
         except TypeError:
             return items
     if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
@@ -54,12 +54,12 @@ def rng_state() -> dict[str, Any]:
     import numpy as np
 
     py_version, py_state, py_gauss = random.getstate()
-    np_name, np_keys, np_pos, np_has_gauss, np_gauss = np.random.get_state()
+    np_name, np_keys, np_pos, np_has_gauss, np_gauss = np.random.get_state(legacy=True)
     state: dict[str, Any] = {
         "python": {"version": py_version, "state": torch.tensor(py_state, dtype=torch.int64), "gauss": py_gauss},
         "numpy": {
             "name": np_name,
-            "keys": torch.from_numpy(np_keys.astype(np.int64)),
+            "keys": torch.from_numpy(np.asarray(np_keys, dtype=np.int64)),
             "pos": int(np_pos),
             "has_gauss": int(np_has_gauss),
             "gauss": float(np_gauss),

@@ -60,7 +60,6 @@ class Module(torch.nn.Module):
     """
 
     if TYPE_CHECKING:
-        trainer: Any
         hparams: dict[str, Any]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
