@@ -409,3 +409,16 @@ def test_loader_whose_len_is_wrong(actual, claimed, steps):
     trainer.fit(make_model(), DataLoader(WrongLength(actual, claimed * 4), batch_size=4))
     assert trainer.global_step == steps
     assert trainer.state.batches_done == 0 and trainer.current_epoch == 1
+
+
+def test_evaluating_another_model_then_fitting_it_uses_its_own_optimizer():
+    trainer = Trainer(**QUIET)
+    first, second = make_model(seed=0), make_model(seed=1)
+    trainer.fit(first, loader(make_data()))
+    after_first = {k: v.clone() for k, v in first.state_dict().items()}
+    before_second = {k: v.clone() for k, v in second.state_dict().items()}
+    trainer.validate(second, loader(make_data(8)))
+    trainer.fit(second, loader(make_data()))
+    assert all(torch.equal(v, first.state_dict()[k]) for k, v in after_first.items())  # untouched
+    assert any(not torch.equal(v, second.state_dict()[k]) for k, v in before_second.items())  # trained
+    assert trainer.global_step == 10  # a fresh run for the second model

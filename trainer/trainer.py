@@ -443,10 +443,9 @@ class Trainer:
         _check_module(model)
         _check_loader(loader, "loader")
         checkpoint = self._io.read_checkpoint(ckpt_path) if ckpt_path is not None else None
-        if model is not self._module:
-            self._module = model
+        if model is not self._module:  # another model: a later fit starts a fresh run for it
+            self._module, self._opt = model, None
             self.strategy.setup_module(model)
-            self._precision.setup(self.strategy.device)
         model._attach(self)
         if checkpoint is not None:
             self._io.restore_weights(checkpoint)
