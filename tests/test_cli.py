@@ -19,7 +19,8 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from trainer.cli import COMMANDS, main
+from trainer.cli import COMMANDS, main, prediction_path
+from trainer.distributed import Strategy
 
 TESTS = Path(__file__).parent
 EXPERIMENT = """\
@@ -171,6 +172,10 @@ MISTAKES: list[tuple[str, list[str], str]] = [
     ("wrong type", ["fit", "{ws}/exp.yaml", "--model.init_args.hidden", "wide"], "model.init_args.hidden"),
     ("unimportable class", ["fit", "{ws}/exp.yaml", "--data.class_path", "mypkg.datas.RandomData"], "Did you mean 'data'?"),
     ("missing checkpoint", ["validate", "{ws}/exp.yaml", "--ckpt_path", "{ws}/none.ckpt"], "none.ckpt"),
+    ("override without a value", ["fit", "{ws}/exp.yaml", "--trainer.max_epochs", "--dry_run"],
+     "--trainer.max_epochs: Expected a value after it"),
+    ("output in a missing folder", ["predict", "{ws}/exp.yaml", "--output", "{ws}/nowhere/p.pt"], "--output"),
+    ("output is a folder", ["predict", "{ws}/exp.yaml", "--output", "{ws}/mypkg"], "is a folder"),
 ]
 
 
@@ -195,3 +200,23 @@ def test_yaml_parsing_of_override_values(workspace: Path, monkeypatch: pytest.Mo
     out = capsys.readouterr().out
     assert code == 0
     assert "lr: 0.0001" in out and "gradient_clip_val: null" in out and out.startswith("seed: 5")
+
+
+def test_under_torchrun_only_rank_zero_prints(workspace: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    monkeypatch.syspath_prepend(str(workspace))
+    argv = ["validate", str(workspace / "exp.yaml"), "--logger", "false"]
+    assert main(argv) == 0
+    assert "val/loss" in json.loads(capsys.readouterr().out)
+    monkeypatch.setattr(Strategy, "rank", 1)  # what a second torchrun process sees
+    assert main(argv) == 0
+    assert capsys.readouterr().out == ""
+
+
+def test_predictions_of_several_ranks_go_to_one_file_each(workspace: Path, monkeypatch: pytest.MonkeyPatch, caplog: Any) -> None:
+    assert prediction_path("out/p.pt", rank=0, world_size=1) == Path("out/p.pt")
+    assert prediction_path("out/p.pt", rank=1, world_size=2) == Path("out/p.rank1.pt")  # no two ranks write one file
+    monkeypatch.syspath_prepend(str(workspace))
+    monkeypatch.chdir(workspace)
+    caplog.set_level("INFO", logger="trainer")
+    assert main(["predict", "exp.yaml", "--dry_run", "--output", "dry.pt"]) == 0
+    assert not (workspace / "dry.pt").exists() and "saved" not in caplog.text  # a dry run writes nothing

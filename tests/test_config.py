@@ -99,7 +99,7 @@ def test_every_mistake_reported_at_once_with_its_path() -> None:
         (lambda c: c["model"].update(class_path=f"{PKG}.models.NotAModule"), "Expected a subclass of trainer.module.Module"),
         (lambda c: c["trainer"].update(max_epochs=0), "trainer.max_epochs: Input should be greater than or equal to 1"),
         (lambda c: c["trainer"].update(seed=1), "trainer.seed: set `seed:` at the top level"),
-        (lambda c: c.update(logger="tensorboard"), "logger: Input should be a valid boolean"),
+        (lambda c: c.update(logger="tensorboard"), "logger: Expected true, false or {class_path: ..., init_args: {...}}. Received: 'tensorboard'"),
         (lambda c: c.update(callbacks=[{"class_path": f"{PKG}.data.RandomData"}]), "callbacks[0].class_path: Expected a subclass of trainer.callback.Callback"),
         (lambda c: c["model"]["init_args"].update(encoder={"class_path": f"{PKG}.models.Encoder", "init_args": {"widht": 2}}),
          "model.init_args.encoder.init_args.widht: unknown argument"),
@@ -115,6 +115,30 @@ def test_each_mistake_names_its_field(change: Any, expected: str) -> None:
     config = base()
     change(config)
     assert expected in "\n".join(problems_of(config))
+
+
+def test_top_level_values_are_the_validated_ones_and_empty_sections_mean_defaults() -> None:
+    config = base()
+    config.update(seed="7", logger="false", callbacks=None, trainer=None)  # `callbacks:` with every item commented out
+    config["model"]["init_args"] = None
+    resolved = resolve_config(config)
+    assert resolved.seed == 7 and resolved.plain["seed"] == 7  # an int, as seed_everything needs
+    assert resolved.logger is False and resolved.plain["logger"] is False
+    assert resolved.plain["callbacks"] == [] and resolved.plain["trainer"]["max_epochs"] is None
+    assert resolved.plain["model"]["init_args"]["hidden"] == 8
+    assert len(problems_of({**base(), "logger": "tensorboard"})) == 1  # one message for `bool | class spec`
+
+
+def test_bug_in_user_init_keeps_its_exception_but_a_bad_trainer_argument_is_a_config_error() -> None:
+    config = base()
+    config["callbacks"] = [{"class_path": f"{PKG}.models.FailingCallback"}]
+    with pytest.raises(ValueError, match="bug in a callback's __init__") as caught:
+        load_experiment(config)
+    assert not isinstance(caught.value, ConfigError)
+    config["callbacks"] = []
+    config["trainer"]["strategy"] = "ddp"  # only Trainer(...) can tell: not under torchrun
+    with pytest.raises(ConfigError, match="strategy='ddp'"):
+        load_experiment(config)
 
 
 def test_missing_required_argument_and_stage_loader() -> None:
@@ -177,11 +201,14 @@ def test_from_config_equals_hand_written_loop_and_seeds_before_building(tmp_path
 def test_dry_run_takes_two_steps_and_writes_nothing(tmp_path: Path) -> None:
     config = base(tmp_path, max_epochs=5)
     config["logger"] = True
+    config["callbacks"] = [{"class_path": "callbacks.ModelCheckpoint", "init_args": {"every_n_train_steps": 1}}]
     experiment = load_experiment(config, dry_run=True)
     experiment.fit()
     assert experiment.trainer.global_step == 2
     assert experiment.config["trainer"]["max_steps"] == 2 and experiment.config["logger"] is False
-    assert not (tmp_path / "runs").exists()
+    assert experiment.trainer.callbacks[0].best_k_models  # the callback did save (into the scratch root_dir) ...
+    assert not (tmp_path / "runs").exists()  # ... but nothing is left on disk
+    assert not Path(experiment.trainer.args.root_dir).exists()
 
 
 def test_config_saved_in_run_folder_checkpoint_and_hparams(tmp_path: Path) -> None:
@@ -202,6 +229,10 @@ def test_config_saved_in_run_folder_checkpoint_and_hparams(tmp_path: Path) -> No
     assert b"experiment/model/init_args/hidden" in events
     metrics = load_experiment(config, stage="validate").validate(ckpt_path=run / "last.ckpt")
     assert set(metrics) == {"val/loss"}
+    before = sorted((tmp_path / "runs").rglob("*"))
+    dry = load_experiment(config, {"trainer.max_steps": 9}, dry_run=True)
+    dry.fit(ckpt_path="last")  # `last` is looked up under the config's root_dir, not the scratch one
+    assert dry.trainer.global_step == 4 and sorted((tmp_path / "runs").rglob("*")) == before
 
 
 def test_precision_from_class_path_and_logger_off() -> None:

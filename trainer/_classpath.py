@@ -5,6 +5,7 @@ with. Checking a spec imports the target (with a close-match suggestion when the
 or name does not exist) and validates every argument against the target's own type hints
 with pydantic, so `lr: 1e-4` becomes a float and `hidden: "x"` is refused. Nothing is
 called until `instantiate`, so every problem of a file is found before any work starts.
+The problems are `Problem`s, gathered into one `ConfigError` (public as `trainer.config.ConfigError`).
 """
 
 from __future__ import annotations
@@ -17,13 +18,13 @@ import pkgutil
 import sys
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import pydantic
 from pydantic import ConfigDict, TypeAdapter
 
-__all__ = ["Problem", "ResolvedSpec", "check_spec", "instantiate", "is_spec", "suggest"]
+__all__ = ["Problem", "ConfigError", "ResolvedSpec", "check_spec", "instantiate", "is_spec", "suggest"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,6 +36,22 @@ class Problem:
 
     def __str__(self) -> str:
         return f"{self.path}: {self.message}" if self.path else self.message
+
+
+class ConfigError(ValueError):
+    """A config with mistakes; `problems` lists every one with its YAML path."""
+
+    __module__ = "trainer.config"  # its public home
+
+    def __init__(self, problems: Iterable[Problem], source: str | None = None) -> None:
+        self.problems = list(problems)
+        self.source = source
+        count, name = len(self.problems), source or "the config"
+        if count == 1 and not self.problems[0].path:
+            super().__init__(f"{name}: {self.problems[0]}")
+            return
+        head = f"{name} has {count} problem{'s' if count != 1 else ''}:"
+        super().__init__("\n".join([head, *(f"  {p}" for p in self.problems)]))
 
 
 @dataclasses.dataclass

@@ -94,11 +94,13 @@ def split_overrides(argv: Sequence[str]) -> tuple[list[str], dict[str, Any], lis
             continue
         if "=" in token:
             text, index = token.split("=", 1)[1], index + 1
-        elif index + 1 < len(tokens):
+        elif index + 1 < len(tokens) and not tokens[index + 1].startswith("--"):
             text, index = tokens[index + 1], index + 2
         else:
-            problems.append(Problem(f"--{name}", "Expected a value after it. Received: nothing."))
-            break
+            problems.append(Problem(f"--{name}", "Expected a value after it (`--{name}=VALUE` if it starts "
+                                    f"with --). Received: {'nothing' if index + 1 >= len(tokens) else tokens[index + 1]!r}."))
+            index += 1
+            continue
         if name.split(".")[0] not in SECTIONS:
             problems.append(Problem(f"--{name}", f"unknown override.{suggest(name.split('.')[0], SECTIONS)} "
                                     f"Expected a dotted path starting with one of: {', '.join(SECTIONS)}."))
@@ -139,28 +141,42 @@ def _run(argv: list[str]) -> int:
     if args.ckpt_path is not None and args.ckpt_path != "last" and not Path(args.ckpt_path).is_file():
         raise ConfigError([Problem("--ckpt_path", f"{args.ckpt_path!r} does not exist. Expected a checkpoint file "
                                    "written by the trainer (or 'last' for the newest under root_dir).")])
+    output = getattr(args, "output", None)
+    if output is not None and (Path(output).is_dir() or not Path(output).resolve().parent.is_dir()):
+        what = "is a folder" if Path(output).is_dir() else "is in a folder that does not exist"
+        raise ConfigError([Problem("--output", f"{output!r} {what}. Expected a file path in an existing folder.")])
     if args.print_config:
         resolved = prepare_config(args.config, overrides, stage=stage, dry_run=args.dry_run)
         sys.stdout.write(dump_yaml(resolved.plain))
         return 0
     experiment = load_experiment(args.config, overrides, stage=stage, dry_run=args.dry_run)
+    strategy = experiment.trainer.strategy
+    if stage == "predict":
+        predictions = experiment.predict(ckpt_path=args.ckpt_path)
+        saved = None if output is None or args.dry_run else prediction_path(output, strategy.rank, strategy.world_size)
+        if saved is not None:
+            import torch
+
+            torch.save(predictions, saved)
+        log.info("predict: %d outputs%s.", len(predictions), f" saved to {saved}" if saved else "")
+        return 0
     if stage == "fit":
         experiment.fit(ckpt_path=args.ckpt_path)
         metrics = experiment.trainer.callback_metrics
-        log.info("fit finished after %d optimizer steps (%d epochs).", experiment.trainer.global_step,
-                 experiment.trainer.current_epoch)
-    elif stage == "predict":
-        predictions = experiment.predict(ckpt_path=args.ckpt_path)
-        if args.output and not args.dry_run:
-            import torch
-
-            torch.save(predictions, args.output)
-        log.info("predict: %d outputs%s.", len(predictions), f" saved to {args.output}" if args.output else "")
-        return 0
     else:
         metrics = getattr(experiment, stage)(ckpt_path=args.ckpt_path)
-    sys.stdout.write(json.dumps(metrics, sort_keys=True) + "\n")
+    if strategy.is_global_zero:  # under torchrun: one report, from rank 0 (epoch metrics are averaged over ranks)
+        if stage == "fit":
+            log.info("fit finished after %d optimizer steps (%d epochs).", experiment.trainer.global_step,
+                     experiment.trainer.current_epoch)
+        sys.stdout.write(json.dumps(metrics, sort_keys=True) + "\n")
     return 0
+
+
+def prediction_path(output: str, rank: int, world_size: int) -> Path:
+    """Where this rank saves its predictions: `output`, or `name.rankN.pt` for each of several ranks."""
+    path = Path(output)
+    return path if world_size == 1 else path.with_name(f"{path.stem}.rank{rank}{path.suffix}")
 
 
 def _extend_import_path(config: Path) -> None:

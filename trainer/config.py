@@ -6,7 +6,8 @@ pydantic validates the shape, every `class_path` is imported and its `init_args`
 validated against the class's own signature, and the `trainer:` section is validated by
 `TrainerArgs`, the same model `Trainer(...)` validates through. Every problem is
 collected into one `ConfigError` that names its YAML path. `load_experiment` (or
-`Trainer.from_config`) then seeds, builds the objects and returns an `Experiment`.
+`Trainer.from_config`) then seeds, builds the objects and returns an `Experiment`
+(see `trainer._experiment`).
 
 Example:
     >>> from trainer.config import resolve_config
@@ -19,19 +20,18 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
-import itertools
-import logging
-from collections.abc import Iterable, Mapping
+import copy
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import pydantic
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from trainer._args import TrainerArgs
-from trainer._classpath import Problem, ResolvedSpec, check_spec, instantiate, received, suggest
+from trainer._classpath import ConfigError, Problem, ResolvedSpec, check_spec, received, suggest
+from trainer._experiment import DRY_RUN, LOADER_OF, Experiment, ResolvedConfig, Stage, build
 from trainer._yaml import dump_yaml, parse_yaml
 
 __all__ = [
@@ -49,12 +49,6 @@ __all__ = [
     "load_experiment",
 ]
 
-log = logging.getLogger("trainer")
-
-Stage = Literal["fit", "validate", "test", "predict"]
-LOADER_OF: dict[str, str] = {
-    "fit": "train_dataloader", "validate": "val_dataloader", "test": "test_dataloader", "predict": "predict_dataloader"
-}
 #: `trainer:` keys that live at the top level of a file instead.
 TOP_LEVEL_ONLY = ("seed", "logger", "callbacks")
 TRAINER_FIELDS = [name for name in TrainerArgs.model_fields if name not in TOP_LEVEL_ONLY]
@@ -66,6 +60,11 @@ class ClassSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     class_path: str
     init_args: dict[str, Any] = Field(default_factory=dict)
+
+    @pydantic.field_validator("init_args", mode="before")
+    @classmethod
+    def _empty(cls, value: Any) -> Any:
+        return {} if value is None else value  # `init_args:` with every line commented out
 
 
 class ExperimentConfig(BaseModel):
@@ -79,22 +78,16 @@ class ExperimentConfig(BaseModel):
     callbacks: list[ClassSpec] = Field(default_factory=list, description="trainer.Callback subclasses")
     logger: bool | ClassSpec = Field(True, description="true (TensorBoard), false, or a logger's class_path")
 
+    @pydantic.field_validator("trainer", "callbacks", mode="before")
+    @classmethod
+    def _empty(cls, value: Any, info: pydantic.ValidationInfo) -> Any:
+        """A section left empty (`callbacks:` with every item commented out) is its default."""
+        if value is None:
+            return {} if info.field_name == "trainer" else []
+        return value
+
 
 SECTIONS = list(ExperimentConfig.model_fields)
-
-
-class ConfigError(ValueError):
-    """A config with mistakes; `problems` lists every one with its YAML path."""
-
-    def __init__(self, problems: Iterable[Problem], source: str | None = None) -> None:
-        self.problems = list(problems)
-        self.source = source
-        count, name = len(self.problems), source or "the config"
-        if count == 1 and not self.problems[0].path:
-            super().__init__(f"{name}: {self.problems[0]}")
-            return
-        head = f"{name} has {count} problem{'s' if count != 1 else ''}:"
-        super().__init__("\n".join([head, *(f"  {p}" for p in self.problems)]))
 
 
 # ------------------------------------------------------------------------------- YAML
@@ -171,28 +164,13 @@ def _child(node: Any, part: str) -> Any:
 
 
 # -------------------------------------------------------------------------- resolving
-@dataclasses.dataclass
-class ResolvedConfig:
-    """A checked config: the specs to build and the fully resolved plain form."""
-
-    seed: int | None
-    model: ResolvedSpec
-    data: ResolvedSpec
-    trainer: dict[str, Any]
-    precision: str | ResolvedSpec
-    callbacks: list[ResolvedSpec]
-    logger: bool | ResolvedSpec
-    plain: dict[str, Any]
-
-
 def resolve_config(config: Mapping[str, Any], stage: Stage = "fit", source: str | None = None) -> ResolvedConfig:
     """Check every section of `config`; raise one `ConfigError` listing every problem."""
     from trainer.callback import Callback
     from trainer.module import Module
 
-    problems = _shape_problems(config)
+    shape, problems = _check_shape(config)
     bad = {p.path.split(".")[0].split("[")[0] for p in problems}
-    resolved: dict[str, Any] = {}
     model, problems_model = (None, []) if "model" in bad else check_spec(config["model"], "model", Module, allow_callable=True)
     data, problems_data = (None, []) if "data" in bad else check_spec(config["data"], "data")
     problems += problems_model + problems_data
@@ -215,24 +193,25 @@ def resolve_config(config: Mapping[str, Any], stage: Stage = "fit", source: str 
     problems += found
     if problems:
         raise ConfigError(problems, source)
-    assert model is not None and data is not None
+    assert shape is not None and model is not None and data is not None
+    if isinstance(shape.logger, bool):
+        logger = shape.logger  # validated: `logger: "false"` is False
     resolved = {
-        "seed": config.get("seed"),
+        "seed": shape.seed,  # validated: `seed: "42"` is the int 42
         "model": model.as_plain(),
         "data": data.as_plain(),
         "trainer": {"precision": precision.as_plain() if isinstance(precision, ResolvedSpec) else precision, **trainer},
         "callbacks": [c.as_plain() for c in callbacks],
         "logger": logger.as_plain() if isinstance(logger, ResolvedSpec) else logger,
     }
-    return ResolvedConfig(config.get("seed"), model, data, trainer, precision, callbacks, logger, resolved)
+    return ResolvedConfig(shape.seed, model, data, trainer, precision, callbacks, logger, resolved)
 
 
-def _shape_problems(config: Mapping[str, Any]) -> list[Problem]:
+def _check_shape(config: Mapping[str, Any]) -> tuple[ExperimentConfig | None, list[Problem]]:
     try:
-        ExperimentConfig.model_validate(dict(config))
+        return ExperimentConfig.model_validate(dict(config)), []
     except pydantic.ValidationError as error:
-        return _from_pydantic(error)
-    return []
+        return None, _from_pydantic(error)
 
 
 def _from_pydantic(error: pydantic.ValidationError, prefix: str = "") -> list[Problem]:
@@ -240,11 +219,13 @@ def _from_pydantic(error: pydantic.ValidationError, prefix: str = "") -> list[Pr
     spec_keys = list(ClassSpec.model_fields)
     for item in error.errors():
         loc = [p for p in item["loc"] if p not in ("bool", "ClassSpec")]
-        if item["loc"][:2] == ("logger", "bool") and isinstance(item.get("input"), dict):
-            continue  # a mapping was meant as a class spec; its own errors follow
         path = prefix + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
         value = item.get("input")
-        if item["type"] == "extra_forbidden":
+        if not prefix and len(item["loc"]) == 2 and item["loc"][0] == "logger":  # the union's own errors
+            if isinstance(value, dict) or item["loc"][1] != "bool":
+                continue  # one message for the union; a mapping's own errors (as a class spec) follow
+            message = f"Expected true, false or {{class_path: ..., init_args: {{...}}}}. {received(value)}"
+        elif item["type"] == "extra_forbidden":
             accepted = SECTIONS if len(loc) == 1 and not prefix else spec_keys
             if prefix == "trainer.":
                 accepted = TRAINER_FIELDS
@@ -286,74 +267,12 @@ def _check_trainer(section: Any) -> tuple[dict[str, Any], str | ResolvedSpec, li
     return plain, precision, problems
 
 
-# --------------------------------------------------------------------------- building
-class Experiment:
-    """The objects a config describes, ready to run.
-
-    Attributes:
-        config: the fully resolved config as plain data (what `--print_config` shows).
-        model: the `Module`; data: the data object; trainer: the `Trainer`.
-    """
-
-    def __init__(self, config: dict[str, Any], model: Any, data: Any, trainer: Any, *, dry_run: bool = False) -> None:
-        self.config, self.model, self.data, self.trainer, self.dry_run = config, model, data, trainer, dry_run
-
-    def loader(self, method: str, stage: str, required: bool = True) -> Any:
-        """Call the data object's `method` (`train_dataloader`, ...); a dry run keeps 2 batches."""
-        make = getattr(self.data, method, None)
-        if make is None:
-            if not required:
-                return None
-            raise ConfigError([Problem("data", f"{type(self.data).__name__} has no {method}(), which `{stage}` needs.")])
-        loader = make()
-        if self.dry_run and loader is not None and method != "train_dataloader":
-            return list(itertools.islice(loader, 2))
-        return loader
-
-    def fit(self, ckpt_path: str | Path | None = None) -> None:
-        """`trainer.fit` with the data's train (and val, if any) loaders; saves config.yaml first."""
-        train = self.loader("train_dataloader", "fit")
-        val = self.loader("val_dataloader", "fit", required=False)
-        self._save_config(writes_checkpoints=True)
-        if self.dry_run:
-            self.trainer.fit(self.model, train, ckpt_path=ckpt_path)
-            if val is not None:
-                self.trainer.validate(self.model, val)
-            return
-        self.trainer.fit(self.model, train, val, ckpt_path=ckpt_path)
-
-    def validate(self, ckpt_path: str | Path | None = None) -> dict[str, float]:
-        self._save_config()
-        return self.trainer.validate(self.model, self.loader(LOADER_OF["validate"], "validate"), ckpt_path=ckpt_path)  # type: ignore[no-any-return]
-
-    def test(self, ckpt_path: str | Path | None = None) -> dict[str, float]:
-        self._save_config()
-        return self.trainer.test(self.model, self.loader(LOADER_OF["test"], "test"), ckpt_path=ckpt_path)  # type: ignore[no-any-return]
-
-    def predict(self, ckpt_path: str | Path | None = None) -> list[Any]:
-        self._save_config()
-        return self.trainer.predict(self.model, self.loader(LOADER_OF["predict"], "predict"), ckpt_path=ckpt_path)  # type: ignore[no-any-return]
-
-    def _save_config(self, writes_checkpoints: bool = False) -> None:
-        """Write config.yaml into the run's folder, only if the run writes anything at all."""
-        args = self.trainer.args
-        writes = args.logger is not False or (writes_checkpoints and args.enable_checkpointing)
-        if writes and self.trainer.strategy.is_global_zero:
-            path = Path(self.trainer.log_dir) / "config.yaml"
-            path.write_text(dump_yaml(self.config), encoding="utf-8")
-            log.info("Config saved to %s", path)
-
-
-DRY_RUN = {"logger": False, "trainer.enable_checkpointing": False, "trainer.max_steps": 2, "trainer.max_epochs": None}
-
-
+# ------------------------------------------------------------------------ entry points
 def prepare_config(
     source: str | Path | Mapping[str, Any], overrides: Mapping[str, Any] | None = None, *,
     stage: Stage = "fit", dry_run: bool = False,
 ) -> ResolvedConfig:
     """Read (a copy of) the config, apply the overrides (and the dry run's), and resolve it."""
-    import copy
-
     name = str(source) if isinstance(source, (str, Path)) else None
     config = read_yaml(source) if isinstance(source, (str, Path)) else copy.deepcopy(dict(source))
     problems = apply_overrides(config, dict(overrides or {}))
@@ -361,34 +280,6 @@ def prepare_config(
     if problems:
         raise ConfigError(problems, name)
     return resolve_config(config, stage, name)
-
-
-def build(resolved: ResolvedConfig, *, stage: Stage = "fit", dry_run: bool = False) -> Experiment:
-    """Seed, then build the data, the model, the callbacks, the logger and the Trainer."""
-    from trainer._utils import seed_everything
-    from trainer.module import Module
-    from trainer.trainer import Trainer
-
-    if resolved.seed is not None:
-        seed_everything(resolved.seed)
-    data = instantiate(resolved.data)
-    if not hasattr(data, LOADER_OF[stage]):
-        raise ConfigError([Problem("data", f"{resolved.data.class_path}(...) returned {type(data).__name__}, which has "
-                                   f"no {LOADER_OF[stage]}(). Expected an object with train_dataloader() and optionally "
-                                   "val_dataloader(), test_dataloader(), predict_dataloader().")])
-    model = instantiate(resolved.model)
-    if not isinstance(model, Module):
-        raise ConfigError([Problem("model", f"Expected {resolved.model.class_path}(...) to return a trainer.Module. "
-                                   f"Received: {type(model).__name__}.")])
-    precision = instantiate(resolved.precision) if isinstance(resolved.precision, ResolvedSpec) else resolved.precision
-    logger = instantiate(resolved.logger) if isinstance(resolved.logger, ResolvedSpec) else resolved.logger
-    try:
-        trainer = Trainer(**resolved.trainer, precision=precision, logger=logger,
-                          callbacks=[instantiate(c) for c in resolved.callbacks])
-    except (ValueError, TypeError) as error:
-        raise ConfigError([Problem("trainer", str(error))]) from None
-    trainer.experiment_config = resolved.plain
-    return Experiment(resolved.plain, model, data, trainer, dry_run=dry_run)
 
 
 def load_experiment(

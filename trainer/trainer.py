@@ -103,13 +103,14 @@ class Trainer:
         self._stop_request = False  # this rank's own request; see request_stop
 
     @classmethod
-    def from_config(cls, source: Any, **overrides: Any) -> Any:
+    def from_config(cls, source: Any, *, stage: str = "fit", **overrides: Any) -> Any:
         """Build the experiment a YAML file (or dict) describes, as `trainer fit` would.
 
         `overrides` are dotted config paths (`**{"model.init_args.hidden": 256}`) or bare
         Trainer arguments (`max_epochs=3`). Returns a `trainer.config.Experiment` with
         `.model`, `.data`, `.trainer`, `.config` and `fit()`/`validate()`/`test()`/`predict()`;
-        a bad config raises `trainer.config.ConfigError` listing every problem.
+        a bad config raises `trainer.config.ConfigError` listing every problem. `stage`
+        ("fit", "validate", "test" or "predict") says which loader the data must provide.
 
         Example:
             >>> experiment = Trainer.from_config("examples/digits_fp32.yaml", max_epochs=1)  # doctest: +SKIP
@@ -117,7 +118,7 @@ class Trainer:
         """
         from trainer.config import load_experiment
 
-        return load_experiment(source, overrides)
+        return load_experiment(source, overrides, stage=stage)  # type: ignore[arg-type]
 
     # ---------------------------------------------------------------- read-only state
     @property

@@ -77,3 +77,10 @@ class CountSteps(Callback):
 
     def on_train_step_end(self, trainer: Any, module: Any, stepped: bool) -> None:
         self.seen += 1
+
+
+class FailingCallback(Callback):
+    """A bug in user code while the config's objects are built: it must keep its traceback."""
+
+    def __init__(self) -> None:
+        raise ValueError("bug in a callback's __init__")

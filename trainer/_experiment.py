@@ -1,0 +1,172 @@
+"""Building a checked config: the objects it describes, and running them (`Experiment`).
+
+`trainer.config` checks a file and hands over a `ResolvedConfig`; `build` seeds, builds the
+data, the model, the callbacks, the logger and the `Trainer` in that order, and returns an
+`Experiment` whose `fit`/`validate`/`test`/`predict` call the Trainer with the data's loaders.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import itertools
+import logging
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+from trainer._classpath import ConfigError, Problem, ResolvedSpec, instantiate
+from trainer._yaml import dump_yaml
+
+__all__ = ["Stage", "LOADER_OF", "DRY_RUN", "ResolvedConfig", "Experiment", "build"]
+
+log = logging.getLogger("trainer")
+
+Stage = Literal["fit", "validate", "test", "predict"]
+LOADER_OF: dict[str, str] = {
+    "fit": "train_dataloader", "validate": "val_dataloader", "test": "test_dataloader", "predict": "predict_dataloader"
+}
+#: The overrides of a dry run: 2 optimizer steps, no logger, no checkpoints.
+DRY_RUN = {"logger": False, "trainer.enable_checkpointing": False, "trainer.max_steps": 2, "trainer.max_epochs": None}
+
+
+@dataclasses.dataclass
+class ResolvedConfig:
+    """A checked config: the specs to build and the fully resolved plain form."""
+
+    seed: int | None
+    model: ResolvedSpec
+    data: ResolvedSpec
+    trainer: dict[str, Any]
+    precision: str | ResolvedSpec
+    callbacks: list[ResolvedSpec]
+    logger: bool | ResolvedSpec
+    plain: dict[str, Any]
+
+
+class Experiment:
+    """The objects a config describes, ready to run.
+
+    Attributes:
+        config: the fully resolved config as plain data (what `--print_config` shows).
+        model: the `Module`; data: the data object; trainer: the `Trainer`.
+        dry_run: the run takes 2 steps (2 batches to evaluate) and writes nothing: the
+            Trainer's `root_dir` is a temporary folder, removed after each run, so even a
+            callback that writes under `trainer.log_dir` leaves no file behind.
+    """
+
+    def __init__(self, config: dict[str, Any], model: Any, data: Any, trainer: Any, *, dry_run: bool = False) -> None:
+        self.config, self.model, self.data, self.trainer, self.dry_run = config, model, data, trainer, dry_run
+
+    def loader(self, method: str, stage: str, required: bool = True) -> Any:
+        """Call the data object's `method` (`train_dataloader`, ...); a dry run keeps 2 batches."""
+        make = getattr(self.data, method, None)
+        if make is None:
+            if not required:
+                return None
+            raise ConfigError([Problem("data", f"{type(self.data).__name__} has no {method}(), which `{stage}` needs.")])
+        loader = make()
+        if self.dry_run and loader is not None and method != "train_dataloader":
+            return list(itertools.islice(loader, 2))
+        return loader
+
+    def fit(self, ckpt_path: str | Path | None = None) -> None:
+        """`trainer.fit` with the data's train (and val, if any) loaders; saves config.yaml first."""
+        train = self.loader("train_dataloader", "fit")
+        val = self.loader("val_dataloader", "fit", required=False)
+        with self._scratch():
+            if not self.dry_run:
+                self._save_config(writes_checkpoints=True)
+                self.trainer.fit(self.model, train, val, ckpt_path=ckpt_path)
+                return
+            self.trainer.fit(self.model, train, ckpt_path=self._dry_run_ckpt(ckpt_path))
+            if val is not None:  # 2 steps may end before the epoch's validation: run it here
+                self.trainer.validate(self.model, val)
+
+    def validate(self, ckpt_path: str | Path | None = None) -> dict[str, float]:
+        """`trainer.validate` on the data's `val_dataloader()`; returns the metrics."""
+        return self._evaluate("validate", ckpt_path)  # type: ignore[no-any-return]
+
+    def test(self, ckpt_path: str | Path | None = None) -> dict[str, float]:
+        """`trainer.test` on the data's `test_dataloader()`; returns the metrics."""
+        return self._evaluate("test", ckpt_path)  # type: ignore[no-any-return]
+
+    def predict(self, ckpt_path: str | Path | None = None) -> list[Any]:
+        """`trainer.predict` on the data's `predict_dataloader()`; returns this rank's outputs."""
+        return self._evaluate("predict", ckpt_path)  # type: ignore[no-any-return]
+
+    def _evaluate(self, stage: Stage, ckpt_path: str | Path | None) -> Any:
+        loader = self.loader(LOADER_OF[stage], stage)
+        with self._scratch():
+            if not self.dry_run:
+                self._save_config()
+            return getattr(self.trainer, stage)(self.model, loader, ckpt_path=self._dry_run_ckpt(ckpt_path))
+
+    @contextlib.contextmanager
+    def _scratch(self) -> Iterator[None]:
+        """A dry run's temporary root_dir is removed when the run ends (also after an error)."""
+        try:
+            yield
+        finally:
+            if self.dry_run:
+                shutil.rmtree(self.trainer.args.root_dir, ignore_errors=True)
+
+    def _dry_run_ckpt(self, ckpt_path: str | Path | None) -> str | Path | None:
+        """`last` means the newest checkpoint under the config's root_dir, not the scratch folder."""
+        from trainer.checkpoint import CheckpointError, find_last
+
+        if not self.dry_run or str(ckpt_path) != "last":
+            return ckpt_path
+        root = self.config["trainer"]["root_dir"]
+        found = find_last(root)
+        if found is None:
+            raise CheckpointError(f"ckpt_path='last': no last.ckpt under root_dir {root!r}. Expected a previous "
+                                  "run with enable_checkpointing=True there, or pass the checkpoint's path.")
+        return found
+
+    def _save_config(self, writes_checkpoints: bool = False) -> None:
+        """Write config.yaml into the run's folder, only if the run writes anything at all."""
+        args = self.trainer.args
+        writes = args.logger is not False or (writes_checkpoints and args.enable_checkpointing)
+        if writes and self.trainer.strategy.is_global_zero:
+            path = Path(self.trainer.log_dir) / "config.yaml"
+            path.write_text(dump_yaml(self.config), encoding="utf-8")
+            log.info("Config saved to %s", path)
+
+
+
+def build(resolved: ResolvedConfig, *, stage: Stage = "fit", dry_run: bool = False) -> Experiment:
+    """Seed, then build the data, the model, the callbacks, the logger and the Trainer.
+
+    Only the Trainer's own argument checks become a `ConfigError`: an exception raised by
+    the user's classes while they are built keeps its traceback.
+    """
+    from trainer._utils import seed_everything
+    from trainer.module import Module
+    from trainer.trainer import Trainer
+
+    if resolved.seed is not None:
+        seed_everything(resolved.seed)
+    data = instantiate(resolved.data)
+    if not hasattr(data, LOADER_OF[stage]):
+        raise ConfigError([Problem("data", f"{resolved.data.class_path}(...) returned {type(data).__name__}, which has "
+                                   f"no {LOADER_OF[stage]}(). Expected an object with train_dataloader() and optionally "
+                                   "val_dataloader(), test_dataloader(), predict_dataloader().")])
+    model = instantiate(resolved.model)
+    if not isinstance(model, Module):
+        raise ConfigError([Problem("model", f"Expected {resolved.model.class_path}(...) to return a trainer.Module. "
+                                   f"Received: {type(model).__name__}.")])
+    callbacks = [instantiate(c) for c in resolved.callbacks]
+    precision = instantiate(resolved.precision) if isinstance(resolved.precision, ResolvedSpec) else resolved.precision
+    logger = instantiate(resolved.logger) if isinstance(resolved.logger, ResolvedSpec) else resolved.logger
+    arguments = dict(resolved.trainer)
+    if dry_run:
+        arguments["root_dir"] = tempfile.mkdtemp(prefix="trainer-dry-run-")
+    try:
+        trainer = Trainer(**arguments, precision=precision, logger=logger, callbacks=callbacks)
+    except ValueError as error:
+        raise ConfigError([Problem("trainer", str(error))]) from None
+    trainer.experiment_config = resolved.plain
+    return Experiment(resolved.plain, model, data, trainer, dry_run=dry_run)
