@@ -92,8 +92,10 @@ class ModelCheckpoint(Callback):
 
     # -------------------------------------------------------------------------- hooks
     def on_fit_start(self, trainer: Any, module: Any) -> None:
-        if self.dirpath is None:
-            self.dirpath = Path(trainer.log_dir) / "checkpoints"
+        if self.dirpath is None:  # rank 0's run folder (other ranks must not create one)
+            strategy = trainer.strategy
+            log_dir = str(trainer.log_dir) if strategy.is_global_zero else None
+            self.dirpath = Path(strategy.broadcast_object(log_dir)) / "checkpoints"
 
     def on_train_step_end(self, trainer: Any, module: Any, stepped: bool) -> None:
         n = self.every_n_train_steps
@@ -115,7 +117,18 @@ class ModelCheckpoint(Callback):
 
     # ---------------------------------------------------------------------- decisions
     def _request(self, trainer: Any, epoch: int, *, strict: bool) -> dict[str, Any] | None:
-        """What to save now: the name and score, from the metrics of this moment."""
+        """What to save now (or None): rank 0 decides and every rank follows.
+
+        Under DDP per-step metrics are each rank's own, and a save is a collective, so all
+        ranks must make the same decision: rank 0's.
+        """
+        strategy = trainer.strategy
+        local = self._decide(trainer, epoch, strict=strict) if strategy.is_global_zero else None
+        request: dict[str, Any] | None = strategy.broadcast_object(local)
+        return request
+
+    def _decide(self, trainer: Any, epoch: int, *, strict: bool) -> dict[str, Any] | None:
+        """The name and score of a save now, from the metrics of this moment."""
         metrics = dict(trainer.callback_metrics)
         needed = [n for n in _placeholders(self.filename) if n not in _BUILTIN]
         if self.monitor is not None:
@@ -166,6 +179,8 @@ class ModelCheckpoint(Callback):
         except BaseException:
             self.load_state_dict(before)  # the bookkeeping never names a file that isn't there
             raise
+        if not trainer.strategy.is_global_zero:  # only rank 0 touches files
+            return
         for stale in evicted:  # only now that the new file is safely written
             if stale != path and stale != self.last_model_path:
                 Path(stale).unlink(missing_ok=True)

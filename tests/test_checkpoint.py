@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import random
+import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +16,9 @@ import torch
 from tests._ckpt_helpers import shuffled, trainer
 from tests.reference import make_data, make_model
 from trainer import Callback, Module
+from trainer import checkpoint as checkpoint_module
 from trainer.checkpoint import FORMAT, FORMAT_VERSION, CheckpointError, load_checkpoint, save_atomic
+from trainer.distributed import Strategy
 
 
 @pytest.fixture
@@ -207,3 +212,65 @@ def test_callback_states_round_trip_even_with_two_of_a_kind(tmp_path):
     trainer(tmp_path / "b", max_epochs=2, callbacks=[c, d]).fit(
         make_model(), shuffled(make_data()), ckpt_path=run.log_dir / "last.ckpt")
     assert (c.seen, d.seen) == (20, 120)
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_stale_temporary_cleanup_touches_only_dead_saves_of_the_same_target(tmp_path):
+    path = tmp_path / "best[1]*.ckpt"  # glob metacharacters in the name are taken literally
+    dead, live = _dead_pid(), os.getppid()
+    stale = tmp_path / f".best[1]*.ckpt.{dead}.tmp"
+    in_flight = tmp_path / f".best[1]*.ckpt.{live}.tmp"  # another process still writing this target
+    other_target = tmp_path / f".best1x.ckpt.{dead}.tmp"  # matched by the unescaped glob
+    users = tmp_path / ".best[1]*.ckpt.notes.tmp"
+    for file in (stale, in_flight, other_target, users):
+        file.write_bytes(b"x")
+    save_atomic({"format": FORMAT, "format_version": FORMAT_VERSION}, path)
+    assert not stale.exists()
+    assert in_flight.exists() and other_target.exists() and users.exists()
+    assert load_checkpoint(path)["format"] == FORMAT
+
+
+class _Peer(Strategy):
+    """A one-process stand-in for a rank of a two-process run, with a scripted agreement."""
+
+    def __init__(self, rank: int, others_ok: bool = True) -> None:
+        super().__init__("cpu")
+        self.rank, self.world_size, self.others_ok, self.agreed = rank, 2, others_ok, []
+
+    def all_agree(self, flag: bool) -> bool:
+        self.agreed.append(flag)
+        return flag and self.others_ok
+
+
+def test_a_failed_write_on_rank_zero_fails_every_rank_instead_of_hanging(tmp_path, monkeypatch):
+    run = trainer(tmp_path / "run", max_steps=1, enable_checkpointing=False)
+    run.fit(make_model(), shuffled(make_data()))
+    target = tmp_path / "x.ckpt"
+    run.strategy = follower = _Peer(rank=1, others_ok=False)  # rank 0's write failed
+    with pytest.raises(RuntimeError, match=re.escape(f"Checkpoint {str(target)!r} could not be written on rank 0")):
+        run.save_checkpoint(target)
+    assert follower.agreed == [True] and not target.exists()
+    run.strategy = writer = _Peer(rank=0)
+
+    def full_disk(state: Any, path: Any) -> None:
+        raise OSError(f"No space left on device: {path}")
+
+    monkeypatch.setattr(checkpoint_module, "save_atomic", full_disk)
+    with pytest.raises(OSError, match="No space"):
+        run.save_checkpoint(target)
+    assert writer.agreed == [False]  # the other ranks learnt of it before the error was raised
+
+
+def test_resuming_with_another_number_of_processes_warns_it_is_not_exact(ckpt, tmp_path):
+    state = torch.load(ckpt, weights_only=True)
+    state["rng"], state["data"] = state["rng"] * 2, state["data"] * 2  # as written by two ranks
+    two = save_atomic(state, tmp_path / "two_ranks.ckpt")
+    run = trainer(tmp_path / "one", precision="amp", max_epochs=3)
+    with pytest.warns(UserWarning, match=r"written by 2 process\(es\); this run has 1") as caught:
+        run.fit(make_model(), shuffled(make_data()), ckpt_path=two)
+    assert str(two) in str(caught[0].message) and run.global_step == 30

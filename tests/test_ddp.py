@@ -163,11 +163,24 @@ def test_only_rank_zero_writes_files(runs):
     root = runs["out"] / "io"
     files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
     events = [f for f in files if ".tfevents." in f]
-    assert [f for f in files if f not in events] == ["default/version_0/last.ckpt", "default/version_0/manual.ckpt"]
-    assert events and all(f.startswith("default/version_0/") for f in events)
+    run = "default/version_0/"
+    assert [f for f in files if f not in events] == [run + "checkpoints/epoch=1-step=6.ckpt", run + "last.ckpt", run + "manual.ckpt"]
+    assert events and all(f.startswith(run) for f in events)
     assert all(f".{rank0['io/pid']}." in f and f".{rank1['io/pid']}." not in f for f in events)
-    state = torch.load(root / "default/version_0/last.ckpt", weights_only=True)
-    assert len(state["rng"]) == 2  # every rank's RNG states
+    folders = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_dir())
+    assert folders == ["default", "default/version_0", "default/version_0/checkpoints"]  # none made by rank 1
+    # ModelCheckpoint ranked by a metric that differs per rank (rank 1's rises): rank 0 decides for all
+    best = str(root / run / "checkpoints/epoch=1-step=6.ckpt")
+    assert rank0["io/best"] == rank1["io/best"] == (best, {best: -5.0})  # rank 0's score (step 6 ran at global_step 5)
+    state = torch.load(root / run / "last.ckpt", weights_only=True)
+    assert len(state["rng"]) == len(state["data"]) == 2  # every rank's RNG states and data order
+
+
+def test_the_checkpoint_holds_each_ranks_own_data_order_state(runs):
+    state = torch.load(runs["main"][0]["resume/ckpt"], weights_only=True)
+    assert len(state["data"]) == 2
+    starts = [per_rank["epoch_start"]["torch"] for per_rank in state["data"]]  # epoch 1: streams skewed per rank
+    assert not torch.equal(starts[0], starts[1])
 
 
 def test_a_mid_epoch_checkpoint_resumes_exactly_in_a_new_two_process_run(runs):

@@ -214,10 +214,20 @@ class RunIO:
         """Write a checkpoint; refuse (RuntimeError) inside a window unless `allow_partial`."""
         target = Path(path)
         state = ckpt.collect_state(self.trainer, allow_partial=allow_partial, target=target)
+        failure: Exception | None = None
         if self.writes:
-            ckpt.save_atomic(state, target)
-            self.saves += 1
-        self.trainer.strategy.barrier()
+            try:
+                ckpt.save_atomic(state, target)
+                self.saves += 1
+            except Exception as error:  # noqa: BLE001 - re-raised below, after the other ranks know
+                failure = error
+        # Also the barrier: no rank goes on before the file is complete, and a failed write
+        # on rank 0 fails every rank instead of leaving them waiting in a later collective.
+        written = self.trainer.strategy.all_agree(failure is None)
+        if failure is not None:
+            raise failure
+        if not written:
+            raise RuntimeError(f"Checkpoint {str(target)!r} could not be written on rank 0 (see its error).")
         return target
 
     def save_last(self) -> None:

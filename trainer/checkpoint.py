@@ -23,6 +23,7 @@ import contextlib
 import logging
 import os
 import pickle
+import re
 import warnings
 import zipfile
 from collections.abc import Iterator, Sequence
@@ -64,8 +65,31 @@ def _temporary_name(path: Path) -> Path:
 
 
 def _clear_stale_temporaries(path: Path) -> None:
-    for stale in path.parent.glob(f".{path.name}.*{_TMP_SUFFIX}"):
-        stale.unlink(missing_ok=True)
+    """Remove temporaries of `path` left by killed saves, never one another process is writing.
+
+    Only names of exactly the form `_temporary_name` makes are considered (a user's
+    `.NAME.notes.tmp` or another target's temporary never matches), and a temporary whose
+    process is still alive is left alone (it may be mid-save).
+    """
+    pattern = re.compile(re.escape(f".{path.name}.") + r"(\d+)" + re.escape(_TMP_SUFFIX))
+    for candidate in path.parent.iterdir():
+        match = pattern.fullmatch(candidate.name)
+        if match is not None and not _alive(int(match.group(1))):
+            with contextlib.suppress(OSError):  # Windows: a file open for writing can't be removed
+                candidate.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` exists on this machine (our own process counts as not saving)."""
+    if pid == os.getpid() or pid <= 0 or os.name == "nt":  # Windows: os.kill(pid, 0) would end it
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):  # exists but belongs to someone else, or can't tell
+        return True
+    return True
 
 
 @contextlib.contextmanager
@@ -331,10 +355,18 @@ def restore_state(trainer: Any, checkpoint: dict[str, Any]) -> None:
             callback.load_state_dict(saved_callbacks.pop(key))
     if saved_callbacks:
         log.info("%s holds state of callbacks this run does not have: %s.", source, ", ".join(saved_callbacks))
-    rank = trainer.strategy.rank
-    data = checkpoint.get("data") or [{}]
+    rank, world_size = trainer.strategy.rank, trainer.strategy.world_size
+    rngs, data = checkpoint["rng"], checkpoint.get("data") or [{}]
+    if len(rngs) != world_size:
+        warnings.warn(
+            f"{source} was written by {len(rngs)} process(es); this run has {world_size}. Each rank "
+            f"takes the random streams and data-order state of the saved rank with its number (or "
+            "the last one), so the run continues, but not bit-identically to an uninterrupted run "
+            "(the data is split differently and the random streams differ). Expected the same "
+            "number of processes for an exact resume.",
+            stacklevel=4,
+        )
     trainer._io.data_order.load_state_dict(data[min(rank, len(data) - 1)])
-    rngs = checkpoint["rng"]
     set_rng_state(rngs[min(rank, len(rngs) - 1)])
     cut = checkpoint.get("cut") or {}
     if cut.get("clean") is False:

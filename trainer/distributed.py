@@ -223,8 +223,9 @@ class DDP(Strategy):
 
     def set_epoch(self, loader: Any, epoch: int) -> None:
         for sampler in (getattr(loader, "sampler", None), getattr(getattr(loader, "batch_sampler", None), "sampler", None)):
-            if hasattr(sampler, "set_epoch"):
-                sampler.set_epoch(epoch)
+            set_epoch = getattr(sampler, "set_epoch", None)
+            if callable(set_epoch):
+                set_epoch(epoch)
                 return
 
     # ----------------------------------------------------------------- collectives
@@ -351,7 +352,7 @@ def _with_distributed_sampler(loader: Any, rank: int, world_size: int, broadcast
             "num_replicas/rank) and the Trainer leaves the loader alone."
         )
     drop_last = loader.batch_size is not None and loader.drop_last
-    sampler = DistributedSampler(
+    sampler: DistributedSampler[int] = DistributedSampler(
         loader.dataset,
         num_replicas=world_size,
         rank=rank,
