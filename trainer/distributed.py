@@ -13,6 +13,7 @@ Example:
 from __future__ import annotations
 
 import atexit
+import datetime
 import contextlib
 import logging
 import os
@@ -139,6 +140,7 @@ class DDP(Strategy):
         self._device_arg = device
         self.device = self._local_device(device)
         self._created_group = False
+        self._failed = False
         self._ddp: torch.nn.parallel.DistributedDataParallel | None = None
 
     def _local_device(self, device: str) -> torch.device:
@@ -169,28 +171,39 @@ class DDP(Strategy):
             log.info("Process group %s: rank %d of %d on %s.", backend, self.rank, self.world_size, self.device)
         return dist.group.WORLD
 
-    def _destroy_group(self, wait: bool = True) -> None:
+    def _destroy_group(self) -> None:
+        """At process exit: wait for every rank, then release the group we made.
+
+        Gloo aborts a rank whose peer tears down while still talking to it, so the ranks
+        meet first. After a failure a peer may be gone or stuck in another collective, so
+        the meeting is bounded (Gloo's monitored barrier) or skipped (NCCL) instead of
+        hanging the exit of a job torchrun is already ending.
+        """
         from torch import distributed as dist
 
-        if self._created_group and dist.is_initialized():
-            if wait:  # Gloo aborts a rank whose peer tears down while still talking to it
-                dist.barrier()
-            dist.destroy_process_group()
-        self._created_group = False
         atexit.unregister(self._destroy_group)
+        if not (self._created_group and dist.is_initialized()):
+            return
+        self._created_group = False
+        try:
+            if dist.get_backend() == "gloo":
+                dist.monitored_barrier(timeout=datetime.timedelta(seconds=30 if self._failed else 600))
+            elif not self._failed:
+                dist.barrier()
+        except RuntimeError as error:  # a peer is gone: nothing left to wait for
+            log.warning("Ranks did not all reach the exit barrier (%s); releasing the process group.", error)
+        dist.destroy_process_group()
 
     def teardown(self, failed: bool = False) -> None:
-        """Drop the DDP wrapper; after a failure also destroy the group we made, at once.
+        """Drop the DDP wrapper. The group stays for the next fit/validate/test in this process
+        (a new group on the same torchrun store is not reliable) and is released at exit.
 
-        On success the group stays for the next fit/validate/test in this process (making a
-        new one on the same torchrun store is not reliable) and is destroyed at process exit,
-        after a barrier. After a failure the other ranks may never reach a barrier, so it is
-        destroyed without one (Gloo may then abort a peer that is still talking to it; the
-        run has failed anyway, and the peers learn of it instead of waiting for a timeout).
+        After a failure nothing is destroyed at once: if every rank failed together (an agreed
+        decision such as a non-finite loss), the group still works; if one rank failed alone,
+        torchrun ends the others when this process exits.
         """
         self._ddp = None
-        if failed:
-            self._destroy_group(wait=False)
+        self._failed = self._failed or failed
 
     # ------------------------------------------------------------------- the model
     def setup_module(self, module: torch.nn.Module) -> Callable[..., Any]:

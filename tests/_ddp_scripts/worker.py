@@ -217,8 +217,3 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-    # Destroy the group before interpreter shutdown. Left to the Trainer's atexit handler,
-    # rank 0 sometimes aborts at exit ("terminate called without an active exception",
-    # SIGABRT) after all results are written: a known open problem, see docs/distributed.md.
-    torch.distributed.barrier()
-    torch.distributed.destroy_process_group()
