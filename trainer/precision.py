@@ -38,6 +38,15 @@ def _parameters(optimizer: torch.optim.Optimizer) -> list[torch.nn.Parameter]:
     return [p for group in optimizer.param_groups for p in group["params"]]
 
 
+def _total_norm(grads: list[torch.Tensor]) -> torch.Tensor:
+    """The 2-norm over all gradients, as `clip_grad_norm_` computes it (no host sync)."""
+    if hasattr(torch.nn.utils, "get_total_norm"):  # torch >= 2.6
+        return torch.nn.utils.get_total_norm(grads)
+    if not grads:
+        return torch.tensor(0.0)
+    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+
+
 class Precision:
     """Full float32: the null strategy every other one refines.
 
@@ -67,7 +76,7 @@ class Precision:
     def gradient_norm(self, optimizer: torch.optim.Optimizer) -> torch.Tensor:
         """The true total 2-norm of the gradients, as a device tensor (no host sync)."""
         self.unscale_gradients(optimizer)
-        return torch.nn.utils.get_total_norm(_grads(_parameters(optimizer)))
+        return _total_norm(_grads(_parameters(optimizer)))
 
     def clip_gradients(
         self, optimizer: torch.optim.Optimizer, max_value: float, algorithm: ClipAlgorithm
