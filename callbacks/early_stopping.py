@@ -33,7 +33,8 @@ class EarlyStopping(Callback):
         patience: how many checks without improvement to tolerate before stopping.
         min_delta: the smallest change that counts as an improvement (>= 0).
         check_on: "validation_end" or "train_epoch_end".
-        check_finite: stop at once when the monitored value is nan or inf.
+        check_finite: stop at once when the monitored value is nan or inf; when False,
+            a nan counts as a check without improvement.
 
     Raises:
         ValueError: for an invalid argument (at construction), or when `monitor` was never
@@ -77,6 +78,7 @@ class EarlyStopping(Callback):
         self.best: float | None = None
         self.stopped_epoch: int | None = None
         self._fitting = False
+        self._checked = self._warned = False
 
     @property
     def state_key(self) -> str:
@@ -97,11 +99,21 @@ class EarlyStopping(Callback):
             self._check(trainer)
 
     def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
-        if self._fitting and self.check_on == "train_epoch_end":
+        if not self._fitting:
+            return
+        if self.check_on == "train_epoch_end":
             self._check(trainer)
+        elif not self._checked and not self._warned:  # validation runs before this hook
+            self._warned = True
+            log.warning(
+                "EarlyStopping(monitor=%r) made no check in epoch %d: no validation ran. Pass a val_loader "
+                "to fit, or use check_on='train_epoch_end'.", self.monitor, trainer.current_epoch,
+            )
+        self._checked = False
 
     # -------------------------------------------------------------------- logic
     def _check(self, trainer: Any) -> None:
+        self._checked = True
         metrics = trainer.callback_metrics
         if self.monitor not in metrics:
             logged = ", ".join(sorted(metrics)) or "nothing"
@@ -110,18 +122,20 @@ class EarlyStopping(Callback):
                 f"a name logged with self.log. Received these metrics: {logged}."
             )
         value = float(metrics[self.monitor])
-        if not math.isfinite(value):
-            if self.check_finite:
-                self._stop(trainer, f"{self.monitor} is {value}")
+        if self.check_finite and not math.isfinite(value):
+            self._stop(trainer, f"{self.monitor} is {value}")
             return
         if self._improved(value):
             self.best, self.wait = value, 0
             return
-        self.wait += 1
+        self.wait += 1  # nan (with check_finite=False) never improves: it counts against patience
         if self.wait >= self.patience:
-            self._stop(trainer, f"{self.monitor} did not improve on {self.best:.6g} for {self.wait} checks")
+            best = "any value" if self.best is None else f"{self.best:.6g}"
+            self._stop(trainer, f"{self.monitor} did not improve on {best} for {self.wait} checks")
 
     def _improved(self, value: float) -> bool:
+        if math.isnan(value):
+            return False
         if self.best is None:
             return True
         if self.mode == "min":

@@ -76,6 +76,21 @@ def test_early_stopping_stops_on_a_non_finite_value(tmp_path: Path) -> None:
     assert fit(tmp_path, [3.0, math.nan, 1.0, 1.0], stopper).current_epoch == 2
 
 
+def test_early_stopping_counts_nan_as_no_improvement_without_check_finite(tmp_path: Path) -> None:
+    stopper = callbacks.EarlyStopping("val/score", patience=2, check_finite=False)
+    assert fit(tmp_path, [math.nan, math.nan, 1.0, 1.0], stopper).current_epoch == 2
+    assert (stopper.best, stopper.wait, stopper.stopped_epoch) == (None, 2, 1)
+
+
+def test_early_stopping_warns_when_no_validation_runs(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    stopper = callbacks.EarlyStopping("val/score", patience=1)
+    with caplog.at_level("WARNING", logger="trainer.callbacks"):
+        fit(tmp_path, [1.0, 1.0, 1.0], stopper, validate=False)
+    warnings = [r.getMessage() for r in caplog.records if "made no check" in r.getMessage()]
+    assert warnings == ["EarlyStopping(monitor='val/score') made no check in epoch 0: no validation ran. "
+                        "Pass a val_loader to fit, or use check_on='train_epoch_end'."]
+
+
 def test_early_stopping_names_the_logged_metrics(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"monitor='val/acc'.*Received these metrics: .*val/score"):
         fit(tmp_path, [1.0, 1.0], callbacks.EarlyStopping("val/acc"))

@@ -327,3 +327,113 @@ def test_library_code_never_prints() -> None:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print"
     ]
     assert offenders == []
+
+
+def test_step_values_are_reduced_over_the_accumulation_window(tmp_path: Path) -> None:
+    class PerBatch(Net):
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            loss = torch.nn.functional.mse_loss(self(x), y)
+            self.log("train/loss", loss)  # the contract's example: the micro-batch's own loss
+            self.log("m/idx", float(batch_idx))
+            self.log("m/max", float(batch_idx), reduce="max")
+            return loss
+
+    torch.manual_seed(0)
+    model = PerBatch()
+    reference = copy.deepcopy(model)
+    loader = DataLoader(make_data(), batch_size=4)
+    trainer = trainer_for(tmp_path, max_steps=6, accumulate_grad_batches=3, log_every_n_steps=2)
+    trainer.fit(model, loader)
+    series = scalars(trainer.log_dir)
+    expected = reference_loop(reference, loader, steps=6, k=3)
+    # Optimizer step s covers batches 3(s-1) .. 3s-1: the mean (or max) over them, not the last one.
+    assert series["m/idx"] == [(2, 4.0), (4, 10.0), (6, 16.0)]
+    assert series["m/max"] == [(2, 5.0), (4, 11.0), (6, 17.0)]
+    for step, value in series["train/loss"]:  # equal to the automatic window loss
+        assert value == pytest.approx(expected[step - 1]["loss"], rel=1e-5)
+    assert trainer.callback_metrics["m/idx"] == 16.0
+
+
+def test_training_and_evaluation_metrics_stay_apart(tmp_path: Path) -> None:
+    data = make_data()
+    trainer = trainer_for(tmp_path, logger=False, max_steps=3)
+    model = new_model()
+    trainer.fit(model, DataLoader(data, batch_size=8))  # stops mid-epoch: train/mae_epoch still open
+    assert set(trainer.validate(model, DataLoader(data, batch_size=16))) == {"val/loss"}
+
+
+def test_epoch_metric_named_like_an_automatic_one_gets_its_own_tag(tmp_path: Path) -> None:
+    class Named(Net):
+        def training_step(self, batch, batch_idx):
+            loss = super().training_step(batch, batch_idx)
+            self.log("train/loss", loss, on_step=False, on_epoch=True)
+            self.log("train/lr-group0", 7.0)  # the user's value wins over the automatic one
+            return loss
+
+    torch.manual_seed(0)
+    trainer = trainer_for(tmp_path, max_epochs=1, log_every_n_steps=5)
+    trainer.fit(Named(), DataLoader(make_data(), batch_size=8))
+    series = scalars(trainer.log_dir)
+    assert [s for s, _ in series["train/loss"]] == [5, 10]  # per step only: no epoch point mixed in
+    assert [s for s, _ in series["train/loss_epoch"]] == [10]
+    assert [v for _, v in series["train/lr-group0"]] == [7.0, 7.0]
+
+    class Clash(Net):
+        def training_step(self, batch, batch_idx):
+            self.log("train/mae_epoch", 1.0, on_step=False, on_epoch=True)  # Net writes train/mae's epoch value there
+            return super().training_step(batch, batch_idx)
+
+    with pytest.raises(ValueError, match=r"'train/mae'.*written as 'train/mae_epoch'.*rename one"):
+        trainer_for(tmp_path, logger=False, max_steps=1).fit(Clash(), DataLoader(make_data(), batch_size=8))
+
+
+def test_epoch_end_hook_metrics_belong_to_their_epoch(tmp_path: Path) -> None:
+    class EpochEnd(Net):
+        def on_train_epoch_end(self) -> None:
+            self.log("train/epoch_idx", float(self.trainer.current_epoch), on_step=False, on_epoch=True)
+
+    torch.manual_seed(0)
+    trainer = trainer_for(tmp_path, max_epochs=3, log_every_n_steps=100)
+    trainer.fit(EpochEnd(), DataLoader(make_data(), batch_size=8))
+    assert scalars(trainer.log_dir)["train/epoch_idx"] == [(10, 0.0), (20, 1.0), (30, 2.0)]
+    assert [row["train/epoch_idx"] for row in trainer.history] == [0.0, 1.0, 2.0]
+
+
+def test_standalone_validate_closes_its_writer(tmp_path: Path) -> None:
+    trainer = trainer_for(tmp_path)
+    results = trainer.validate(new_model(), DataLoader(make_data(), batch_size=16))
+    assert trainer.logger._writer is None
+    assert scalars(trainer.log_dir)["val/loss"] == [(0, pytest.approx(results["val/loss"]))]
+
+
+def test_a_module_copies_and_pickles_without_its_trainer(tmp_path: Path) -> None:
+    import pickle
+
+    import numpy as np
+
+    copies: list[Net] = []
+
+    class Keep(Callback):
+        def on_train_epoch_end(self, trainer, module) -> None:
+            copies.append(copy.deepcopy(module))  # the writer is open here: it must not be copied
+            pickle.loads(pickle.dumps(module))
+            module.log("np/value", np.float32(0.5), on_epoch=True)
+
+    model = new_model()
+    trainer = trainer_for(tmp_path, max_epochs=1, callbacks=[Keep()])
+    trainer.fit(model, DataLoader(make_data(), batch_size=8))
+    assert model.trainer is trainer and "_trainer_ref" in copies[0].__dict__
+    with pytest.raises(RuntimeError, match="not attached to a Trainer"):
+        copies[0].trainer
+    assert torch.equal(copies[0].net[0].weight, model.net[0].weight)
+    assert trainer.callback_metrics["np/value"] == 0.5
+
+
+def test_hparams_set_to_empty_stay_empty() -> None:
+    class NoHparams(Net):
+        def __init__(self, secret: str = "x") -> None:
+            super().__init__()
+            self.hparams = {}  # opt out
+
+    assert NoHparams("token").hparams == {}

@@ -1,26 +1,40 @@
 """Where `Module.log` values go: kept on their device until someone reads them.
 
-Per-step values keep only the latest tensor; epoch values keep a running reduction
-(weighted sum and weight for "mean"). Nothing here reads a tensor to the host except
-`to_floats`, which the Trainer calls at logging intervals, at epoch ends and when a
-user reads `trainer.callback_metrics`.
+Per-step values are reduced over the micro-batches of one optimizer step (the current
+accumulation window, told apart by `clock`, the Trainer's `global_step`); epoch values
+keep a running reduction (weighted sum and weight for "mean"). Training and evaluation
+keep separate epoch reductions, so neither leaks into the other. Nothing here reads a
+tensor to the host except `to_floats`, which the Trainer calls at logging intervals, at
+epoch ends and when a user reads `trainer.callback_metrics`.
 
 Naming: a metric logged with both `on_step=True` and `on_epoch=True` keeps its name for
 the per-step series and gets the suffix `_epoch` for its epoch reduction, so the two
-series never share one TensorBoard tag.
+series never share one TensorBoard tag. A training metric logged per epoch only under a
+name the Trainer writes per step itself (`train/loss`, `train/lr-group0`, ...) gets the
+suffix too, for the same reason.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import numbers
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 
-__all__ = ["MetricStore", "to_floats", "EPOCH_SUFFIX", "batch_size_of", "fit_summary"]
+__all__ = ["MetricStore", "to_floats", "EPOCH_SUFFIX", "AUTOMATIC", "batch_size_of", "fit_summary"]
 
 _REDUCTIONS = ("mean", "sum", "max", "min")
 EPOCH_SUFFIX = "_epoch"
+# Written by the Trainer at every logging step (plus `train/lr-groupN`).
+AUTOMATIC = (
+    "train/loss", "train/grad_norm", "train/loss_scale", "train/skipped_steps",
+    "train/steps_per_sec", "train/samples_per_sec",
+)
+
+
+def _written_per_step(name: str) -> bool:
+    return name in AUTOMATIC or name.startswith("train/lr-group")
 
 
 def _as_tensor(name: str, value: Any) -> torch.Tensor:
@@ -31,7 +45,7 @@ def _as_tensor(name: str, value: Any) -> torch.Tensor:
                 f"Received: a tensor of shape {tuple(value.shape)}. Log a reduction such as .mean()."
             )
         return value.detach().reshape(())
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):  # int, float, NumPy scalars
         return torch.tensor(float(value))
     raise ValueError(
         f"self.log({name!r}, ...) expected a scalar tensor, int or float. "
@@ -39,20 +53,31 @@ def _as_tensor(name: str, value: Any) -> torch.Tensor:
     )
 
 
-class _EpochAccumulator:
-    __slots__ = ("reduce", "total", "weight")
+class _Reduction:
+    """A running "mean" (weighted), "sum", "max" or "min" of device tensors.
 
-    def __init__(self, reduce: str) -> None:
+    `source` is the name the metric was logged under and `window` the optimizer step it
+    belongs to (per-step reductions only).
+    """
+
+    __slots__ = ("reduce", "total", "weight", "source", "window")
+
+    def __init__(self, reduce: str, source: str, window: int | None = None) -> None:
         self.reduce = reduce
+        self.source = source
+        self.window = window
         self.total: torch.Tensor | None = None
         self.weight = 0.0
 
-    def add(self, value: torch.Tensor, weight: float) -> None:
+    def add(self, value: torch.Tensor, weight: float, *, copy: bool = True) -> None:
         value = value.float()
         if self.total is None:
-            self.total = value * weight if self.reduce == "mean" else value.clone()
+            if self.reduce == "mean" and weight != 1.0:
+                self.total = value * weight
+            else:  # the first value itself (a copy unless the caller keeps it unchanged)
+                self.total = value.clone() if copy else value
         elif self.reduce == "mean":
-            self.total = self.total + value * weight
+            self.total = self.total + (value * weight if weight != 1.0 else value)
         elif self.reduce == "sum":
             self.total = self.total + value
         elif self.reduce == "max":
@@ -63,27 +88,44 @@ class _EpochAccumulator:
 
     def compute(self) -> torch.Tensor:
         assert self.total is not None
-        return self.total / self.weight if self.reduce == "mean" else self.total
+        if self.reduce == "mean" and self.weight != 1.0:
+            return self.total / self.weight
+        return self.total
 
 
 class MetricStore:
-    """Latest per-step values and running epoch reductions of logged metrics.
+    """Per-step and epoch reductions of logged metrics, and the latest value of each.
 
     Attributes:
-        step: per-step values logged in training since the last write (device tensors).
-        epoch: running epoch reductions, by the name they will be written under.
-        latest: the newest value of every metric (tensors or floats), for `callback_metrics`.
+        step: per-step reductions logged in training since the last write.
+        epoch: running epoch reductions of training, by the name they are written under.
+        latest: the newest value of every metric (tensors, floats, or a per-step reduction
+            still open), for `callback_metrics` (read with `to_floats`).
         prog_bar: names to show in the progress bar.
-        evaluating: True while validate/test/predict runs; per-step values logged then
-            only update `latest` (they are never mixed into the training series).
+        clock: returns the current optimizer step; per-step values logged while it does
+            not change (the micro-batches of one accumulation window) are reduced together.
     """
 
     def __init__(self) -> None:
-        self.step: dict[str, torch.Tensor] = {}
-        self.epoch: dict[str, _EpochAccumulator] = {}
-        self.latest: dict[str, torch.Tensor | float] = {}
+        self.step: dict[str, _Reduction] = {}
+        self.epoch: dict[str, _Reduction] = {}
+        self._eval_epoch: dict[str, _Reduction] = {}
+        self.latest: dict[str, torch.Tensor | float | _Reduction] = {}
         self.prog_bar: set[str] = set()
-        self.evaluating = False
+        self.clock: Callable[[], int] | None = None
+        self._evaluating = False
+
+    @property
+    def evaluating(self) -> bool:
+        """True while validate/test/predict runs: per-step values then only update `latest`,
+        and epoch values go to the evaluation's own reductions (cleared when a pass starts)."""
+        return self._evaluating
+
+    @evaluating.setter
+    def evaluating(self, value: bool) -> None:
+        if value:
+            self._eval_epoch = {}  # nothing left over from an earlier (perhaps failed) pass
+        self._evaluating = value
 
     def log(
         self,
@@ -108,34 +150,55 @@ class MetricStore:
                 f"self.log({name!r}, ..., batch_size=...) expected a positive int or None. Received: {batch_size!r}."
             )
         tensor = _as_tensor(name, value)
+        weight = float(batch_size) if batch_size is not None else 1.0
         if on_step:
-            if not self.evaluating:
-                self.step[name] = tensor
-            self.latest[name] = tensor
+            if self._evaluating:
+                self.latest[name] = tensor
+            else:
+                window = self.clock() if self.clock is not None else None
+                current = self.step.get(name)
+                if current is None or current.window != window or current.reduce != reduce:
+                    current = self.step[name] = _Reduction(reduce, name, window)
+                current.add(tensor, weight, copy=False)  # later values make new tensors: never in place
+                self.latest[name] = current  # reduced when read
         if on_epoch:
-            key = name + EPOCH_SUFFIX if on_step else name
-            accumulator = self.epoch.get(key)
-            if accumulator is None:
-                accumulator = self.epoch[key] = _EpochAccumulator(reduce)
-            accumulator.add(tensor, float(batch_size) if batch_size is not None else 1.0)
+            training = not self._evaluating
+            key = name + EPOCH_SUFFIX if on_step or (training and _written_per_step(name)) else name
+            reductions = self.epoch if training else self._eval_epoch
+            current = reductions.get(key)
+            if current is None:
+                current = reductions[key] = _Reduction(reduce, name)
+            elif current.source != name or current.reduce != reduce:
+                raise ValueError(
+                    f"self.log({name!r}, ..., reduce={reduce!r}): its epoch value is written as {key!r}, which "
+                    f"this epoch already reduces for self.log({current.source!r}, ..., reduce={current.reduce!r}). "
+                    "Expected one name and one reduce per epoch metric: rename one of them."
+                )
+            current.add(tensor, weight)
         if prog_bar:
             self.prog_bar.add(name)
 
     def take_step_values(self) -> dict[str, torch.Tensor]:
         """The per-step values logged since the last call (device tensors)."""
-        values, self.step = self.step, {}
+        values = {name: reduction.compute() for name, reduction in self.step.items()}
+        self.step = {}
         return values
 
     def close_epoch(self, across_ranks: Any = None) -> dict[str, torch.Tensor]:
-        """Reduce and clear the epoch accumulators; the results also become `latest`.
+        """Reduce and clear the current epoch's reductions (training's, or the evaluation's
+        while `evaluating`); the results also become `latest`.
 
         `across_ranks(values, {name: (reduce, weight)})` (the strategy's `reduce_epoch`)
         combines them over processes, so every rank keeps the same values.
         """
-        values = {name: acc.compute() for name, acc in self.epoch.items() if acc.total is not None}
+        reductions = self._eval_epoch if self._evaluating else self.epoch
+        values = {name: r.compute() for name, r in reductions.items() if r.total is not None}
         if across_ranks is not None:
-            values = across_ranks(values, {name: (acc.reduce, acc.weight) for name, acc in self.epoch.items()})
-        self.epoch = {}
+            values = across_ranks(values, {name: (r.reduce, r.weight) for name, r in reductions.items()})
+        if self._evaluating:
+            self._eval_epoch = {}
+        else:
+            self.epoch = {}
         self.latest.update(values)
         return values
 
@@ -144,19 +207,22 @@ class MetricStore:
         self.latest.update(values)
 
 
-def to_floats(values: Mapping[str, torch.Tensor | float]) -> dict[str, float]:
+def to_floats(values: Mapping[str, torch.Tensor | float | _Reduction]) -> dict[str, float]:
     """Read values to Python floats with one host transfer per device (floats pass through)."""
     out: dict[str, float] = {}
     by_device: dict[torch.device, list[str]] = {}
-    for name, value in values.items():
+    read: dict[str, torch.Tensor | float] = {
+        name: v.compute() if isinstance(v, _Reduction) else v for name, v in values.items()
+    }
+    for name, value in read.items():
         if isinstance(value, torch.Tensor):
             by_device.setdefault(value.device, []).append(name)
         else:
             out[name] = float(value)
     for names in by_device.values():
-        stacked = torch.stack([values[n].detach().float().reshape(()) for n in names])  # type: ignore[union-attr]
+        stacked = torch.stack([read[n].detach().float().reshape(()) for n in names])  # type: ignore[union-attr]
         out.update(zip(names, stacked.tolist()))
-    return {name: out[name] for name in values}
+    return {name: out[name] for name in read}
 
 
 def batch_size_of(batch: Any) -> int | None:

@@ -78,6 +78,7 @@ class RunIO:
         args = self.trainer.args
         self._in_fit = True
         self._epoch_record = {}
+        self.trainer._metrics.clock = lambda: self.trainer.global_step  # per-step values: one per optimizer step
         strategy = self.trainer.strategy
         if strategy.world_size > 1 and (args.logger is not False or args.enable_checkpointing):
             # Every rank uses rank 0's folder (for last.ckpt paths); only rank 0 creates it.
@@ -116,6 +117,7 @@ class RunIO:
 
     def end_epoch(self) -> None:
         """After a finished epoch: one `history` row, flush the event file, write last.ckpt."""
+        self.close_train_epoch()  # what epoch-end hooks logged with on_epoch=True: this epoch's, not the next's
         if self._in_fit:
             row = {"epoch": float(self.trainer.current_epoch - 1), "step": float(self.trainer.global_step)}
             row.update(self._epoch_record)
@@ -134,20 +136,22 @@ class RunIO:
         scale = trainer.precision.loss_scale()
         if scale is not None:
             values["train/loss_scale"] = scale
-        values.update(trainer._metrics.take_step_values())
+        values.update(trainer._metrics.take_step_values())  # a name the user logged: the user's value
         floats = to_floats(values)  # the one host read of this logging interval
+        automatic: dict[str, float] = {}
         if scale is not None or trainer.args.nonfinite_loss == "skip":
-            floats["train/skipped_steps"] = float(trainer.state.skipped_steps)
+            automatic["train/skipped_steps"] = float(trainer.state.skipped_steps)
         if trainer.optimizer is not None:
             for i, group in enumerate(trainer.optimizer.param_groups):
                 lr = group["lr"]
-                floats[f"train/lr-group{i}"] = float(lr.item() if isinstance(lr, torch.Tensor) else lr)
+                automatic[f"train/lr-group{i}"] = float(lr.item() if isinstance(lr, torch.Tensor) else lr)
         now = time.perf_counter()
         if self._last_log_time is not None and now > self._last_log_time:
             elapsed = now - self._last_log_time
-            floats["train/steps_per_sec"] = (trainer.global_step - self._last_log_step) / elapsed
+            automatic["train/steps_per_sec"] = (trainer.global_step - self._last_log_step) / elapsed
             if self._samples_known and self._samples:
-                floats["train/samples_per_sec"] = self._samples / elapsed
+                automatic["train/samples_per_sec"] = self._samples / elapsed
+        floats = {**automatic, **floats}
         self._last_log_time, self._last_log_step = now, trainer.global_step
         self._samples, self._samples_known = 0, True
         trainer._metrics.update_latest(floats)
@@ -170,6 +174,9 @@ class RunIO:
             self._epoch_record.update(results)
         if self.logger is not None and results and self.trainer._module is not None:
             self.logger.log_metrics(results, step=self.trainer.global_step)
+            if not self._in_fit:  # standalone validate/test: leave no writer open
+                self.logger.flush()
+                self.logger.close()
 
     # --------------------------------------------------------------------- progress
     def progress_start_epoch(self, total: int | None) -> None:

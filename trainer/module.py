@@ -37,7 +37,8 @@ class Module(torch.nn.Module):
     Subclass it, implement `training_step` and `configure_optimizers`, then hand it to
     `Trainer.fit`. The arguments your `__init__` was called with (defaults filled in)
     are recorded in `self.hparams` and logged once per run; assign `self.hparams` in
-    `__init__` to choose them yourself.
+    `__init__` to choose them yourself (`{}` for none). A pickled or deep-copied Module
+    leaves its Trainer behind.
 
     Example:
         >>> import torch
@@ -74,7 +75,13 @@ class Module(torch.nn.Module):
         # Set through object.__setattr__ so nn.Module does not register the Trainer.
         object.__setattr__(self, "_trainer_ref", None)
         if "hparams" not in self.__dict__:
-            object.__setattr__(self, "hparams", {})  # filled with the subclass's init arguments
+            object.__setattr__(self, "hparams", _Captured())  # filled with the subclass's init arguments
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle and `copy.deepcopy` without the Trainer (a copy starts detached)."""
+        state = super().__getstate__()
+        state["_trainer_ref"] = None
+        return state
 
     # ----------------------------------------------------------------- the Trainer link
     @property
@@ -131,8 +138,9 @@ class Module(torch.nn.Module):
     ) -> None:
         """Record a metric.
 
-        In `training_step` the default is per step (written every `log_every_n_steps`);
-        in `validation_step`/`test_step` it is per epoch, reduced with `reduce` (a mean
+        In `training_step` the default is per step (written every `log_every_n_steps`;
+        the micro-batches of one optimizer step are combined with `reduce`); in
+        `validation_step`/`test_step` it is per epoch, reduced with `reduce` (a mean
         weighted by `batch_size` when given). Tensors stay on their device until written.
 
         Args:
@@ -169,6 +177,10 @@ class Module(torch.nn.Module):
     def on_validation_epoch_end(self) -> None: ...
 
 
+class _Captured(dict):  # type: ignore[type-arg]
+    """The `hparams` Module.__init__ starts with: still empty means "capture the arguments"."""
+
+
 def _capturing_init(init: Callable[..., None]) -> Callable[..., None]:
     """`init`, plus: the outermost call records its bound arguments as `self.hparams`.
 
@@ -184,8 +196,9 @@ def _capturing_init(init: Callable[..., None]) -> Callable[..., None]:
     @functools.wraps(init)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> None:
         init(self, *args, **kwargs)
-        if type(self).__init__ is not wrapper or self.__dict__.get("hparams") or signature is None:
-            return  # an inner super().__init__ call, hparams the user set, or no signature
+        current = self.__dict__.get("hparams")
+        if type(self).__init__ is not wrapper or not (type(current) is _Captured and not current) or signature is None:
+            return  # an inner super().__init__ call, hparams the user set (even {}), or no signature
         try:
             bound = signature.bind(self, *args, **kwargs)
             bound.apply_defaults()
