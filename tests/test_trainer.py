@@ -422,3 +422,26 @@ def test_evaluating_another_model_then_fitting_it_uses_its_own_optimizer():
     assert all(torch.equal(v, first.state_dict()[k]) for k, v in after_first.items())  # untouched
     assert any(not torch.equal(v, second.state_dict()[k]) for k, v in before_second.items())  # trained
     assert trainer.global_step == 10  # a fresh run for the second model
+
+
+def test_metrics_logged_in_epoch_end_hooks_belong_to_their_epoch():
+    seen_by_callback = []
+
+    class EpochLogs(TinyNet):
+        def on_validation_epoch_end(self):
+            self.log("val/computed", 7.0)  # e.g. a metric computed over the whole epoch
+
+        def on_train_epoch_end(self):
+            self.log("train/epoch_marker", float(self.trainer.current_epoch))
+
+    class Reader(Callback):
+        def on_validation_epoch_end(self, trainer, module):
+            seen_by_callback.append(trainer.callback_metrics.get("val/computed"))
+
+    torch.manual_seed(0)
+    trainer = Trainer(max_epochs=2, callbacks=[Reader()], **QUIET)
+    model = EpochLogs()
+    trainer.fit(model, loader(make_data()), val_loader=loader(make_data(8)))
+    assert seen_by_callback == [7.0, 7.0]  # callbacks run after the epoch closed, with its values
+    assert [row.get("train/epoch_marker") for row in trainer.history] == [0.0, 1.0]
+    assert trainer.validate(model, loader(make_data(8)))["val/computed"] == 7.0

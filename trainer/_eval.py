@@ -57,10 +57,13 @@ class EvalLoop:
                     trainer._io.progress_advance_eval()
             if stage == "predict":
                 return predictions
+            # The module's epoch-end hook may still log (e.g. a metric computed over the
+            # epoch), so it runs before the epoch closes; callbacks then see the results.
+            trainer._dispatch.call_module(f"on_{hook_scope}_epoch_end")
             epoch_values = trainer._metrics.close_epoch(trainer.strategy.reduce_epoch)
             results = to_floats(epoch_values)
             trainer._io.log_eval(results)
-            trainer._call(f"on_{hook_scope}_epoch_end")
+            trainer._dispatch.call_callbacks(f"on_{hook_scope}_epoch_end", trainer, module)
             return results
         finally:
             self.stage = None

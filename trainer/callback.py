@@ -87,9 +87,15 @@ class _Dispatcher:
                 self._module_hooks[hook] = getattr(module, hook)
 
     def call(self, hook: str, trainer: Any, module: Any, *args: Any) -> None:
+        self.call_module(hook, *args)
+        self.call_callbacks(hook, trainer, module, *args)
+
+    def call_module(self, hook: str, *args: Any) -> None:
         module_hook = self._module_hooks.get(hook)
         if module_hook is not None:
             module_hook(*args)
+
+    def call_callbacks(self, hook: str, trainer: Any, module: Any, *args: Any) -> None:
         for fn in self._targets[hook]:
             fn(trainer, module, *args)
 

@@ -101,6 +101,7 @@ class Trainer:
         self._train_loader: Any = None
         self.experiment_config: dict[str, Any] | None = None  # a YAML run's resolved config (trainer.config)
         self._stop_request = False  # this rank's own request; see request_stop
+        self._in_train_batches = False  # where `self.log` defaults to per-step values
 
     @classmethod
     def from_config(cls, source: Any, *, stage: str = "fit", **overrides: Any) -> Any:
@@ -305,6 +306,13 @@ class Trainer:
     # ------------------------------------------------------------------ one epoch
     def _train_epoch(self, loader: Any) -> bool:
         """Run (the rest of) one epoch; return whether it reached its end."""
+        self._in_train_batches = True
+        try:
+            return self._train_batches(loader)
+        finally:
+            self._in_train_batches = False
+
+    def _train_batches(self, loader: Any) -> bool:
         state, args, precision, strategy = self.state, self.args, self._precision, self.strategy
         assert self._module is not None
         self._module.train()
@@ -467,12 +475,14 @@ class Trainer:
         self._dispatch.call(hook, self, self._module, *args)
 
     def _log_metric(self, name: str, value: Any, *, on_step: bool | None, on_epoch: bool | None, prog_bar: bool, reduce: str, batch_size: int | None) -> None:
-        training = self._eval.stage is None if hasattr(self, "_eval") else True
+        # Defaults: per step inside the training batch loop, per epoch everywhere else
+        # (validation/test steps, epoch-end hooks).
+        per_step = self._in_train_batches
         self._metrics.log(
             name,
             value,
-            on_step=training if on_step is None else on_step,
-            on_epoch=(not training) if on_epoch is None else on_epoch,
+            on_step=per_step if on_step is None else on_step,
+            on_epoch=(not per_step) if on_epoch is None else on_epoch,
             prog_bar=prog_bar,
             reduce=reduce,
             batch_size=batch_size,
