@@ -378,17 +378,18 @@ class Trainer:
         opt, precision, args, signals = self._opt, self._precision, self.args, self._signals
         assert opt is not None and signals is not None
         log_now = (self.state.global_step + 1) % args.log_every_n_steps == 0
+        norm_wanted = log_now and self._io.logger is not None  # computed only to be written
         if self._want_before_step:
             self._call("on_before_optimizer_step", opt.optimizer)
         signals.in_critical = True  # SIGINT now waits for the end of the step (see _signals.py)
         try:
             norm = None
             if args.gradient_clip_val is not None:
-                if args.gradient_clip_algorithm == "value" and log_now:
+                if args.gradient_clip_algorithm == "value" and norm_wanted:
                     norm = precision.gradient_norm(opt.optimizer)
                 clipped = precision.clip_gradients(opt.optimizer, args.gradient_clip_val, args.gradient_clip_algorithm)  # type: ignore[arg-type]
                 norm = clipped if clipped is not None else norm
-            elif log_now:
+            elif norm_wanted:
                 norm = precision.gradient_norm(opt.optimizer)
             stepped = precision.optimizer_step(opt.optimizer)
             if stepped and opt.scheduler is not None and opt.interval == "step":
