@@ -445,3 +445,35 @@ def test_metrics_logged_in_epoch_end_hooks_belong_to_their_epoch():
     assert seen_by_callback == [7.0, 7.0]  # callbacks run after the epoch closed, with its values
     assert [row.get("train/epoch_marker") for row in trainer.history] == [0.0, 1.0]
     assert trainer.validate(model, loader(make_data(8)))["val/computed"] == 7.0
+
+
+def test_a_custom_logger_is_checked_and_used(tmp_path):
+    class Partial:
+        def log_metrics(self, metrics, step):
+            pass
+
+    with pytest.raises(ValueError, match="logger.*missing: log_hyperparams, flush, close"):
+        Trainer(logger=Partial())
+
+    class Recording(Partial):
+        def __init__(self):
+            self.steps, self.closed, self.log_dir = [], False, tmp_path
+
+        def log_metrics(self, metrics, step):
+            self.steps.append((step, sorted(metrics)))
+
+        def log_hyperparams(self, params, metrics=None):
+            self.params = params
+
+        def flush(self):
+            pass
+
+        def close(self):
+            self.closed = True
+
+    logger = Recording()
+    trainer = Trainer(logger=logger, log_every_n_steps=5, enable_progress_bar=False, device="cpu", root_dir=tmp_path)
+    trainer.fit(make_model(), loader(make_data()))
+    assert [step for step, _ in logger.steps] == [5, 10]
+    assert "train/loss" in logger.steps[0][1] and logger.closed and "trainer" in logger.params
+    assert (tmp_path / "last.ckpt").is_file()  # the run folder is the logger's log_dir

@@ -54,9 +54,15 @@ class TrainerArgs(BaseModel):
     @pydantic.field_validator("logger")
     @classmethod
     def _check_logger(cls, value: Any) -> Any:
-        if isinstance(value, bool) or hasattr(value, "log_metrics"):
+        if isinstance(value, bool):
             return value
-        raise ValueError("expected True, False or a logger with log_metrics(metrics, step)")
+        missing = [m for m in ("log_metrics", "log_hyperparams", "flush", "close") if not callable(getattr(value, m, None))]
+        if not missing:
+            return value
+        raise ValueError(
+            "expected True, False or a logger with log_metrics(metrics, step), log_hyperparams(params), "
+            f"flush() and close() (see trainer.loggers.Logger); missing: {', '.join(missing)}"
+        )
 
     @pydantic.field_validator("callbacks")
     @classmethod
