@@ -264,3 +264,13 @@ def test_example_experiments_are_valid_and_dry_run(precision: str, monkeypatch: 
     assert experiment.trainer.precision.name == precision
     experiment.fit()
     assert experiment.trainer.global_step == 2 and not (tmp_path / "r").exists()
+
+
+def test_from_config_stage_asks_only_for_that_stage_s_loader(tmp_path: Path) -> None:
+    config = base(tmp_path, enable_checkpointing=False)
+    config["data"]["class_path"] = f"{PKG}.data.TestOnly"
+    with pytest.raises(ConfigError, match="train_dataloader"):
+        Trainer.from_config(config)  # fit (the default) needs a train loader
+    experiment = Trainer.from_config(config, stage="test")
+    results = experiment.test()
+    assert set(results) == {"test/loss"} and results["test/loss"] > 0

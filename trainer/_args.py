@@ -15,8 +15,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = ["TrainerArgs", "validate_trainer_args"]
 
-PrecisionName = Literal["fp32", "amp", "bf16"]
-
 
 class TrainerArgs(BaseModel):
     """Every keyword argument of `Trainer`, with its default and its accepted values."""

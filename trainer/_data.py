@@ -103,7 +103,6 @@ class DataOrder:
         self.loader: Any = None
         self.epoch: int | None = None
         self.yielded = 0
-        self.skipped_without_loading = 0
         self._pending: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ iterators
@@ -111,7 +110,6 @@ class DataOrder:
         """An iterator over this epoch's batches, positioned after `skip` consumed ones."""
         pending, self._pending = self._pending, None
         self.loader, self.epoch, self.yielded = loader, epoch, skip
-        self.skipped_without_loading = 0
         if is_stateful_loader(loader):
             return self._count(self._stateful_iterator(loader, skip, pending))
         generators = loader_generators(loader)
@@ -135,9 +133,7 @@ class DataOrder:
         _set_generator_states(generators, start.get("generators") or {})
         try:
             iterator = iter(loader)
-            if _skip_without_loading(loader, iterator, skip):
-                self.skipped_without_loading = skip
-            else:
+            if not _skip_without_loading(loader, iterator, skip):
                 _consume(iterator, skip)
         finally:
             set_rng_state(current)
@@ -158,7 +154,6 @@ class DataOrder:
         iterator = iter(loader)
         if current is not None:  # mid-epoch: whatever iter() drew belongs to the past
             set_rng_state(current)
-        self.skipped_without_loading = skip
         return iterator
 
     def _count(self, iterator: Iterator[Any]) -> Iterator[Any]:

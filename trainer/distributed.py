@@ -52,7 +52,6 @@ class Strategy:
     rank: int = 0
 
     def __init__(self, device: str = "auto") -> None:
-        self._device_arg = device
         self.device = resolve_device(device)
 
     @property
@@ -137,7 +136,6 @@ class DDP(Strategy):
                 "in the environment) or with a process group already initialised. Received neither. "
                 "Launch with `torchrun --nproc_per_node=N script.py`, or use strategy='auto'."
             )
-        self._device_arg = device
         self.device = self._local_device(device)
         self._created_group = False
         self._failed = False

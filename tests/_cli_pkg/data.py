@@ -41,5 +41,14 @@ class TrainOnly:
         return DataLoader(self.data, batch_size=self.batch_size)
 
 
+class TestOnly:
+    def __init__(self, batch_size: int = 8) -> None:
+        self.data = TensorDataset(*make_tensors(16))
+        self.batch_size = batch_size
+
+    def test_dataloader(self) -> DataLoader:
+        return DataLoader(self.data, batch_size=self.batch_size)
+
+
 def make_data(n: int = 32, batch_size: int = 8) -> RandomData:
     return RandomData(n, batch_size)
