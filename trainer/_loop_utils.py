@@ -12,10 +12,10 @@ import torch
 from trainer._utils import length_of
 from trainer.module import Module
 
-__all__ = ["_check_module", "_check_loader", "_empty_loader_message", "_extract_loss", "_micro_batches"]
+__all__ = ["check_module", "check_loader", "empty_loader_message", "extract_loss", "micro_batches"]
 
 
-def _micro_batches(iterator: Iterator[Any], total: int | None, k: int, start: int) -> Iterator[tuple[int, int, bool, Any]]:
+def micro_batches(iterator: Iterator[Any], total: int | None, k: int, start: int) -> Iterator[tuple[int, int, bool, Any]]:
     """Yield `(batch_idx, window_size, last_in_window, batch)` from `start` on.
 
     With a known epoch length the window sizes are arithmetic and batches are fetched one
@@ -43,7 +43,7 @@ def _micro_batches(iterator: Iterator[Any], total: int | None, k: int, start: in
             return
 
 
-def _check_module(model: Any) -> None:
+def check_module(model: Any) -> None:
     if not isinstance(model, Module):
         raise TypeError(
             f"Expected a trainer.Module (a torch.nn.Module with training_step and configure_optimizers). "
@@ -51,17 +51,17 @@ def _check_module(model: Any) -> None:
         )
 
 
-def _check_loader(loader: Any, name: str) -> None:
+def check_loader(loader: Any, name: str) -> None:
     if not isinstance(loader, Iterable) or isinstance(loader, (str, bytes)):
         raise TypeError(
             f"{name} expected an iterable of batches such as a torch.utils.data.DataLoader. "
             f"Received: {type(loader).__name__}."
         )
     if length_of(loader) == 0:
-        raise ValueError(_empty_loader_message(loader))
+        raise ValueError(empty_loader_message(loader))
 
 
-def _empty_loader_message(loader: Any) -> str:
+def empty_loader_message(loader: Any) -> str:
     detail = ""
     dataset = getattr(loader, "dataset", None)
     if isinstance(dataset, Sized):
@@ -72,7 +72,7 @@ def _empty_loader_message(loader: Any) -> str:
     )
 
 
-def _extract_loss(output: Any, batch_idx: int) -> torch.Tensor | None:
+def extract_loss(output: Any, batch_idx: int) -> torch.Tensor | None:
     if type(output) is torch.Tensor and output.requires_grad and output.dim() == 0:
         return output  # the common case, checked cheaply
     loss = output.get("loss") if isinstance(output, dict) else output

@@ -14,11 +14,11 @@ import torch
 from trainer._run import RunIO
 from trainer._eval import EvalLoop
 from trainer._loop_utils import (
-    _check_loader,
-    _check_module,
-    _empty_loader_message,
-    _extract_loss,
-    _micro_batches,
+    check_loader,
+    check_module,
+    empty_loader_message,
+    extract_loss,
+    micro_batches,
 )
 from trainer._metrics import MetricStore, to_floats
 from trainer._optim import LoopState, OptimizerSetup, parse_optimizers
@@ -212,10 +212,10 @@ class Trainer:
         Calling `fit` again on the same Trainer continues the same run (counters,
         optimizer and scaler kept) until the limits are reached.
         """
-        _check_module(model)
-        _check_loader(train_loader, "train_loader")
+        check_module(model)
+        check_loader(train_loader, "train_loader")
         if val_loader is not None:
-            _check_loader(val_loader, "val_loader")
+            check_loader(val_loader, "val_loader")
         checkpoint = self._io.read_checkpoint(ckpt_path) if ckpt_path is not None else None
         if self.args.seed is not None and self._starts_run(model):  # a continued run keeps its random streams
             seed_everything(self.args.seed)
@@ -319,7 +319,7 @@ class Trainer:
         strategy.set_epoch(loader, state.epoch)
         total = length_of(loader)
         if total == 0:
-            raise ValueError(_empty_loader_message(loader))
+            raise ValueError(empty_loader_message(loader))
         if state.batches_done == 0:
             self._call("on_train_epoch_start")
         iterator = self._io.epoch_iterator(loader, state.batches_done)
@@ -329,14 +329,14 @@ class Trainer:
         want_start, want_end = self._want_batch_start, self._want_batch_end
         window_loss: torch.Tensor | None = None
         batch_idx = state.batches_done - 1
-        for batch_idx, size, last, batch in _micro_batches(iterator, total, args.accumulate_grad_batches, state.batches_done):
+        for batch_idx, size, last, batch in micro_batches(iterator, total, args.accumulate_grad_batches, state.batches_done):
             batch = move_to_device(batch, device)
             if want_start:
                 self._call("on_train_batch_start", batch, batch_idx)
             with strategy.no_sync(last):
                 with precision.autocast():
                     output = train_step(batch, batch_idx)
-                loss = _extract_loss(output, batch_idx)
+                loss = extract_loss(output, batch_idx)
                 if loss is not None:
                     if size > 1:
                         loss = loss / size  # the window's own length: a short last window too
@@ -359,7 +359,7 @@ class Trainer:
         if batch_idx + 1 > state.batches_done:  # the loader ended inside a window (len() overstated it)
             self._end_window(window_loss, batch_idx + 1)
         if total is None and state.epoch == 0 and state.batches_done == 0:
-            raise ValueError(_empty_loader_message(loader))
+            raise ValueError(empty_loader_message(loader))
         return True
 
     def _end_window(self, window_loss: torch.Tensor | None, batches_done: int) -> None:
@@ -450,8 +450,8 @@ class Trainer:
         return self._evaluate(model, loader, "predict", ckpt_path)  # type: ignore[return-value]
 
     def _evaluate(self, model: Module, loader: Iterable[Any], stage: str, ckpt_path: Any) -> Any:
-        _check_module(model)
-        _check_loader(loader, "loader")
+        check_module(model)
+        check_loader(loader, "loader")
         checkpoint = self._io.read_checkpoint(ckpt_path) if ckpt_path is not None else None
         if model is not self._module:  # another model: a later fit starts a fresh run for it
             self._module, self._opt = model, None
