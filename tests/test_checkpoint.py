@@ -32,9 +32,9 @@ def ckpt(tmp_path) -> Path:
 def test_checkpoint_holds_the_whole_state_and_loads_weights_only(ckpt):
     state = torch.load(ckpt, weights_only=True)
     assert state["format"] == FORMAT and state["format_version"] == FORMAT_VERSION
-    for key in ("module", "optimizer", "precision", "loop", "rng", "data", "callbacks", "config", "hparams", "cut"):
+    for key in ("module", "optimizers", "lr_schedulers", "precision", "loop", "rng", "data", "callbacks", "config", "hparams", "cut"):
         assert key in state, key
-    assert state["optimizer"]["state"]  # SGD momentum buffers
+    assert state["optimizers"][0]["class"] == "SGD" and state["optimizers"][0]["state"]["state"]  # momentum buffers
     assert set(state["precision"]["state"]) >= {"scale", "growth_factor", "backoff_factor", "_growth_tracker"}
     assert state["loop"] == {"epoch": 2, "global_step": 20, "batches_done": 0, "skipped_steps": state["loop"]["skipped_steps"]}
     assert set(state["rng"][0]) >= {"python", "numpy", "torch"}

@@ -49,7 +49,8 @@ class Net(Module):
         if hp["two_groups"]:
             groups = [{"params": self.net[0].parameters()}, {"params": self.net[2].parameters(), "lr": hp["lr"] / 10}]
             opt = torch.optim.SGD(groups, lr=hp["lr"])
-            return opt, torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)
+            sched = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)
+            return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
         return torch.optim.SGD(self.parameters(), lr=hp["lr"])
 
 
@@ -79,7 +80,7 @@ def trainer_for(tmp_path: Path, **kwargs) -> Trainer:
 def reference_loop(model: Net, loader, steps: int, k: int, precision: str = "fp32", init_scale: float = 1024.0, clip: float | None = None):
     """The hand-written loop: per optimizer step, the window loss, grad norm, lrs and scale."""
     setup = model.configure_optimizers()
-    opt, sched = setup if isinstance(setup, tuple) else (setup, None)
+    opt, sched = (setup["optimizer"], setup["lr_scheduler"]["scheduler"]) if isinstance(setup, dict) else (setup, None)
     scaler = torch.amp.GradScaler("cpu", init_scale=init_scale, enabled=precision == "amp")
     records = []
     batches = [b for _ in range(steps * k // len(loader) + 1) for b in loader]

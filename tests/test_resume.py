@@ -284,11 +284,23 @@ class SaveInside(Callback):
             trainer.save_checkpoint(self.path)
 
 
-@pytest.mark.parametrize("k", [1, 2])
+@pytest.mark.parametrize("k", [2, 4])
 def test_saving_inside_a_window_is_refused_clearly(tmp_path, k):
-    path = tmp_path / "inside.ckpt"
+    path = tmp_path / "inside.ckpt"  # batch 2 is inside a window of 2 (batches 2-3) and of 4 (0-3)
     run = trainer(tmp_path / "run", max_epochs=1, accumulate_grad_batches=k, callbacks=[SaveInside(path)])
     with pytest.raises(RuntimeError, match="inside an accumulation window") as caught:
         run.fit(make_model(), shuffled(make_data()))
-    assert str(path) in str(caught.value) and "on_train_step_end" in str(caught.value)
+    assert str(path) in str(caught.value) and "on_train_batch_end of a window's last" in str(caught.value)
     assert not path.exists()
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_saving_from_on_train_batch_end_after_a_step_is_a_clean_cut(tmp_path, k):
+    """Lightning's rule: on_train_batch_end of a window's last micro-batch runs after its
+    optimizer step, so global_step, the weights and a checkpoint saved there are after it."""
+    path = tmp_path / "after.ckpt"  # batch 2 ends the first window of 3, and any window of 1
+    run = trainer(tmp_path / "run", max_epochs=1, accumulate_grad_batches=k, callbacks=[SaveInside(path)])
+    run.fit(make_model(), shuffled(make_data()))
+    saved = load_checkpoint(path)
+    assert saved["cut"]["clean"] is True
+    assert saved["loop"]["global_step"] == 3 // k and saved["loop"]["batches_done"] == 3

@@ -190,15 +190,18 @@ def test_configure_optimizers_forms():
             return {
                 "tuple": (opt, sched),
                 "dict": {"optimizer": opt, "lr_scheduler": sched},
-                "bad": [opt, opt, opt],
+                "bad": [opt, "adam"],
                 "interval": {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "batch"}},
             }[self.form]
 
     for form in ("tuple", "dict"):
-        trainer = Trainer(max_steps=3, **QUIET)
+        trainer = Trainer(max_steps=3, **QUIET)  # 3 steps of a 10-batch epoch: no epoch finished
         trainer.fit(Form(form), loader(make_data()))
-        assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(0.1 * 0.5**3)  # a bare scheduler steps per step
-    for form, text in (("bad", "list of length 3"), ("interval", "'batch'")):
+        assert trainer.optimizer.param_groups[0]["lr"] == 0.1  # a bare scheduler steps per epoch (PyTorch, Lightning)
+        trainer = Trainer(max_epochs=3, **QUIET)
+        trainer.fit(Form(form), loader(make_data()))
+        assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(0.1 * 0.5**3)
+    for form, text in (("bad", "a list of (SGD, str)"), ("interval", "'batch'")):
         with pytest.raises(ValueError, match="configure_optimizers") as error:
             Trainer(**QUIET).fit(Form(form), loader(make_data()))
         assert text in str(error.value)

@@ -1,87 +1,196 @@
-"""What `configure_optimizers` returned, in one shape, and the loop's progress counters."""
+"""What `configure_optimizers` returned, in one shape, and the loop's progress counters.
+
+Accepted forms (Lightning's, plus our `(optimizer, scheduler)` tuple):
+
+* an optimizer;
+* `(optimizer, scheduler)`: a pair whose second element is a scheduler, never an optimizer;
+* a list or tuple of optimizers (several optimizers: manual optimization);
+* `([optimizers], [schedulers])`: each scheduler a scheduler or a config dict;
+* `{"optimizer": opt, "lr_scheduler": sched | config, "monitor": name}`, or a list of such dicts.
+
+A scheduler config dict holds `scheduler` and optionally `interval` ("epoch", the default,
+or "step"), `frequency` (every n epochs / optimizer steps), `monitor` (the metric a
+`ReduceLROnPlateau` steps on), `strict` (a missing monitor is an error; False: a warning and
+no step), `name` (the LearningRateMonitor tag).
+"""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal
+import warnings
+from typing import Any, Callable, Literal
 
 import torch
 
-__all__ = ["OptimizerSetup", "parse_optimizers", "LoopState"]
+__all__ = ["SchedulerConfig", "OptimizerSetup", "parse_optimizers", "LoopState"]
 
 Interval = Literal["step", "epoch"]
+_SCHEDULER_KEYS = {"scheduler", "interval", "frequency", "monitor", "strict", "name", "reduce_on_plateau", "opt_idx"}
+_OPTIMIZER_KEYS = {"optimizer", "lr_scheduler", "monitor"}
+
+_FORMS = (
+    "an optimizer; (optimizer, scheduler); a list of optimizers; ([optimizers], [schedulers]); "
+    "{'optimizer': opt, 'lr_scheduler': sched or {'scheduler': sched, 'interval': 'epoch' | 'step', "
+    "'frequency': n, 'monitor': name}}; or a list of such dicts"
+)
+
+
+@dataclasses.dataclass
+class SchedulerConfig:
+    """One LR scheduler and when the Trainer steps it (automatic optimization only)."""
+
+    scheduler: Any
+    interval: Interval = "epoch"
+    frequency: int = 1
+    monitor: str | None = None
+    strict: bool = True
+    name: str | None = None
+
+    @property
+    def reduce_on_plateau(self) -> bool:
+        return isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
+
+    def step(self, count: int, read_metric: Callable[[str], float | None]) -> None:
+        """Step if `count` (optimizer steps or finished epochs) is a multiple of `frequency`."""
+        if count % self.frequency:
+            return
+        if self.monitor is None:
+            self.scheduler.step()
+            return
+        value = read_metric(self.monitor)
+        if value is None:
+            if self.strict:
+                raise KeyError(
+                    f"The LR scheduler {type(self.scheduler).__name__} monitors {self.monitor!r}, which "
+                    f"was not logged before its {self.interval} step. Expected self.log({self.monitor!r}, ...) "
+                    "in training_step (interval 'step') or in validation (interval 'epoch'); or set "
+                    "'strict': False in the lr_scheduler dict to skip the step with a warning."
+                )
+            warnings.warn(
+                f"The LR scheduler monitors {self.monitor!r}, which was not logged; its step is skipped "
+                "('strict': False).",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return
+        self.scheduler.step(value)
 
 
 @dataclasses.dataclass
 class OptimizerSetup:
-    """One optimizer and, optionally, its LR scheduler and when it steps."""
+    """The optimizers in the order `configure_optimizers` returned them, and their schedulers."""
 
-    optimizer: torch.optim.Optimizer
-    scheduler: Any = None
-    interval: Interval = "step"
-    monitor: str | None = None  # for ReduceLROnPlateau: the metric passed to step()
+    optimizers: list[torch.optim.Optimizer]
+    schedulers: list[SchedulerConfig] = dataclasses.field(default_factory=list)
 
-    def step_scheduler(self, metrics: dict[str, float] | None = None) -> None:
-        if self.scheduler is None:
-            return
-        if self.monitor is not None:
-            if metrics is None or self.monitor not in metrics:
-                available = ", ".join(sorted(metrics or {})) or "none"
-                raise KeyError(
-                    f"The LR scheduler monitors {self.monitor!r}, which was not logged. "
-                    f"Logged metrics: {available}. Log it with self.log({self.monitor!r}, ...)."
-                )
-            self.scheduler.step(metrics[self.monitor])
-        else:
-            self.scheduler.step()
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        return self.optimizers[0]
+
+    def step_schedulers(self, interval: Interval, count: int, read_metric: Callable[[str], float | None]) -> None:
+        for config in self.schedulers:
+            if config.interval == interval:
+                config.step(count, read_metric)
+
+    def has_step_schedulers(self) -> bool:
+        return any(config.interval == "step" for config in self.schedulers)
 
 
-_FORMS = (
-    "an optimizer, a tuple (optimizer, scheduler), or a dict {'optimizer': opt, 'lr_scheduler': "
-    "sched} / {'optimizer': opt, 'lr_scheduler': {'scheduler': sched, 'interval': 'step' | 'epoch'}}"
-)
+def _fail(detail: str) -> ValueError:
+    return ValueError(f"configure_optimizers() expected {_FORMS}. Received: {detail}.")
+
+
+def _is_optimizer(value: Any) -> bool:
+    return isinstance(value, torch.optim.Optimizer)
+
+
+def _is_scheduler(value: Any) -> bool:
+    return not _is_optimizer(value) and hasattr(value, "step") and hasattr(value, "state_dict")
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        inner = ", ".join(type(v).__name__ for v in value)
+        return f"a {type(value).__name__} of ({inner})"
+    return f"{value!r} of type {type(value).__name__}"
 
 
 def parse_optimizers(returned: Any) -> OptimizerSetup:
-    """Normalise every form the contract allows; raise a ValueError for anything else."""
-
-    def fail(detail: str) -> ValueError:
-        return ValueError(
-            f"configure_optimizers() expected {_FORMS}. Received: {detail}."
-        )
-
-    if isinstance(returned, torch.optim.Optimizer):
-        return OptimizerSetup(returned)
-    if isinstance(returned, (tuple, list)):
-        if len(returned) == 2 and isinstance(returned[0], torch.optim.Optimizer):
-            return _with_scheduler(returned[0], returned[1], fail)
-        raise fail(f"a {type(returned).__name__} of length {len(returned)}")
+    """Normalise every accepted form; raise a ValueError naming the form for anything else."""
+    if _is_optimizer(returned):
+        return OptimizerSetup([returned])
     if isinstance(returned, dict):
-        unknown = set(returned) - {"optimizer", "lr_scheduler"}
-        if unknown or not isinstance(returned.get("optimizer"), torch.optim.Optimizer):
-            raise fail(f"a dict with keys {sorted(returned)}")
-        return _with_scheduler(returned["optimizer"], returned.get("lr_scheduler"), fail)
-    raise fail(f"{returned!r} of type {type(returned).__name__}")
+        return _from_dicts([returned])
+    if isinstance(returned, (list, tuple)) and returned:
+        if all(_is_optimizer(v) for v in returned):
+            return OptimizerSetup(list(returned))
+        if all(isinstance(v, dict) for v in returned):
+            return _from_dicts(list(returned))
+        if len(returned) == 2 and _is_optimizer(returned[0]) and (_is_scheduler(returned[1]) or isinstance(returned[1], dict)):
+            return _build([returned[0]], [returned[1]])
+        if len(returned) == 2 and all(isinstance(v, (list, tuple)) for v in returned):
+            optimizers, schedulers = returned
+            if optimizers and all(_is_optimizer(v) for v in optimizers):
+                return _build(list(optimizers), list(schedulers))
+    raise _fail(_describe(returned))
 
 
-def _with_scheduler(optimizer: torch.optim.Optimizer, spec: Any, fail: Any) -> OptimizerSetup:
-    if spec is None:
-        return OptimizerSetup(optimizer)
+def _from_dicts(items: list[dict[str, Any]]) -> OptimizerSetup:
+    optimizers: list[torch.optim.Optimizer] = []
+    specs: list[Any] = []
+    for item in items:
+        unknown = set(item) - _OPTIMIZER_KEYS
+        if unknown or not _is_optimizer(item.get("optimizer")):
+            raise _fail(f"a dict with keys {sorted(item)} (expected 'optimizer' and optionally 'lr_scheduler', 'monitor')")
+        optimizers.append(item["optimizer"])
+        spec = item.get("lr_scheduler")
+        if spec is None:
+            continue
+        if item.get("monitor") is not None:  # Lightning's top-level monitor
+            spec = dict(spec) if isinstance(spec, dict) else {"scheduler": spec}
+            spec.setdefault("monitor", item["monitor"])
+        specs.append(spec)
+    return _build(optimizers, specs)
+
+
+def _build(optimizers: list[torch.optim.Optimizer], specs: list[Any]) -> OptimizerSetup:
+    configs = [_scheduler_config(spec) for spec in specs]
+    owned = {id(p) for opt in optimizers for group in opt.param_groups for p in group["params"]}
+    for config in configs:
+        target = getattr(config.scheduler, "optimizer", None)
+        if target is not None and not any(target is opt for opt in optimizers) and not any(
+            id(p) in owned for group in getattr(target, "param_groups", []) for p in group["params"]
+        ):
+            raise _fail(f"a scheduler {type(config.scheduler).__name__} whose optimizer was not returned")
+    return OptimizerSetup(optimizers, configs)
+
+
+def _scheduler_config(spec: Any) -> SchedulerConfig:
     if isinstance(spec, dict):
-        unknown = set(spec) - {"scheduler", "interval", "monitor"}
+        unknown = set(spec) - _SCHEDULER_KEYS
         if unknown or "scheduler" not in spec:
-            raise fail(f"an lr_scheduler dict with keys {sorted(spec)}")
-        interval = spec.get("interval", "step")
-        if interval not in ("step", "epoch"):
-            raise fail(f"lr_scheduler interval {interval!r} (expected 'step' or 'epoch')")
-        scheduler, monitor = spec["scheduler"], spec.get("monitor")
+            raise _fail(f"an lr_scheduler dict with keys {sorted(spec)} (accepted: {', '.join(sorted(_SCHEDULER_KEYS))})")
+        scheduler = spec["scheduler"]
+        interval = spec.get("interval", "epoch")
+        frequency = spec.get("frequency", 1)
+        monitor, strict, name = spec.get("monitor"), spec.get("strict", True), spec.get("name")
     else:
-        scheduler, interval, monitor = spec, "step", None
-    if not hasattr(scheduler, "step") or not hasattr(scheduler, "state_dict"):
-        raise fail(f"a scheduler {scheduler!r} without step()/state_dict()")
-    if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau) and monitor is None:
-        raise fail("ReduceLROnPlateau without a 'monitor' metric name")
-    return OptimizerSetup(optimizer, scheduler, interval, monitor)
+        scheduler, interval, frequency, monitor, strict, name = spec, "epoch", 1, None, True, None
+    if interval not in ("step", "epoch"):
+        raise _fail(f"lr_scheduler interval {interval!r} (expected 'epoch' or 'step')")
+    if isinstance(frequency, bool) or not isinstance(frequency, int) or frequency < 1:
+        raise _fail(f"lr_scheduler frequency {frequency!r} (expected a positive int)")
+    if not _is_scheduler(scheduler):
+        raise _fail(f"a scheduler {scheduler!r} without step()/state_dict()")
+    is_plateau = isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
+    if is_plateau and monitor is None:
+        raise _fail(
+            "ReduceLROnPlateau without a 'monitor' metric name (add 'monitor': 'val/loss' to the "
+            "lr_scheduler dict or to the dict returned with the optimizer)"
+        )
+    if monitor is not None and not is_plateau:
+        monitor = None  # Lightning reads the monitor only for ReduceLROnPlateau
+    return SchedulerConfig(scheduler, interval, frequency, monitor, bool(strict), name)
 
 
 @dataclasses.dataclass

@@ -50,7 +50,7 @@ __all__ = [
 log = logging.getLogger("trainer")
 
 FORMAT = "loopwright.checkpoint"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: lists of optimizers and schedulers with their classes (1 is still read)
 _TMP_SUFFIX = ".tmp"
 _ZIP_MAGIC = b"PK\x03\x04"
 
@@ -248,10 +248,13 @@ def callback_keys(callbacks: Sequence[Any]) -> list[str]:
 
 def cut_problem(trainer: Any) -> str | None:
     """Why the current state is not a cut at an optimizer-step boundary, or None if it is."""
+    manual = getattr(trainer, "_manual", None)
+    inside = manual.cut_problem() if manual is not None else None
+    if inside is not None:
+        return inside
     taken = trainer._io.data_order.unconsumed(trainer.state.epoch, trainer.state.batches_done)
-    optimizer = trainer.optimizer
-    accumulated = optimizer is not None and any(
-        p.grad is not None for group in optimizer.param_groups for p in group["params"]
+    accumulated = any(
+        p.grad is not None for optimizer in trainer.optimizers for group in optimizer.param_groups for p in group["params"]
     )
     if not taken and not accumulated:
         return None
@@ -275,8 +278,8 @@ def collect_state(trainer: Any, *, allow_partial: bool = False, target: Any = No
         raise RuntimeError(
             f"Can't write checkpoint {str(target)!r}: {problem}. A checkpoint is a cut at an "
             "optimizer-step boundary, and accumulated gradients are not saved. Expected a call "
-            "between steps: from Callback.on_train_step_end, on_train_epoch_start, on_fit_end, or "
-            "outside fit (on_train_batch_start/end run inside the window)."
+            "between steps: from Callback.on_train_batch_end of a window's last micro-batch, "
+            "on_train_step_end, on_train_epoch_start/end, on_fit_end, or outside fit."
         )
     opt = trainer._opt
     module = trainer._module
@@ -286,8 +289,13 @@ def collect_state(trainer: Any, *, allow_partial: bool = False, target: Any = No
         "format_version": FORMAT_VERSION,
         "module": module.state_dict(),
         "module_class": f"{type(module).__module__}.{type(module).__qualname__}",
-        "optimizer": opt.optimizer.state_dict() if opt is not None else None,
-        "lr_scheduler": opt.scheduler.state_dict() if opt is not None and opt.scheduler is not None else None,
+        "optimizers": [
+            {"class": _class_name(o), "state": o.state_dict()} for o in (opt.optimizers if opt is not None else [])
+        ],
+        "lr_schedulers": [
+            {"class": _class_name(c.scheduler), "state": c.scheduler.state_dict()}
+            for c in (opt.schedulers if opt is not None else [])
+        ],
         "precision": {"name": trainer.precision.name, "state": trainer.precision.state_dict()},
         "loop": trainer.state.state_dict(),
         "rng": strategy.all_gather_object(rng_state()),
@@ -338,15 +346,9 @@ def restore_state(trainer: Any, checkpoint: dict[str, Any]) -> None:
     source = _source(checkpoint)
     restore_module(trainer._module, checkpoint, source)
     opt = trainer._opt
-    for name, target in (("optimizer", opt.optimizer if opt else None), ("lr_scheduler", opt.scheduler if opt else None)):
-        if target is not None and checkpoint.get(name) is not None:
-            try:
-                target.load_state_dict(checkpoint[name])
-            except (ValueError, KeyError, TypeError, RuntimeError) as error:
-                raise CheckpointError(
-                    f"{source}: its {name} state does not fit this run's {type(target).__name__} "
-                    f"({_first_line(error)}). Expected the configure_optimizers of the saved run."
-                ) from None
+    if opt is not None:
+        _restore_list(source, "optimizer", opt.optimizers, _saved_list(checkpoint, "optimizer"))
+        _restore_list(source, "LR scheduler", [c.scheduler for c in opt.schedulers], _saved_list(checkpoint, "lr_scheduler"))
     _restore_precision(trainer, checkpoint["precision"], source)
     trainer.state.load_state_dict(checkpoint["loop"])
     saved_callbacks = dict(checkpoint.get("callbacks", {}))
@@ -378,6 +380,41 @@ def restore_state(trainer: Any, checkpoint: dict[str, Any]) -> None:
             stacklevel=4,
         )
     trainer._dispatch.call("on_load_checkpoint", trainer, trainer._module, checkpoint)
+
+
+def _class_name(obj: Any) -> str:
+    return type(obj).__qualname__
+
+
+def _saved_list(checkpoint: dict[str, Any], kind: str) -> list[dict[str, Any]]:
+    """The saved optimizers or schedulers as [{"class", "state"}] (format 1 held one, bare)."""
+    if kind + "s" in checkpoint:
+        return list(checkpoint[kind + "s"])
+    single = checkpoint.get(kind)
+    return [] if single is None else [{"class": None, "state": single}]
+
+
+def _restore_list(source: str, what: str, targets: list[Any], saved: list[dict[str, Any]]) -> None:
+    if len(saved) != len(targets):
+        raise CheckpointError(
+            f"{source} holds {len(saved)} {what}(s); this run's configure_optimizers returned "
+            f"{len(targets)}. Expected the configure_optimizers of the saved run."
+        )
+    for index, (target, entry) in enumerate(zip(targets, saved)):
+        label = f"{what} {index}" if len(targets) > 1 else what
+        saved_class = entry.get("class")
+        if saved_class is not None and saved_class != _class_name(target):
+            raise CheckpointError(
+                f"{source}: {label} was saved from a {saved_class}, but this run's is a "
+                f"{_class_name(target)}. Expected the configure_optimizers of the saved run."
+            )
+        try:
+            target.load_state_dict(entry["state"])
+        except (ValueError, KeyError, TypeError, RuntimeError) as error:
+            raise CheckpointError(
+                f"{source}: its {label} state does not fit this run's {_class_name(target)} "
+                f"({_first_line(error)}). Expected the configure_optimizers of the saved run."
+            ) from None
 
 
 def _restore_precision(trainer: Any, saved: dict[str, Any], source: str) -> None:

@@ -167,14 +167,103 @@ class Module(torch.nn.Module):
             batch_size=batch_size,
         )
 
+    # -------------------------------------------------------------- manual optimization
+    #: False: `training_step` steps the optimizers itself (`self.optimizers()`,
+    #: `self.manual_backward`, `opt.step()`), as in Lightning; see docs/manual_optimization.md.
+    automatic_optimization: bool = True
+
+    def optimizers(self) -> Any:
+        """The optimizers of `configure_optimizers`, stepping through the Trainer's precision.
+
+        One optimizer is returned as is (wrapped), several as a list in the order given.
+        """
+        managed = self.trainer._managed_optimizers()
+        return managed[0] if len(managed) == 1 else managed
+
+    def lr_schedulers(self) -> Any:
+        """The LR schedulers of `configure_optimizers`: None, one, or a list."""
+        schedulers = [config.scheduler for config in self.trainer._opt_setup().schedulers]
+        if not schedulers:
+            return None
+        return schedulers[0] if len(schedulers) == 1 else schedulers
+
+    def manual_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """`loss.backward()` through the Trainer: scaled under amp, hooks called."""
+        self.trainer._manual_backward(loss, *args, **kwargs)
+
+    def clip_gradients(
+        self,
+        optimizer: Any,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str | None = None,
+    ) -> None:
+        """Unscale (amp) and clip the gradients of `optimizer`'s parameters.
+
+        Defaults come from the Trainer's `gradient_clip_val`/`gradient_clip_algorithm`.
+        """
+        self.trainer._clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+
+    def toggle_optimizer(self, optimizer: Any) -> None:
+        """Only `optimizer`'s parameters require grad until `untoggle_optimizer` (GANs)."""
+        own = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        saved: dict[int, tuple[torch.nn.Parameter, bool]] = {}
+        for other in self.trainer._opt_setup().optimizers:
+            for group in other.param_groups:
+                for p in group["params"]:
+                    if id(p) not in own and id(p) not in saved:
+                        saved[id(p)] = (p, p.requires_grad)
+                        p.requires_grad_(False)
+        object.__setattr__(self, "_toggled", saved)
+
+    def untoggle_optimizer(self, optimizer: Any) -> None:
+        """Restore `requires_grad` as it was before `toggle_optimizer`."""
+        for p, flag in self.__dict__.get("_toggled", {}).values():
+            p.requires_grad_(flag)
+        object.__setattr__(self, "_toggled", {})
+
     # ------------------------------------------------------------------- lifecycle hooks
-    # Module hooks run before the callbacks' hooks of the same name.
+    # The order in which the Trainer calls them is the table in docs/hooks.md.
+    def setup(self, stage: str) -> None:
+        """Before fit/validate/test/predict (`stage`), before the model is moved or wrapped."""
+
+    def teardown(self, stage: str) -> None: ...
     def on_fit_start(self) -> None: ...
     def on_fit_end(self) -> None: ...
+    def on_train_start(self) -> None: ...
+    def on_train_end(self) -> None: ...
     def on_train_epoch_start(self) -> None: ...
     def on_train_epoch_end(self) -> None: ...
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None: ...
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None: ...
+    def on_before_backward(self, loss: torch.Tensor) -> None: ...
+    def on_after_backward(self) -> None: ...
+    def on_before_optimizer_step(self, optimizer: Any) -> None: ...
+    def on_before_zero_grad(self, optimizer: Any) -> None: ...
+    def on_validation_start(self) -> None: ...
+    def on_validation_end(self) -> None: ...
     def on_validation_epoch_start(self) -> None: ...
     def on_validation_epoch_end(self) -> None: ...
+    def on_validation_batch_start(self, batch: Any, batch_idx: int) -> None: ...
+    def on_validation_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None: ...
+    def on_test_start(self) -> None: ...
+    def on_test_end(self) -> None: ...
+    def on_test_epoch_start(self) -> None: ...
+    def on_test_epoch_end(self) -> None: ...
+    def on_test_batch_start(self, batch: Any, batch_idx: int) -> None: ...
+    def on_test_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None: ...
+    def on_predict_start(self) -> None: ...
+    def on_predict_end(self) -> None: ...
+    def on_predict_epoch_start(self) -> None: ...
+    def on_predict_epoch_end(self) -> None: ...
+    def on_predict_batch_start(self, batch: Any, batch_idx: int) -> None: ...
+    def on_predict_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None: ...
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Add the module's own state (a carried hidden state, a running statistic) to
+        `checkpoint` before it is written; values must be tensors or plain data."""
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Read back what `on_save_checkpoint` added (called when a run resumes)."""
 
 
 class _Captured(dict):  # type: ignore[type-arg]

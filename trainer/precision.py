@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
 import torch
@@ -39,7 +39,13 @@ def _parameters(optimizer: torch.optim.Optimizer) -> list[torch.nn.Parameter]:
 
 
 def _total_norm(grads: list[torch.Tensor]) -> torch.Tensor:
-    """The 2-norm over all gradients, as `clip_grad_norm_` computes it (no host sync)."""
+    """The 2-norm over all gradients, as `clip_grad_norm_` computes it (no host sync).
+
+    Sparse gradients (``nn.Embedding(sparse=True)``) count by their coalesced values, so
+    logging the norm never stops a model that trains in a hand-written loop.
+    """
+    if any(g.is_sparse for g in grads):
+        grads = [g.coalesce()._values() if g.is_sparse else g for g in grads]
     if hasattr(torch.nn.utils, "get_total_norm"):  # torch >= 2.6
         return torch.nn.utils.get_total_norm(grads)
     if not grads:
@@ -73,26 +79,45 @@ class Precision:
     def unscale_gradients(self, optimizer: torch.optim.Optimizer) -> None:
         """Bring gradients to their true scale (a no-op unless the loss was scaled)."""
 
-    def gradient_norm(self, optimizer: torch.optim.Optimizer) -> torch.Tensor:
-        """The true total 2-norm of the gradients, as a device tensor (no host sync)."""
+    def gradient_norm(
+        self, optimizer: torch.optim.Optimizer, parameters: Sequence[torch.nn.Parameter] | None = None
+    ) -> torch.Tensor:
+        """The true total 2-norm of the gradients, as a device tensor (no host sync).
+
+        `parameters` fixes the summation order (the Trainer passes the module's
+        `parameters()` order, as a hand-written `clip_grad_norm_(model.parameters())` uses);
+        by default the optimizer's own order.
+        """
         self.unscale_gradients(optimizer)
-        return _total_norm(_grads(_parameters(optimizer)))
+        return _total_norm(_grads(parameters if parameters is not None else _parameters(optimizer)))
 
     def clip_gradients(
-        self, optimizer: torch.optim.Optimizer, max_value: float, algorithm: ClipAlgorithm
+        self,
+        optimizer: torch.optim.Optimizer,
+        max_value: float,
+        algorithm: ClipAlgorithm,
+        parameters: Sequence[torch.nn.Parameter] | None = None,
     ) -> torch.Tensor | None:
         """Unscale, then clip. Returns the total norm before clipping for "norm"."""
         self.unscale_gradients(optimizer)
-        parameters = _parameters(optimizer)
+        params = list(parameters) if parameters is not None else _parameters(optimizer)
         if algorithm == "norm":
-            return torch.nn.utils.clip_grad_norm_(parameters, max_value)
-        torch.nn.utils.clip_grad_value_(parameters, max_value)
+            return torch.nn.utils.clip_grad_norm_(params, max_value)
+        torch.nn.utils.clip_grad_value_(params, max_value)
         return None
 
-    def optimizer_step(self, optimizer: torch.optim.Optimizer) -> bool:
-        """Apply the gradients; return whether the optimizer really stepped."""
+    def optimizer_step(self, optimizer: torch.optim.Optimizer, *, update: bool = True) -> bool:
+        """Apply the gradients; return whether the optimizer really stepped.
+
+        With `update=False` (manual optimization, several optimizers in one training step)
+        the strategy's per-iteration bookkeeping waits for `update()`.
+        """
         optimizer.step()
         return True
+
+    def update(self) -> None:
+        """End of an iteration in which `optimizer_step(..., update=False)` ran (AMP: the
+        scale is updated once, after every optimizer's step, as PyTorch's recipe does)."""
 
     def loss_scale(self) -> torch.Tensor | None:
         """The current loss scale as a device tensor, or None when nothing is scaled."""
@@ -179,18 +204,33 @@ class AMP(Precision):
             self.scaler.unscale_(optimizer)
             self._unscaled.add(id(optimizer))
 
-    def optimizer_step(self, optimizer: torch.optim.Optimizer) -> bool:
-        assert self.scaler is not None
-        if optimizer not in self._hooked:
-            # The post-hook fires only when optimizer.step() really runs, which is how we
-            # learn that GradScaler did not skip it, without a host read of our own.
-            optimizer.register_step_post_hook(self._count_step)
-            self._hooked.add(optimizer)
-        before = self._steps_taken
-        self.scaler.step(optimizer)
-        self.scaler.update()
+    def optimizer_step(self, optimizer: torch.optim.Optimizer, *, update: bool = True) -> bool:
+        scaler = self.scaler
+        assert scaler is not None
+        if getattr(optimizer, "_step_supports_amp_scaling", False):
+            # Fused optimizers (Adam/AdamW/SGD with fused=True) always run their step and
+            # skip on the device; whether they skipped is the scaler's found_inf, read here
+            # (a non-fused step makes the same read inside GradScaler.step).
+            scaler.step(optimizer)
+            found = scaler._per_optimizer_states[id(optimizer)]["found_inf_per_device"]
+            stepped = not any(bool(t.item()) for t in found.values())
+        else:
+            if optimizer not in self._hooked:
+                # The post-hook fires only when optimizer.step() really runs, which is how we
+                # learn that GradScaler did not skip it, without a host read of our own.
+                optimizer.register_step_post_hook(self._count_step)
+                self._hooked.add(optimizer)
+            before = self._steps_taken
+            scaler.step(optimizer)
+            stepped = self._steps_taken != before
         self._unscaled.discard(id(optimizer))
-        return self._steps_taken != before
+        if update:
+            scaler.update()
+        return stepped
+
+    def update(self) -> None:
+        assert self.scaler is not None
+        self.scaler.update()
 
     def _count_step(self, *_: Any) -> None:
         self._steps_taken += 1

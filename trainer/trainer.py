@@ -4,26 +4,21 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from trainer._run import RunIO
-from trainer._eval import EvalLoop
-from trainer._loop_utils import (
-    check_loader,
-    check_module,
-    empty_loader_message,
-    extract_loss,
-    micro_batches,
-)
 from trainer._metrics import MetricStore, to_floats
 from trainer._optim import LoopState, OptimizerSetup, parse_optimizers
+from trainer._run import RunIO
 from trainer._signals import SignalGuard
-from trainer._utils import length_of, move_to_device, seed_everything
+from trainer._utils import seed_everything
+from trainer.loops.batches import check_loader, check_module
+from trainer.loops.evaluation import EvalLoop
+from trainer.loops.fit import FitLoop
+from trainer.loops.manual import ManagedOptimizer, ManualOptimization
 from trainer.callback import Callback, _Dispatcher
 from trainer.distributed import Strategy, resolve_strategy
 from trainer.module import Module
@@ -102,6 +97,8 @@ class Trainer:
         self.experiment_config: dict[str, Any] | None = None  # a YAML run's resolved config (trainer.config)
         self._stop_request = False  # this rank's own request; see request_stop
         self._in_train_batches = False  # where `self.log` defaults to per-step values
+        self._manual: ManualOptimization | None = None
+        self._loop: FitLoop | None = None
 
     @classmethod
     def from_config(cls, source: Any, *, stage: str = "fit", **overrides: Any) -> Any:
@@ -143,11 +140,23 @@ class Trainer:
 
     @property
     def optimizer(self) -> torch.optim.Optimizer | None:
+        """The first (in automatic optimization, the only) optimizer."""
         return self._opt.optimizer if self._opt is not None else None
 
     @property
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        """Every optimizer, in the order `configure_optimizers` returned them."""
+        return list(self._opt.optimizers) if self._opt is not None else []
+
+    @property
     def lr_scheduler(self) -> Any:
-        return self._opt.scheduler if self._opt is not None else None
+        """The first LR scheduler, or None."""
+        return self._opt.schedulers[0].scheduler if self._opt is not None and self._opt.schedulers else None
+
+    @property
+    def lr_scheduler_configs(self) -> list[Any]:
+        """Every scheduler with when it steps (`.scheduler`, `.interval`, `.frequency`, `.monitor`)."""
+        return list(self._opt.schedulers) if self._opt is not None else []
 
     @property
     def logger(self) -> Any:
@@ -195,43 +204,53 @@ class Trainer:
     ) -> None:
         """Train `model` on `train_loader` until `max_epochs` or `max_steps`.
 
-        The loop, in pseudocode::
+        The loop, in pseudocode (hooks in docs/hooks.md)::
 
-            setup: seed, device, precision, configure_optimizers, restore ckpt_path
-            for epoch in epochs:
+            setup(stage); move/wrap the model; configure_optimizers; restore ckpt_path
+            for epoch in epochs:                                   loops/fit.py
                 for window of k micro-batches (the last one may be shorter):
-                    for batch in window:
+                    for batch in window:                           loops/automatic.py
                         with autocast: loss = training_step(batch) / len(window)
                         backward(loss)               # scaled under amp; DDP syncs on the last
                     unscale; clip; stepped = optimizer step (amp skips non-finite)
-                    if stepped: scheduler.step()     # interval "step"
+                    if stepped: step-interval schedulers
                     zero_grad(set_to_none=True); global_step += 1; log every n steps
-                    stop here if max_steps reached or a stop was requested
-                validate; epoch-end hooks; scheduler.step() (interval "epoch"); write last.ckpt
+                    on_train_batch_end; stop here at max_steps or on request
+                validate; on_train_epoch_end; epoch-interval schedulers; write last.ckpt
+            teardown(stage)
 
-        Calling `fit` again on the same Trainer continues the same run (counters,
+        With `automatic_optimization = False` the module steps its optimizers itself
+        (loops/manual.py).         Calling `fit` again on the same Trainer continues the same run (counters,
         optimizer and scaler kept) until the limits are reached.
         """
         check_module(model)
         check_loader(train_loader, "train_loader")
         if val_loader is not None:
             check_loader(val_loader, "val_loader")
+        self._check_optimization_args(model)
         checkpoint = self._io.read_checkpoint(ckpt_path) if ckpt_path is not None else None
         if self.args.seed is not None and self._starts_run(model):  # a continued run keeps its random streams
             seed_everything(self.args.seed)
-        self._setup(model)
-        if checkpoint is not None:
-            self._io.restore(checkpoint)
-        self.state.stop_requested = self._stop_request = False
-        self._train_loader = train_loader = self.strategy.setup_loader(train_loader, train=True)
-        if val_loader is not None:
-            val_loader = self.strategy.setup_loader(val_loader, train=False)
+        self._setup(model, "fit")
+        try:
+            if checkpoint is not None:
+                self._io.restore(checkpoint)
+            self.state.stop_requested = self._stop_request = False
+            self._train_loader = train_loader = self.strategy.setup_loader(train_loader, train=True)
+            if val_loader is not None:
+                val_loader = self.strategy.setup_loader(val_loader, train=False)
+            self._fit_with_signals(train_loader, val_loader)
+        finally:
+            self._call("teardown", "fit")
+
+    def _fit_with_signals(self, train_loader: Any, val_loader: Any) -> None:
         with SignalGuard(self.request_stop) as signals:
             self._signals = signals
             try:
                 self._call("on_fit_start")
-                self._io.start_run(model)
-                self._fit_loop(train_loader, val_loader)
+                self._io.start_run(self._module)
+                self._loop = FitLoop(self)
+                self._loop.run(train_loader, val_loader)
                 self._call("on_fit_end")
             except BaseException as error:
                 with signals.deferred():  # a second Ctrl-C can't cut the cleanup short
@@ -250,181 +269,53 @@ class Trainer:
         """Opening/closing bars and writing epoch-end files: not cut by an interrupt."""
         return self._signals.deferred() if self._signals is not None else contextlib.nullcontext()
 
-    def _setup(self, model: Module) -> None:
-        if self._starts_run(model):  # a new model (or one only evaluated so far): new optimizer, counters restart
+    def _check_optimization_args(self, model: Module) -> None:
+        if model.automatic_optimization:
+            return
+        for name, value, default in (
+            ("accumulate_grad_batches", self.args.accumulate_grad_batches, 1),
+            ("gradient_clip_val", self.args.gradient_clip_val, None),
+        ):
+            if value != default:
+                raise ValueError(
+                    f"Trainer({name}={value!r}) applies to automatic optimization, but "
+                    f"{type(model).__name__}.automatic_optimization is False. Expected {name}={default!r}: "
+                    "in manual optimization accumulate and clip in training_step (self.clip_gradients(opt, "
+                    "gradient_clip_val=...); step every n batches), as in Lightning."
+                )
+
+    def _setup(self, model: Module, stage: str) -> None:
+        new_run = self._starts_run(model)
+        if new_run:  # a new model (or one only evaluated so far): new optimizer, counters restart
             self._module = model
             self.state = LoopState()
-            model._attach(self)
-            self._train_step = self.strategy.setup_module(model)
+        model._attach(self)
+        self._dispatch = _Dispatcher(model, self.callbacks)
+        self._call("setup", stage)  # before the model is moved or wrapped: layers made here count
+        self._train_step = self.strategy.setup_module(model)  # teardown released the last one
+        if new_run:
             self._precision.setup(self.strategy.device)
             self._opt = parse_optimizers(model.configure_optimizers())
-        else:
-            model._attach(self)
-            self._train_step = self.strategy.setup_module(model)  # teardown released the last one
-        self._dispatch = _Dispatcher(model, self.callbacks)
+            if model.automatic_optimization and len(self._opt.optimizers) > 1:
+                count = len(self._opt.optimizers)
+                self._opt = None
+                raise ValueError(
+                    f"configure_optimizers() of {type(model).__name__} returned {count} optimizers, but "
+                    "automatic optimization steps exactly one. Expected one optimizer, or set "
+                    "`self.automatic_optimization = False` in __init__ and step each optimizer in "
+                    "training_step (self.optimizers(), self.manual_backward(loss), opt.step()); see "
+                    "docs/manual_optimization.md."
+                )
+        self._manual = None if model.automatic_optimization else ManualOptimization(self)
         self._eval = EvalLoop(self)
-        # Looked up once per fit, so the step pays nothing for hooks nobody overrides.
-        wants = self._dispatch.wants
-        self._want_batch_start, self._want_batch_end = wants("on_train_batch_start"), wants("on_train_batch_end")
-        self._want_before_step, self._want_step_end = wants("on_before_optimizer_step"), wants("on_train_step_end")
 
     def _starts_run(self, model: Module) -> bool:
         return model is not self._module or self._opt is None
 
-    def _finished(self) -> bool:
-        args, state = self.args, self.state
-        if args.max_steps is not None and state.global_step >= args.max_steps:
-            return True
-        max_epochs = args.max_epochs if args.max_epochs is not None else (None if args.max_steps else 1)
-        return max_epochs is not None and state.epoch >= max_epochs
-
-    def _fit_loop(self, train_loader: Any, val_loader: Any) -> None:
-        if self._finished():
-            log.warning(  # a warning, so a notebook (no logging configured) shows it
-                "Nothing to train: the run already reached max_epochs=%s / max_steps=%s. To train further, "
-                "create a Trainer with higher limits and call its fit with ckpt_path=%s.",
-                self.args.max_epochs, self.args.max_steps,
-                repr(str(self._io.last_path)) if self.args.enable_checkpointing else "<a trainer.save_checkpoint(path) file>",
-            )
-        while not self._finished() and not self.state.stop_requested:
-            epoch_complete = self._train_epoch(train_loader)
-            if not epoch_complete:
-                break
-            self._io.close_train_epoch()
-            if val_loader is not None:
-                self._eval.run(val_loader, "validation")
-            self._call("on_train_epoch_end")
-            if self._opt is not None and self._opt.interval == "epoch":
-                self._opt.step_scheduler(self.callback_metrics if self._opt.monitor else None)
-            self.state.epoch += 1
-            self.state.batches_done = 0
-            with self._bookkeeping():
-                self._io.end_epoch()
-            self._agree_stop()
-        self._io.save_last()
-
-    # ------------------------------------------------------------------ one epoch
-    def _train_epoch(self, loader: Any) -> bool:
-        """Run (the rest of) one epoch; return whether it reached its end."""
-        self._in_train_batches = True
-        try:
-            return self._train_batches(loader)
-        finally:
-            self._in_train_batches = False
-
-    def _train_batches(self, loader: Any) -> bool:
-        state, args, precision, strategy = self.state, self.args, self._precision, self.strategy
-        assert self._module is not None
-        self._module.train()
-        strategy.set_epoch(loader, state.epoch)
-        total = length_of(loader)
-        if total == 0:
-            raise ValueError(empty_loader_message(loader))
-        if state.batches_done == 0:
-            self._call("on_train_epoch_start")
-        iterator = self._io.epoch_iterator(loader, state.batches_done)
-        with self._bookkeeping():
-            self._io.progress_start_epoch(total)
-        device, train_step, advance = strategy.device, self._train_step, self._io.progress_advance
-        want_start, want_end = self._want_batch_start, self._want_batch_end
-        window_loss: torch.Tensor | None = None
-        batch_idx = state.batches_done - 1
-        for batch_idx, size, last, batch in micro_batches(iterator, total, args.accumulate_grad_batches, state.batches_done):
-            batch = move_to_device(batch, device)
-            if want_start:
-                self._call("on_train_batch_start", batch, batch_idx)
-            with strategy.no_sync(last):
-                with precision.autocast():
-                    output = train_step(batch, batch_idx)
-                loss = extract_loss(output, batch_idx)
-                if loss is not None:
-                    if size > 1:
-                        loss = loss / size  # the window's own length: a short last window too
-                    precision.backward(loss)
-            if loss is not None:
-                detached = loss.detach()
-                window_loss = detached if window_loss is None else window_loss + detached
-            advance(batch)
-            if want_end:
-                self._call("on_train_batch_end", output, batch, batch_idx)
-            if last:
-                self._end_window(window_loss, batch_idx + 1)
-                window_loss = None
-                if args.max_steps is not None and state.global_step >= args.max_steps:
-                    state.stop_requested = True
-                elif state.global_step % args.log_every_n_steps == 0:
-                    self._agree_stop()  # DDP: no per-step collective, only at logging steps
-                if state.stop_requested:
-                    return total is not None and state.batches_done >= total
-        if batch_idx + 1 > state.batches_done:  # the loader ended inside a window (len() overstated it)
-            self._end_window(window_loss, batch_idx + 1)
-        if total is None and state.epoch == 0 and state.batches_done == 0:
-            raise ValueError(empty_loader_message(loader))
-        return True
-
-    def _end_window(self, window_loss: torch.Tensor | None, batches_done: int) -> None:
-        """Close an accumulation window: guard against non-finite losses, then step."""
-        if window_loss is None:  # every micro-batch was skipped (training_step returned None)
-            self.state.batches_done = batches_done
-            return
-        # A non-finite micro-batch loss makes the window's sum non-finite, so one host read
-        # per optimizer step guards the weights (amp's GradScaler makes its own read instead).
-        if not self._precision.handles_nonfinite and not self.strategy.all_agree(math.isfinite(window_loss)):
-            self._nonfinite_loss(batches_done)
-        else:
-            self._optimizer_step(window_loss, batches_done)
-
-    def _optimizer_step(self, window_loss: torch.Tensor, batches_done: int) -> None:
-        opt, precision, args, signals = self._opt, self._precision, self.args, self._signals
-        assert opt is not None and signals is not None
-        log_now = (self.state.global_step + 1) % args.log_every_n_steps == 0
-        norm_wanted = log_now and self._io.logger is not None  # computed only to be written
-        if self._want_before_step:
-            self._call("on_before_optimizer_step", opt.optimizer)
-        signals.in_critical = True  # SIGINT now waits for the end of the step (see _signals.py)
-        try:
-            norm = None
-            if args.gradient_clip_val is not None:
-                if args.gradient_clip_algorithm == "value" and norm_wanted:
-                    norm = precision.gradient_norm(opt.optimizer)
-                clipped = precision.clip_gradients(opt.optimizer, args.gradient_clip_val, args.gradient_clip_algorithm)  # type: ignore[arg-type]
-                norm = clipped if clipped is not None else norm
-            elif norm_wanted:
-                norm = precision.gradient_norm(opt.optimizer)
-            stepped = precision.optimizer_step(opt.optimizer)
-            if stepped and opt.scheduler is not None and opt.interval == "step":
-                opt.step_scheduler()
-            opt.optimizer.zero_grad(set_to_none=True)
-            self.state.global_step += 1
-            self.state.batches_done = batches_done  # with the step, so on_train_step_end is a clean cut
-            if not stepped:
-                self.state.skipped_steps += 1
-        finally:
-            signals.exit_critical()
-        if self._want_step_end:
-            self._call("on_train_step_end", stepped)
-        if log_now:
-            self._io.log_step(window_loss, norm)
-
-    def _nonfinite_loss(self, batches_done: int) -> None:
-        assert self._opt is not None
-        self._opt.optimizer.zero_grad(set_to_none=True)
-        start = self.state.batches_done
-        where = f"optimizer step {self.state.global_step + 1} (epoch {self.state.epoch}, batches {start}..{batches_done - 1})"
-        if self.args.nonfinite_loss == "error":
-            raise FloatingPointError(
-                f"training_step returned a non-finite loss (nan or inf) at {where}; the weights were "
-                "not updated. Expected finite losses: lower the learning rate, check the data, or "
-                "pass Trainer(nonfinite_loss='skip') to skip such steps."
-            )
-        log.warning("Skipped %s: non-finite loss (nonfinite_loss='skip').", where)
-        self.state.global_step += 1
-        self.state.skipped_steps += 1
-        self.state.batches_done = batches_done
-
     def _on_fit_error(self, error: BaseException) -> None:
         if self._opt is not None:
-            self._opt.optimizer.zero_grad(set_to_none=True)  # drop a half-accumulated window
+            for optimizer in self._opt.optimizers:
+                optimizer.zero_grad(set_to_none=True)  # drop a half-accumulated window
         self._call("on_exception", error)
         if isinstance(error, KeyboardInterrupt) and self.strategy.world_size > 1:
             log.warning("Interrupted under DDP: ranks stopped at different points, so no checkpoint is "
@@ -455,17 +346,21 @@ class Trainer:
         checkpoint = self._io.read_checkpoint(ckpt_path) if ckpt_path is not None else None
         if model is not self._module:  # another model: a later fit starts a fresh run for it
             self._module, self._opt = model, None
-            self.strategy.setup_module(model)
         model._attach(self)
-        if checkpoint is not None:
-            self._io.restore_weights(checkpoint)
         self._dispatch = _Dispatcher(model, self.callbacks)
-        self._eval = EvalLoop(self)
+        hook_stage = "validate" if stage == "validation" else stage
+        self._call("setup", hook_stage)
         try:
+            self.strategy.setup_module(model)
+            if checkpoint is not None:
+                self._io.restore_weights(checkpoint)
+            self._eval = EvalLoop(self)
             return self._eval.run(self.strategy.setup_loader(loader, train=False), stage)
         except BaseException:
             self.strategy.teardown(failed=True)
             raise
+        finally:
+            self._call("teardown", hook_stage)
 
     def save_checkpoint(self, path: str | Path) -> Path:
         """Write the whole training state to `path`, atomically (see README: Checkpoints)."""
@@ -474,6 +369,43 @@ class Trainer:
     # ------------------------------------------------------------------ internals
     def _call(self, hook: str, *args: Any) -> None:
         self._dispatch.call(hook, self, self._module, *args)
+
+    def _read_metric(self, name: str) -> float | None:
+        """One logged metric as a float (a host read, made only when a scheduler monitors it)."""
+        value = self._metrics.latest.get(name)
+        return None if value is None else to_floats({name: value})[name]
+
+    # What Module.optimizers()/manual_backward()/... call (the Module never imports us).
+    def _opt_setup(self) -> OptimizerSetup:
+        if self._opt is None:
+            raise RuntimeError(
+                "The optimizers exist once fit has started: expected self.optimizers() / "
+                "self.lr_schedulers() to be called from training hooks, not from __init__ or evaluation."
+            )
+        return self._opt
+
+    def _managed_optimizers(self) -> list[ManagedOptimizer]:
+        self._opt_setup()
+        if self._manual is None:
+            self._manual = ManualOptimization(self)
+        return self._manual.managed
+
+    def _manual_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        self._call("on_before_backward", loss)
+        self._precision.backward(loss)
+        self._call("on_after_backward")
+
+    def _clip_gradients(self, optimizer: Any, value: float | None, algorithm: str | None) -> None:
+        value = self.args.gradient_clip_val if value is None else value
+        if value is None or value == 0:
+            return
+        algorithm = algorithm or self.args.gradient_clip_algorithm
+        if algorithm not in ("norm", "value"):
+            raise ValueError(f"clip_gradients(gradient_clip_algorithm=...) expected 'norm' or 'value'. Received: {algorithm!r}.")
+        if self._manual is None:
+            self._managed_optimizers()
+        assert self._manual is not None
+        self._manual.clip_gradients(optimizer, value, algorithm)
 
     def _log_metric(self, name: str, value: Any, *, on_step: bool | None, on_epoch: bool | None, prog_bar: bool, reduce: str, batch_size: int | None) -> None:
         # Defaults: per step inside the training batch loop, per epoch everywhere else

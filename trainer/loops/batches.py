@@ -1,5 +1,5 @@
-"""Small pieces of the training loop kept out of `trainer.py`: input checks, the
-loss contract of `training_step`, and how an epoch splits into accumulation windows."""
+"""Small pieces of the training loop: input checks, the loss contract of `training_step`,
+how an epoch splits into accumulation windows, and the parameter order clipping uses."""
 
 from __future__ import annotations
 
@@ -12,7 +12,14 @@ import torch
 from trainer._utils import length_of
 from trainer.module import Module
 
-__all__ = ["check_module", "check_loader", "empty_loader_message", "extract_loss", "micro_batches"]
+__all__ = [
+    "check_module",
+    "check_loader",
+    "empty_loader_message",
+    "extract_loss",
+    "micro_batches",
+    "ordered_parameters",
+]
 
 
 def micro_batches(iterator: Iterator[Any], total: int | None, k: int, start: int) -> Iterator[tuple[int, int, bool, Any]]:
@@ -92,3 +99,22 @@ def extract_loss(output: Any, batch_idx: int) -> torch.Tensor | None:
         f"scalar 'loss', or None to skip the batch. Received: {shown}."
     )
 
+
+
+def ordered_parameters(module: torch.nn.Module, optimizers: list[torch.optim.Optimizer]) -> list[torch.nn.Parameter]:
+    """The parameters `optimizers` update, in `module.parameters()` order.
+
+    A hand-written loop clips with `clip_grad_norm_(model.parameters(), ...)`; summing the
+    norm in the optimizer's param-group order instead (decay/no-decay groups) changes the
+    last bits of the weights. Parameters an optimizer holds outside the module come last.
+    """
+    wanted = {id(p) for optimizer in optimizers for group in optimizer.param_groups for p in group["params"]}
+    ordered = [p for p in module.parameters() if id(p) in wanted]
+    seen = {id(p) for p in ordered}
+    for optimizer in optimizers:
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if id(p) not in seen:
+                    seen.add(id(p))
+                    ordered.append(p)
+    return ordered

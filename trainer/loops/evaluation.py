@@ -26,6 +26,11 @@ class EvalLoop:
         self.stage: str | None = None  # None while training: `self.log` then defaults to per-step
 
     def run(self, loader: Any, stage: str) -> dict[str, float] | list[Any]:
+        """One pass: on_<stage>_start, the epoch (its batch hooks), on_<stage>_end.
+
+        The module's `on_<stage>_epoch_end` runs before the callbacks' (see docs/hooks.md):
+        what it logs joins the epoch's results, which every callback then sees.
+        """
         trainer = self.trainer
         module = trainer._module
         device = trainer.strategy.device
@@ -34,36 +39,39 @@ class EvalLoop:
         predictions: list[Any] = []
         module.eval()
         self.stage = stage
-        hook_scope = "validation" if stage == "validation" else stage
-        want_batch_hooks = stage == "validation"
+        wants = trainer._dispatch.wants
+        want_start, want_end = wants(f"on_{stage}_batch_start"), wants(f"on_{stage}_batch_end")
         total = length_of(loader)
         with trainer._bookkeeping():
             trainer._io.progress_start_eval(stage, total)
         grad_mode = torch.inference_mode() if stage == "predict" else torch.no_grad()
         try:
-            if stage != "predict":
-                trainer._call(f"on_{hook_scope}_epoch_start")
+            trainer._call(f"on_{stage}_start")
+            trainer._call(f"on_{stage}_epoch_start")
             with grad_mode:
                 for batch_idx, batch in enumerate(loader):
                     batch = move_to_device(batch, device)
-                    if want_batch_hooks:
-                        trainer._call("on_validation_batch_start", batch, batch_idx)
+                    if want_start:
+                        trainer._call(f"on_{stage}_batch_start", batch, batch_idx)
                     with trainer.precision.autocast():
                         output = step(batch, batch_idx)
                     if stage == "predict":
                         predictions.append(output)
-                    if want_batch_hooks:
-                        trainer._call("on_validation_batch_end", output, batch, batch_idx)
+                    if want_end:
+                        trainer._call(f"on_{stage}_batch_end", output, batch, batch_idx)
                     trainer._io.progress_advance_eval()
             if stage == "predict":
+                trainer._call("on_predict_epoch_end")
+                trainer._call("on_predict_end")
                 return predictions
             # The module's epoch-end hook may still log (e.g. a metric computed over the
             # epoch), so it runs before the epoch closes; callbacks then see the results.
-            trainer._dispatch.call_module(f"on_{hook_scope}_epoch_end")
+            trainer._dispatch.call_module(f"on_{stage}_epoch_end")
             epoch_values = trainer._metrics.close_epoch(trainer.strategy.reduce_epoch)
             results = to_floats(epoch_values)
             trainer._io.log_eval(results)
-            trainer._dispatch.call_callbacks(f"on_{hook_scope}_epoch_end", trainer, module)
+            trainer._dispatch.call_callbacks(f"on_{stage}_epoch_end", trainer, module)
+            trainer._call(f"on_{stage}_end")
             return results
         finally:
             self.stage = None

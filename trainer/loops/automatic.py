@@ -1,0 +1,141 @@
+"""Automatic optimization: the Trainer runs backward and the optimizer step for the module.
+
+One optimizer step per window of `k = accumulate_grad_batches` micro-batches:
+
+    each micro-batch: loss = training_step(batch) / len(window) under autocast;
+                      on_before_backward; backward (scaled under amp); on_after_backward
+    window's last:    non-finite guard; on_before_optimizer_step; unscale; clip;
+                      stepped = optimizer step; schedulers (interval "step", when stepped);
+                      on_before_zero_grad; zero_grad; global_step += 1; log every n steps
+
+The AMP order itself lives in `trainer.precision`; this file only says when.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import torch
+
+from trainer.loops.batches import extract_loss, ordered_parameters
+
+__all__ = ["AutomaticOptimization"]
+
+log = logging.getLogger("trainer")
+
+
+class AutomaticOptimization:
+    """Forward, backward and (at a window's end) the optimizer step of one micro-batch."""
+
+    def __init__(self, trainer: Any) -> None:
+        self.trainer = trainer
+        opt = trainer._opt
+        self.optimizer: torch.optim.Optimizer = opt.optimizer
+        # The module's parameters() order: clipping and the logged norm sum in the order a
+        # hand-written clip_grad_norm_(model.parameters()) does, whatever the param groups.
+        self.parameters = ordered_parameters(trainer._module, [self.optimizer])
+        wants = trainer._dispatch.wants  # looked up once per fit: unused hooks cost nothing
+        self.want_before_backward = wants("on_before_backward")
+        self.want_after_backward = wants("on_after_backward")
+        self.want_before_step = wants("on_before_optimizer_step")
+        self.want_before_zero_grad = wants("on_before_zero_grad")
+        self.want_step_end = wants("on_train_step_end")
+        self.window_loss: torch.Tensor | None = None
+
+    def reset(self) -> None:
+        self.window_loss = None
+
+    def run(self, batch: Any, batch_idx: int, size: int, last: bool) -> Any:
+        """One micro-batch; steps the optimizer when it is the last of its window."""
+        trainer = self.trainer
+        precision = trainer._precision
+        with trainer.strategy.no_sync(last):
+            with precision.autocast():
+                output = trainer._train_step(batch, batch_idx)
+            loss = extract_loss(output, batch_idx)
+            if loss is not None:
+                if size > 1:
+                    loss = loss / size  # the window's own length: a short last window too
+                if self.want_before_backward:
+                    trainer._call("on_before_backward", loss)
+                precision.backward(loss)
+                if self.want_after_backward:
+                    trainer._call("on_after_backward")
+        if loss is not None:
+            detached = loss.detach()
+            self.window_loss = detached if self.window_loss is None else self.window_loss + detached
+        trainer._io.progress_advance(batch)  # counted before the step's logging reads throughput
+        if last:
+            self.end_window(batch_idx + 1)
+        return output
+
+    def end_window(self, batches_done: int) -> None:
+        """Close an accumulation window: guard against non-finite losses, then step."""
+        window_loss, self.window_loss = self.window_loss, None
+        trainer = self.trainer
+        if window_loss is None:  # every micro-batch was skipped (training_step returned None)
+            trainer.state.batches_done = batches_done
+            return
+        # A non-finite micro-batch loss makes the window's sum non-finite, so one host read
+        # per optimizer step guards the weights (amp's GradScaler makes its own read instead).
+        if not trainer._precision.handles_nonfinite and not trainer.strategy.all_agree(math.isfinite(window_loss)):
+            self._nonfinite_loss(batches_done)
+        else:
+            self._step(window_loss, batches_done)
+
+    def _step(self, window_loss: torch.Tensor, batches_done: int) -> None:
+        trainer = self.trainer
+        opt, precision, args, signals, state = trainer._opt, trainer._precision, trainer.args, trainer._signals, trainer.state
+        optimizer = self.optimizer
+        log_now = (state.global_step + 1) % args.log_every_n_steps == 0
+        norm_wanted = log_now and trainer._io.logger is not None  # computed only to be written
+        if self.want_before_step:
+            trainer._call("on_before_optimizer_step", optimizer)
+        signals.in_critical = True  # SIGINT now waits for the end of the step (see _signals.py)
+        try:
+            norm = None
+            clip = args.gradient_clip_val
+            if clip is not None:
+                if args.gradient_clip_algorithm == "value" and norm_wanted:
+                    norm = precision.gradient_norm(optimizer, self.parameters)
+                clipped = precision.clip_gradients(optimizer, clip, args.gradient_clip_algorithm, self.parameters)
+                norm = clipped if clipped is not None else norm
+            elif norm_wanted:
+                norm = precision.gradient_norm(optimizer, self.parameters)
+            stepped = precision.optimizer_step(optimizer)
+            if stepped and opt.schedulers:
+                opt.step_schedulers("step", state.global_step + 1, trainer._read_metric)
+            if self.want_before_zero_grad:
+                trainer._call("on_before_zero_grad", optimizer)
+            optimizer.zero_grad(set_to_none=True)
+            state.global_step += 1
+            state.batches_done = batches_done  # with the step, so what follows sees a clean cut
+            if not stepped:
+                state.skipped_steps += 1
+        finally:
+            signals.exit_critical()
+        if self.want_step_end:
+            trainer._call("on_train_step_end", stepped)
+        if log_now:
+            trainer._io.log_step(window_loss, norm)
+
+    def _nonfinite_loss(self, batches_done: int) -> None:
+        trainer = self.trainer
+        state = trainer.state
+        self.optimizer.zero_grad(set_to_none=True)
+        where = (
+            f"optimizer step {state.global_step + 1} (epoch {state.epoch}, batches "
+            f"{state.batches_done}..{batches_done - 1})"
+        )
+        if trainer.args.nonfinite_loss == "error":
+            raise FloatingPointError(
+                f"training_step returned a non-finite loss (nan or inf) at {where}; the weights were "
+                "not updated. Expected finite losses: lower the learning rate, check the data, or "
+                "pass Trainer(nonfinite_loss='skip') to skip such steps."
+            )
+        log.warning("Skipped %s: non-finite loss (nonfinite_loss='skip').", where)
+        state.global_step += 1
+        state.skipped_steps += 1
+        state.batches_done = batches_done
