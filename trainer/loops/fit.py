@@ -36,7 +36,7 @@ class FitLoop:
         self.trainer = trainer
         module = trainer._module
         self.optimization: AutomaticOptimization | ManualOptimization = (
-            AutomaticOptimization(trainer) if module.automatic_optimization else ManualOptimization(trainer)
+            AutomaticOptimization(trainer) if module.automatic_optimization else trainer._manual
         )
         wants = trainer._dispatch.wants
         self.want_batch_start = wants("on_train_batch_start")
