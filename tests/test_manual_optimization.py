@@ -165,3 +165,15 @@ def test_lr_schedulers_and_optimizers_shapes():
     trainer.fit(model, loader(make_data()))
     assert seen["sched"] is None and seen["opt"].optimizer is trainer.optimizer
     assert trainer.global_step == 3 and copy.deepcopy(model) is not None
+
+
+def test_the_gan_example_trains(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "gan.py"
+    done = subprocess.run([sys.executable, str(example), "--epochs", "1", "--precision", "amp"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "optimizer steps: 64;" in done.stdout  # 32 batches x 2 optimizers
