@@ -177,7 +177,7 @@ class Module(torch.nn.Module):
 
         One optimizer is returned as is (wrapped), several as a list in the order given.
         """
-        managed = self.trainer._managed_optimizers()
+        managed = self.trainer._manual_optimization().managed
         return managed[0] if len(managed) == 1 else managed
 
     def lr_schedulers(self) -> Any:
@@ -189,7 +189,7 @@ class Module(torch.nn.Module):
 
     def manual_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """`loss.backward()` through the Trainer: scaled under amp, hooks called."""
-        self.trainer._manual_backward(loss, *args, **kwargs)
+        self.trainer._manual_optimization().backward(loss, *args, **kwargs)
 
     def clip_gradients(
         self,
@@ -201,7 +201,7 @@ class Module(torch.nn.Module):
 
         Defaults come from the Trainer's `gradient_clip_val`/`gradient_clip_algorithm`.
         """
-        self.trainer._clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+        self.trainer._manual_optimization().clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def toggle_optimizer(self, optimizer: Any) -> None:
         """Only `optimizer`'s parameters require grad until `untoggle_optimizer` (GANs)."""

@@ -73,8 +73,9 @@ class Precision:
         """The context the forward pass and loss run in."""
         return _NO_AUTOCAST
 
-    def backward(self, loss: torch.Tensor) -> None:
-        loss.backward()
+    def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """`loss.backward(*args, **kwargs)` (e.g. `retain_graph=True` from manual_backward)."""
+        loss.backward(*args, **kwargs)
 
     def unscale_gradients(self, optimizer: torch.optim.Optimizer) -> None:
         """Bring gradients to their true scale (a no-op unless the loss was scaled)."""
@@ -194,9 +195,9 @@ class AMP(Precision):
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
         return torch.autocast(self.device.type, dtype=torch.float16)
 
-    def backward(self, loss: torch.Tensor) -> None:
+    def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         assert self.scaler is not None, "AMP.setup(device) must run before backward"
-        self.scaler.scale(loss).backward()
+        self.scaler.scale(loss).backward(*args, **kwargs)
 
     def unscale_gradients(self, optimizer: torch.optim.Optimizer) -> None:
         assert self.scaler is not None

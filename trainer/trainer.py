@@ -18,7 +18,7 @@ from trainer._utils import seed_everything
 from trainer.loops.batches import check_loader, check_module
 from trainer.loops.evaluation import EvalLoop
 from trainer.loops.fit import FitLoop
-from trainer.loops.manual import ManagedOptimizer, ManualOptimization
+from trainer.loops.manual import ManualOptimization, check_manual_arguments
 from trainer.callback import Callback, _Dispatcher
 from trainer.distributed import Strategy, resolve_strategy
 from trainer.module import Module
@@ -227,7 +227,7 @@ class Trainer:
         check_loader(train_loader, "train_loader")
         if val_loader is not None:
             check_loader(val_loader, "val_loader")
-        self._check_optimization_args(model)
+        check_manual_arguments(model, self.args)
         checkpoint = self._io.read_checkpoint(ckpt_path) if ckpt_path is not None else None
         if self.args.seed is not None and self._starts_run(model):  # a continued run keeps its random streams
             seed_everything(self.args.seed)
@@ -268,21 +268,6 @@ class Trainer:
     def _bookkeeping(self) -> contextlib.AbstractContextManager[Any]:
         """Opening/closing bars and writing epoch-end files: not cut by an interrupt."""
         return self._signals.deferred() if self._signals is not None else contextlib.nullcontext()
-
-    def _check_optimization_args(self, model: Module) -> None:
-        if model.automatic_optimization:
-            return
-        for name, value, default in (
-            ("accumulate_grad_batches", self.args.accumulate_grad_batches, 1),
-            ("gradient_clip_val", self.args.gradient_clip_val, None),
-        ):
-            if value != default:
-                raise ValueError(
-                    f"Trainer({name}={value!r}) applies to automatic optimization, but "
-                    f"{type(model).__name__}.automatic_optimization is False. Expected {name}={default!r}: "
-                    "in manual optimization accumulate and clip in training_step (self.clip_gradients(opt, "
-                    "gradient_clip_val=...); step every n batches), as in Lightning."
-                )
 
     def _setup(self, model: Module, stage: str) -> None:
         new_run = self._starts_run(model)
@@ -384,28 +369,11 @@ class Trainer:
             )
         return self._opt
 
-    def _managed_optimizers(self) -> list[ManagedOptimizer]:
+    def _manual_optimization(self) -> ManualOptimization:
         self._opt_setup()
         if self._manual is None:
             self._manual = ManualOptimization(self)
-        return self._manual.managed
-
-    def _manual_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
-        self._call("on_before_backward", loss)
-        self._precision.backward(loss)
-        self._call("on_after_backward")
-
-    def _clip_gradients(self, optimizer: Any, value: float | None, algorithm: str | None) -> None:
-        value = self.args.gradient_clip_val if value is None else value
-        if value is None or value == 0:
-            return
-        algorithm = algorithm or self.args.gradient_clip_algorithm
-        if algorithm not in ("norm", "value"):
-            raise ValueError(f"clip_gradients(gradient_clip_algorithm=...) expected 'norm' or 'value'. Received: {algorithm!r}.")
-        if self._manual is None:
-            self._managed_optimizers()
-        assert self._manual is not None
-        self._manual.clip_gradients(optimizer, value, algorithm)
+        return self._manual
 
     def _log_metric(self, name: str, value: Any, *, on_step: bool | None, on_epoch: bool | None, prog_bar: bool, reduce: str, batch_size: int | None) -> None:
         # Defaults: per step inside the training batch loop, per epoch everywhere else

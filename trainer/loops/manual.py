@@ -24,7 +24,24 @@ import torch
 
 from trainer.loops.batches import ordered_parameters
 
-__all__ = ["ManualOptimization", "ManagedOptimizer"]
+__all__ = ["ManualOptimization", "ManagedOptimizer", "check_manual_arguments"]
+
+
+def check_manual_arguments(module: Any, args: Any) -> None:
+    """Refuse, before any work, Trainer arguments that only describe the automatic step."""
+    if module.automatic_optimization:
+        return
+    for name, value, default in (
+        ("accumulate_grad_batches", args.accumulate_grad_batches, 1),
+        ("gradient_clip_val", args.gradient_clip_val, None),
+    ):
+        if value != default:
+            raise ValueError(
+                f"Trainer({name}={value!r}) applies to automatic optimization, but "
+                f"{type(module).__name__}.automatic_optimization is False. Expected {name}={default!r}: "
+                "in manual optimization accumulate and clip in training_step (self.clip_gradients(opt, "
+                "gradient_clip_val=...); step every n batches), as in Lightning."
+            )
 
 
 class ManagedOptimizer:
@@ -71,7 +88,6 @@ class ManualOptimization:
         self.want_before_step = wants("on_before_optimizer_step")
         self.want_step_end = wants("on_train_step_end")
         self.steps_in_batch = 0
-        self.stepped_in_batch = False
 
     def reset(self) -> None:
         self.steps_in_batch = 0
@@ -90,13 +106,29 @@ class ManualOptimization:
             if not stepped:
                 trainer.state.skipped_steps += 1
             self.steps_in_batch += 1
-            self.stepped_in_batch = True
         finally:
             if signals is not None:
                 signals.exit_critical()
         return stepped
 
-    def clip_gradients(self, optimizer: Any, value: float, algorithm: str) -> torch.Tensor | None:
+    def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """`Module.manual_backward`: hooks around the strategy's (scaled) backward."""
+        trainer = self.trainer
+        trainer._call("on_before_backward", loss)
+        trainer._precision.backward(loss, *args, **kwargs)
+        trainer._call("on_after_backward")
+
+    def clip_gradients(self, optimizer: Any, value: float | None, algorithm: str | None) -> torch.Tensor | None:
+        """`Module.clip_gradients`: the Trainer's settings by default; 0/None: no clipping."""
+        args = self.trainer.args
+        value = args.gradient_clip_val if value is None else value
+        if value is None or value == 0:
+            return None
+        algorithm = algorithm or args.gradient_clip_algorithm
+        if algorithm not in ("norm", "value"):
+            raise ValueError(
+                f"clip_gradients(gradient_clip_algorithm=...) expected 'norm' or 'value'. Received: {algorithm!r}."
+            )
         raw = optimizer.optimizer if isinstance(optimizer, ManagedOptimizer) else optimizer
         params = self.parameters.get(id(raw))
         if params is None:
