@@ -177,3 +177,17 @@ def test_the_gan_example_trains(tmp_path):
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "optimizer steps: 64;" in done.stdout  # 32 batches x 2 optimizers
+
+
+def test_manual_logging_without_a_returned_loss(tmp_path):
+    """A manual training_step may return nothing; logging then writes what it logged."""
+
+    class NoReturn(GAN):
+        def training_step(self, batch: Any, batch_idx: int) -> None:
+            super().training_step(batch, batch_idx)
+
+    torch.manual_seed(0)
+    trainer = Trainer(max_epochs=1, log_every_n_steps=4, root_dir=tmp_path, enable_progress_bar=False)
+    trainer.fit(NoReturn(), points_loader(make_points()))
+    metrics = trainer.callback_metrics
+    assert "train/d_loss" in metrics and "train/loss" not in metrics and trainer.global_step == 22

@@ -128,9 +128,9 @@ class RunIO:
         self.save_last()
 
     # ---------------------------------------------------------------------- logging
-    def log_step(self, window_loss: torch.Tensor, grad_norm: torch.Tensor | None) -> None:
+    def log_step(self, window_loss: torch.Tensor | None, grad_norm: torch.Tensor | None) -> None:
         trainer = self.trainer
-        values: dict[str, Any] = {"train/loss": window_loss}
+        values: dict[str, Any] = {"train/loss": window_loss} if window_loss is not None else {}
         if grad_norm is not None:
             values["train/grad_norm"] = grad_norm
         scale = trainer.precision.loss_scale()
@@ -158,7 +158,7 @@ class RunIO:
         if self.logger is not None:
             self.logger.log_metrics(floats, step=trainer.global_step)
         if self._progress is not None:
-            shown = {"loss": floats["train/loss"]}
+            shown = {"loss": floats["train/loss"]} if "train/loss" in floats else {}
             shown.update({k: floats[k] for k in trainer._metrics.prog_bar if k in floats})
             self._progress.set_postfix(shown)
 
