@@ -95,7 +95,7 @@ class EarlyStopping(Callback):
         self._fitting = False
 
     def on_validation_epoch_end(self, trainer: Any, module: Any) -> None:
-        if self._fitting and self.check_on == "validation_end":
+        if self._fitting and self.check_on == "validation_end" and not trainer.sanity_checking:
             self._check(trainer)
 
     def on_train_epoch_end(self, trainer: Any, module: Any) -> None:

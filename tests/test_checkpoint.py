@@ -36,7 +36,10 @@ def test_checkpoint_holds_the_whole_state_and_loads_weights_only(ckpt):
         assert key in state, key
     assert state["optimizers"][0]["class"] == "SGD" and state["optimizers"][0]["state"]["state"]  # momentum buffers
     assert set(state["precision"]["state"]) >= {"scale", "growth_factor", "backoff_factor", "_growth_tracker"}
-    assert state["loop"] == {"epoch": 2, "global_step": 20, "batches_done": 0, "skipped_steps": state["loop"]["skipped_steps"]}
+    loop = state["loop"]
+    assert loop == {"epoch": 2, "global_step": 20, "batches_done": 0, "skipped_steps": loop["skipped_steps"],
+                    "batches_before_epoch": 20, "elapsed": loop["elapsed"]}
+    assert 0 < loop["elapsed"] < 600
     assert set(state["rng"][0]) >= {"python", "numpy", "torch"}
     assert state["data"][0]["epoch_start"]["torch"].dtype == torch.uint8
     assert state["config"]["max_epochs"] == 2 and state["config"]["accumulate_grad_batches"] == 1

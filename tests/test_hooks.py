@@ -126,8 +126,11 @@ def eval_epoch(stage: str, n: int) -> list[str]:
     return out + module_first(f"on_{stage}_epoch_end") + both(f"on_{stage}_end")
 
 
-def fit_sequence(epochs: int, n: int, k: int, val: int, manual: bool) -> list[str]:
-    out = both("setup", "fit") + ["configure_optimizers"] + both("on_fit_start") + both("on_train_start")
+def fit_sequence(epochs: int, n: int, k: int, val: int, manual: bool, sanity: int = 2) -> list[str]:
+    out = both("setup", "fit") + ["configure_optimizers"] + both("on_fit_start")
+    if sanity:  # Lightning calls only the callbacks' sanity hooks; the module has none
+        out += ["Callback.on_sanity_check_start"] + eval_epoch("validation", sanity) + ["Callback.on_sanity_check_end"]
+    out += both("on_train_start")
     for _ in range(epochs):
         out += both("on_train_epoch_start")
         out += manual_train_batches(n) if manual else auto_train_batches(n, k)

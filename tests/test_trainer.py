@@ -25,7 +25,7 @@ QUIET = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False
     [
         ({"precision": "fp64"}, ["precision", "'fp64'", "'amp'", "'bf16'"]),
         ({"accumulate_grad_batches": 0}, ["accumulate_grad_batches", "greater than or equal to 1", "0"]),
-        ({"max_epochs": -1}, ["max_epochs", "-1"]),
+        ({"max_epochs": -2}, ["max_epochs", "-2"]),  # -1 is Lightning's "no limit"
         ({"gradient_clip_val": -0.5}, ["gradient_clip_val", "-0.5"]),
         ({"gradient_clip_algorithm": "l2"}, ["gradient_clip_algorithm", "'norm'", "'value'", "'l2'"]),
         ({"log_every_n_steps": 0}, ["log_every_n_steps"]),
@@ -268,7 +268,8 @@ def test_hook_order_and_module_hooks_first():
     torch.manual_seed(0)
     trainer = Trainer(max_epochs=2, accumulate_grad_batches=5, callbacks=[recorder, After()], **QUIET)
     trainer.fit(WithHooks(), loader(make_data()), val_loader=loader(make_data(8)))
-    assert recorder.events == ["fit_start", "epoch_start0", "step", "step", "val_end", "epoch_end",
+    assert recorder.events == ["fit_start", "val_end",  # the sanity check (2 validation batches)
+                               "epoch_start0", "step", "step", "val_end", "epoch_end",
                                "epoch_start1", "step", "step", "val_end", "epoch_end", "fit_end"]
     assert order == ["module", "callback"] * 2
 
@@ -442,7 +443,7 @@ def test_metrics_logged_in_epoch_end_hooks_belong_to_their_epoch():
             seen_by_callback.append(trainer.callback_metrics.get("val/computed"))
 
     torch.manual_seed(0)
-    trainer = Trainer(max_epochs=2, callbacks=[Reader()], **QUIET)
+    trainer = Trainer(max_epochs=2, num_sanity_val_steps=0, callbacks=[Reader()], **QUIET)
     model = EpochLogs()
     trainer.fit(model, loader(make_data()), val_loader=loader(make_data(8)))
     assert seen_by_callback == [7.0, 7.0]  # callbacks run after the epoch closed, with its values

@@ -8,7 +8,7 @@ compares this model with `Trainer`'s signature).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
@@ -39,6 +39,35 @@ class TrainerArgs(BaseModel):
     nonfinite_loss: Literal["error", "skip"] = Field(
         "error", description="fp32/bf16: what a non-finite loss does (amp skips such steps)"
     )
+    val_check_interval: Annotated[int, Field(ge=1)] | Annotated[float, Field(gt=0, le=1)] | None = Field(
+        None, description="validate every n training batches (int) or fraction of an epoch (float); None: epoch end"
+    )
+    check_val_every_n_epoch: int | None = Field(1, ge=1, description="validate in every n-th epoch; None: count val_check_interval over the run")
+    num_sanity_val_steps: int = Field(2, ge=-1, description="validation batches run before training (-1: all)")
+    limit_train_batches: Annotated[int, Field(ge=0)] | Annotated[float, Field(ge=0, le=1)] | None = None
+    limit_val_batches: Annotated[int, Field(ge=0)] | Annotated[float, Field(ge=0, le=1)] | None = None
+    limit_test_batches: Annotated[int, Field(ge=0)] | Annotated[float, Field(ge=0, le=1)] | None = None
+    limit_predict_batches: Annotated[int, Field(ge=0)] | Annotated[float, Field(ge=0, le=1)] | None = None
+    fast_dev_run: bool | Annotated[int, Field(ge=0)] = Field(False, description="n batches of each stage, writes nothing")
+    min_epochs: int | None = Field(None, ge=0, description="a stop request waits until this many epochs")
+    min_steps: int | None = Field(None, ge=0, description="a stop request waits until this many optimizer steps")
+    max_time: Any = Field(None, description='"DD:HH:MM:SS", a timedelta or a dict like {"hours": 2}')
+
+    @pydantic.field_validator("max_epochs", "max_steps", mode="before")
+    @classmethod
+    def _minus_one_is_no_limit(cls, value: Any) -> Any:
+        return None if value == -1 and not isinstance(value, bool) else value  # Lightning's spelling
+
+    @pydantic.field_validator("max_time")
+    @classmethod
+    def _check_max_time(cls, value: Any) -> Any:
+        from trainer.loops.schedule import parse_max_time
+
+        try:
+            parse_max_time(value)
+        except (ValueError, TypeError) as error:
+            raise ValueError(str(error).removeprefix("Trainer(max_time=...) ")) from None
+        return value
 
     @pydantic.field_validator("precision")
     @classmethod

@@ -17,6 +17,7 @@ no step), `name` (the LearningRateMonitor tag).
 from __future__ import annotations
 
 import dataclasses
+import time
 import warnings
 from typing import Any, Callable, Literal
 
@@ -205,7 +206,20 @@ class LoopState:
     global_step: int = 0
     batches_done: int = 0
     skipped_steps: int = 0
+    batches_before_epoch: int = 0  # training batches of the finished epochs (val_check_interval)
+    elapsed: float = 0.0  # seconds of training so far, over resumes (max_time)
     stop_requested: bool = False
+    clock_start: float | None = dataclasses.field(default=None, repr=False)  # set while fit runs
+
+    def start_clock(self) -> None:
+        self.clock_start = time.monotonic() - self.elapsed
+
+    def stop_clock(self) -> None:
+        self.elapsed = self.elapsed_now()
+        self.clock_start = None
+
+    def elapsed_now(self) -> float:
+        return self.elapsed if self.clock_start is None else time.monotonic() - self.clock_start
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -213,6 +227,8 @@ class LoopState:
             "global_step": self.global_step,
             "batches_done": self.batches_done,
             "skipped_steps": self.skipped_steps,
+            "batches_before_epoch": self.batches_before_epoch,
+            "elapsed": self.elapsed_now(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -220,4 +236,6 @@ class LoopState:
         self.global_step = int(state["global_step"])
         self.batches_done = int(state["batches_done"])
         self.skipped_steps = int(state.get("skipped_steps", 0))
+        self.batches_before_epoch = int(state.get("batches_before_epoch", 0))
+        self.elapsed = float(state.get("elapsed", 0.0))
         self.stop_requested = False

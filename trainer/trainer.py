@@ -14,11 +14,12 @@ from trainer._metrics import MetricStore, to_floats
 from trainer._optim import LoopState, OptimizerSetup, parse_optimizers
 from trainer._run import RunIO
 from trainer._signals import SignalGuard
-from trainer._utils import seed_everything
+from trainer._utils import length_of, seed_everything
 from trainer.loops.batches import check_loader, check_module
 from trainer.loops.evaluation import EvalLoop
 from trainer.loops.fit import FitLoop
 from trainer.loops.manual import ManualOptimization, check_manual_arguments
+from trainer.loops.schedule import batch_limit, fast_dev_run_args
 from trainer.callback import Callback, _Dispatcher
 from trainer.distributed import Strategy, resolve_strategy
 from trainer.module import Module
@@ -75,6 +76,17 @@ class Trainer:
         device: str = "auto",
         strategy: str = "auto",
         nonfinite_loss: str = "error",
+        val_check_interval: int | float | None = None,
+        check_val_every_n_epoch: int | None = 1,
+        num_sanity_val_steps: int = 2,
+        limit_train_batches: int | float | None = None,
+        limit_val_batches: int | float | None = None,
+        limit_test_batches: int | float | None = None,
+        limit_predict_batches: int | float | None = None,
+        fast_dev_run: bool | int = False,
+        min_epochs: int | None = None,
+        min_steps: int | None = None,
+        max_time: Any = None,
     ) -> None:
         from trainer._args import validate_trainer_args  # pydantic loads on first use, not on import
 
@@ -82,6 +94,8 @@ class Trainer:
         arguments.pop("self")
         arguments.pop("validate_trainer_args")
         self.args = validate_trainer_args(arguments)
+        if self.args.fast_dev_run:  # validated first, then overridden (writes nothing)
+            self.args = fast_dev_run_args(self.args)
         self._precision = resolve_precision(precision)
         self.strategy: Strategy = resolve_strategy(self.args.strategy, self.args.device)
         self._precision.setup(self.strategy.device)  # AMP's scaler exists from the start
@@ -97,6 +111,7 @@ class Trainer:
         self.experiment_config: dict[str, Any] | None = None  # a YAML run's resolved config (trainer.config)
         self._stop_request = False  # this rank's own request; see request_stop
         self._in_train_batches = False  # where `self.log` defaults to per-step values
+        self._sanity_checking = False
         self._manual: ManualOptimization | None = None
         self._loop: FitLoop | None = None
 
@@ -179,6 +194,16 @@ class Trainer:
     def should_stop(self) -> bool:
         return self.state.stop_requested
 
+    @property
+    def sanity_checking(self) -> bool:
+        """True while the sanity validation before training runs (callbacks ignore it)."""
+        return self._sanity_checking
+
+    @property
+    def fast_dev_run(self) -> int:
+        """Batches per stage of a `fast_dev_run` (0 when off); nothing is written."""
+        return int(self.args.fast_dev_run)
+
     def request_stop(self) -> None:
         """Ask the loop to stop after the current optimizer step (used by EarlyStopping).
 
@@ -249,8 +274,8 @@ class Trainer:
             try:
                 self._call("on_fit_start")
                 self._io.start_run(self._module)
-                self._loop = FitLoop(self)
-                self._loop.run(train_loader, val_loader)
+                self._loop = FitLoop(self, val_loader)
+                self._loop.run(train_loader)
                 self._call("on_fit_end")
             except BaseException as error:
                 with signals.deferred():  # a second Ctrl-C can't cut the cleanup short
@@ -340,7 +365,10 @@ class Trainer:
             if checkpoint is not None:
                 self._io.restore_weights(checkpoint)
             self._eval = EvalLoop(self)
-            return self._eval.run(self.strategy.setup_loader(loader, train=False), stage)
+            limit = getattr(self.args, f"limit_{'val' if stage == 'validation' else stage}_batches")
+            loader = self.strategy.setup_loader(loader, train=False)
+            count = batch_limit(limit, length_of(loader), f"limit_{'val' if stage == 'validation' else stage}_batches")
+            return self._eval.run(loader, stage, count)
         except BaseException:
             self.strategy.teardown(failed=True)
             raise

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import torch
@@ -25,7 +26,7 @@ class EvalLoop:
         self.trainer = trainer
         self.stage: str | None = None  # None while training: `self.log` then defaults to per-step
 
-    def run(self, loader: Any, stage: str) -> dict[str, float] | list[Any]:
+    def run(self, loader: Any, stage: str, limit: int | None = None) -> dict[str, float] | list[Any]:
         """One pass: on_<stage>_start, the epoch (its batch hooks), on_<stage>_end.
 
         The module's `on_<stage>_epoch_end` runs before the callbacks' (see docs/hooks.md):
@@ -42,6 +43,9 @@ class EvalLoop:
         wants = trainer._dispatch.wants
         want_start, want_end = wants(f"on_{stage}_batch_start"), wants(f"on_{stage}_batch_end")
         total = length_of(loader)
+        if limit is not None:  # limit_<stage>_batches / num_sanity_val_steps
+            total = limit if total is None else min(total, limit)
+            loader = itertools.islice(loader, limit)
         with trainer._bookkeeping():
             trainer._io.progress_start_eval(stage, total)
         grad_mode = torch.inference_mode() if stage == "predict" else torch.no_grad()
@@ -69,7 +73,8 @@ class EvalLoop:
             trainer._dispatch.call_module(f"on_{stage}_epoch_end")
             epoch_values = trainer._metrics.close_epoch(trainer.strategy.reduce_epoch)
             results = to_floats(epoch_values)
-            trainer._io.log_eval(results)
+            if not trainer._sanity_checking:  # the sanity check's numbers are never written
+                trainer._io.log_eval(results)
             trainer._dispatch.call_callbacks(f"on_{stage}_epoch_end", trainer, module)
             trainer._call(f"on_{stage}_end")
             return results

@@ -1,13 +1,15 @@
 """The fit loop: epochs, and the batches of one epoch.
 
+    sanity check: num_sanity_val_steps validation batches
     on_train_start
-    while not finished:
+    while not finished (max_epochs, max_steps, max_time) and no stop (after min_epochs/min_steps):
         on_train_epoch_start                      (also when a run resumes inside an epoch)
         for each micro-batch (windows of accumulate_grad_batches):
             on_train_batch_start
             optimization.run(batch)               automatic.py or manual.py
             on_train_batch_end                    after the step a window's last batch completes
             stop after a step at max_steps or on request
+            validation when val_check_interval says so (schedule.py)
         validation (on_validation_start ... on_validation_end)
         on_train_epoch_end                        the module's, then the callbacks'
         epoch-interval schedulers; last.ckpt
@@ -18,72 +20,150 @@ What one step does lives in the optimization object; this file only says when.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import logging
+from collections.abc import Iterator
 from typing import Any
 
-from trainer._utils import length_of, move_to_device
+from trainer._utils import length_of, move_to_device, rng_state, set_rng_state
 from trainer.loops.automatic import AutomaticOptimization
 from trainer.loops.batches import empty_loader_message, micro_batches
 from trainer.loops.manual import ManualOptimization
+from trainer.loops.schedule import ValidationSchedule, batch_limit, parse_max_time
 
 __all__ = ["FitLoop"]
 
 log = logging.getLogger("trainer")
 
 
+@contextlib.contextmanager
+def isolated_rng() -> Iterator[None]:
+    """Run a block (validation inside fit) without touching the training's random streams:
+    a run that validates every n steps has the weights of one that never validates."""
+    saved = rng_state()
+    try:
+        yield
+    finally:
+        set_rng_state(saved)
+
+
 class FitLoop:
-    def __init__(self, trainer: Any) -> None:
+    def __init__(self, trainer: Any, val_loader: Any) -> None:
         self.trainer = trainer
-        module = trainer._module
+        module, args = trainer._module, trainer.args
         self.optimization: AutomaticOptimization | ManualOptimization = (
             AutomaticOptimization(trainer) if module.automatic_optimization else trainer._manual
         )
         wants = trainer._dispatch.wants
         self.want_batch_start = wants("on_train_batch_start")
         self.want_batch_end = wants("on_train_batch_end")
+        self.val_loader = val_loader if args.limit_val_batches != 0 else None
+        self.max_time = parse_max_time(args.max_time)
+        self.epoch_batches: int | None = None
+        self.schedule: ValidationSchedule | None = None
+        self.validate_at_end = False
+        self.val_limit: int | None = None
 
     # ------------------------------------------------------------------------ epochs
     def finished(self) -> bool:
         args, state = self.trainer.args, self.trainer.state
         if args.max_steps is not None and state.global_step >= args.max_steps:
             return True
-        max_epochs = args.max_epochs if args.max_epochs is not None else (None if args.max_steps else 1)
+        if self.max_time is not None and self.trainer.strategy.world_size == 1 and self._elapsed() >= self.max_time:
+            return True
+        max_epochs = args.max_epochs if args.max_epochs is not None else (None if args.max_steps or self.max_time else 1)
         return max_epochs is not None and state.epoch >= max_epochs
 
-    def run(self, train_loader: Any, val_loader: Any) -> None:
+    def stop_now(self) -> bool:
+        """A requested stop (EarlyStopping, SIGTERM, should_stop) once min_epochs/min_steps are met."""
         trainer = self.trainer
+        if not trainer.state.stop_requested:
+            return False
+        args, state = trainer.args, trainer.state
+        return (args.min_epochs is None or state.epoch >= args.min_epochs) and (
+            args.min_steps is None or state.global_step >= args.min_steps
+        )
+
+    def _elapsed(self) -> float:
+        return self.trainer.state.elapsed_now()
+
+    def run(self, train_loader: Any) -> None:
+        trainer = self.trainer
+        trainer.state.start_clock()
+        try:
+            self._run(train_loader)
+        finally:
+            trainer.state.stop_clock()
+
+    def _run(self, train_loader: Any) -> None:
+        trainer, args = self.trainer, self.trainer.args
+        self.epoch_batches = batch_limit(args.limit_train_batches, length_of(train_loader), "limit_train_batches")
+        if self.epoch_batches == 0:
+            raise ValueError(
+                f"Trainer(limit_train_batches={args.limit_train_batches!r}) leaves no training batch. Expected "
+                "a positive number or fraction; to only evaluate, call trainer.validate(model, loader)."
+            )
+        self.schedule = ValidationSchedule(args.val_check_interval, args.check_val_every_n_epoch, self.epoch_batches)
+        if self.val_loader is not None:
+            self.val_limit = batch_limit(args.limit_val_batches, length_of(self.val_loader), "limit_val_batches")
         if self.finished():
             log.warning(  # a warning, so a notebook (no logging configured) shows it
                 "Nothing to train: the run already reached max_epochs=%s / max_steps=%s. To train further, "
                 "create a Trainer with higher limits and call its fit with ckpt_path=%s.",
-                trainer.args.max_epochs, trainer.args.max_steps,
-                repr(str(trainer._io.last_path)) if trainer.args.enable_checkpointing else "<a trainer.save_checkpoint(path) file>",
+                args.max_epochs, args.max_steps,
+                repr(str(trainer._io.last_path)) if args.enable_checkpointing else "<a trainer.save_checkpoint(path) file>",
             )
+        self.sanity_check()
         trainer._call("on_train_start")
-        while not self.finished() and not trainer.state.stop_requested:
+        while not self.finished() and not self.stop_now():
             steps_before = trainer.state.global_step
             if not self.train_epoch(train_loader):
                 break
             self._check_progress(steps_before)
-            self.end_epoch(val_loader)
+            self.end_epoch()
         trainer._io.save_last()
         trainer._call("on_train_end")
 
-    def end_epoch(self, val_loader: Any) -> None:
+    def sanity_check(self) -> None:
+        """`num_sanity_val_steps` validation batches before training: nothing is logged, no
+        callback acts on them (`trainer.sanity_checking`), no random stream moves."""
+        trainer, steps = self.trainer, self.trainer.args.num_sanity_val_steps
+        if self.val_loader is None or steps == 0:
+            return
+        limit = self.val_limit if steps == -1 else (steps if self.val_limit is None else min(steps, self.val_limit))
+        latest = dict(trainer._metrics.latest)
+        trainer._sanity_checking = True
+        try:
+            trainer._call("on_sanity_check_start")
+            with isolated_rng():
+                trainer._eval.run(self.val_loader, "validation", limit)
+            trainer._call("on_sanity_check_end")
+        finally:
+            trainer._sanity_checking = False
+            trainer._metrics.latest = latest
+
+    def validate(self) -> None:
+        with isolated_rng():
+            self.trainer._eval.run(self.val_loader, "validation", self.val_limit)
+
+    def end_epoch(self) -> None:
         trainer, state = self.trainer, self.trainer.state
         trainer._io.close_train_epoch()
-        if val_loader is not None:
-            trainer._eval.run(val_loader, "validation")
+        assert self.schedule is not None
+        if self.val_loader is not None and self.schedule.at_epoch_end(state.epoch, self.validate_at_end):
+            self.validate()
+        self.validate_at_end = False
         trainer._call("on_train_epoch_end")
         opt = trainer._opt
         if opt.schedulers and trainer._module.automatic_optimization:
             opt.step_schedulers("epoch", state.epoch + 1, trainer._read_metric)
         state.epoch += 1
+        state.batches_before_epoch += state.batches_done
         state.batches_done = 0
         with trainer._bookkeeping():
             trainer._io.end_epoch()
         trainer._agree_stop()
-
     def _check_progress(self, steps_before: int) -> None:
         """An epoch without a single optimizer step: never loop forever on max_steps."""
         trainer = self.trainer
@@ -116,11 +196,14 @@ class FitLoop:
         state, args, strategy = trainer.state, trainer.args, trainer.strategy
         trainer._module.train()
         strategy.set_epoch(loader, state.epoch)
-        total = length_of(loader)
-        if total == 0:
+        length = length_of(loader)
+        if length == 0:
             raise ValueError(empty_loader_message(loader))
+        total = self.epoch_batches
         trainer._call("on_train_epoch_start")  # also on a resume inside the epoch
         iterator = trainer._io.epoch_iterator(loader, state.batches_done)
+        if total is None and isinstance(args.limit_train_batches, int):  # an iterable loader, capped
+            iterator = itertools.islice(iterator, max(args.limit_train_batches - state.batches_done, 0))
         with trainer._bookkeeping():
             trainer._io.progress_start_epoch(total)
         device, optimization = strategy.device, self.optimization
@@ -128,19 +211,31 @@ class FitLoop:
         k = args.accumulate_grad_batches if args.accumulate_grad_batches else 1
         optimization.reset()
         batch_idx = state.batches_done - 1
+        schedule, validating = self.schedule, self.val_loader is not None
+        assert schedule is not None
         for batch_idx, size, last, batch in micro_batches(iterator, total, k, state.batches_done):
             batch = move_to_device(batch, device)
             if want_start:
                 trainer._call("on_train_batch_start", batch, batch_idx)
+            before = state.batches_done  # the position at this window's start
             output = optimization.run(batch, batch_idx, size, last)  # advances the bar before a step logs
             if want_end:
                 trainer._call("on_train_batch_end", output, batch, batch_idx)
             if last:
+                if validating and schedule.crossed(state.epoch, before, state.batches_done, state.batches_before_epoch):
+                    if total is not None and state.batches_done >= total:
+                        self.validate_at_end = True  # the epoch's end validates, after the epoch's metrics
+                    else:
+                        self.validate()
                 if args.max_steps is not None and state.global_step >= args.max_steps:
-                    state.stop_requested = True
-                elif state.global_step % args.log_every_n_steps == 0:
+                    return total is not None and state.batches_done >= total
+                if self.max_time is not None and self._elapsed() >= self.max_time:
+                    if trainer.strategy.world_size == 1:
+                        return total is not None and state.batches_done >= total
+                    trainer._stop_request = True  # DDP: agreed at the next logging step
+                if state.global_step % args.log_every_n_steps == 0:
                     trainer._agree_stop()  # DDP: no per-step collective, only at logging steps
-                if state.stop_requested:
+                if self.stop_now():
                     return total is not None and state.batches_done >= total
         if batch_idx + 1 > state.batches_done:  # the loader ended inside a window (len() overstated it)
             optimization.end_window(batch_idx + 1)
