@@ -202,6 +202,8 @@ class RunIO:
 
     def progress_start_eval(self, stage: str, total: int | None) -> None:
         self.trainer._metrics.evaluating = True  # per-step values logged now stay out of train/
+        if self.trainer._sanity_checking:
+            return  # a few batches before training: no bar of their own (nothing to watch)
         if self._progress is None and self.writes and self.trainer.args.enable_progress_bar:
             self._progress = ProgressBar()
         if self._progress is not None:
