@@ -189,3 +189,20 @@ def test_resume_right_after_a_mid_epoch_validation_is_exact(tmp_path: Path):
     assert_same_weights(reference, resumed)
     assert resumed.validated_at == [(0, 9), (1, 13), (1, 16), (1, 19)]  # not 6 again
     assert second.callback_metrics["val/loss"] == ref_trainer.callback_metrics["val/loss"]
+
+
+def test_ckpt_path_best_and_the_resume_message(tmp_path: Path, caplog):
+    import logging
+
+    import callbacks
+
+    checkpoint = callbacks.ModelCheckpoint(dirpath=tmp_path / "ck", monitor="val/loss", mode="min")
+    first = Trainer(max_epochs=2, callbacks=[checkpoint], root_dir=tmp_path, logger=False, enable_progress_bar=False)
+    first.fit(Counting(), train_loader(), val_loader())
+    assert checkpoint.best_model_path
+    with caplog.at_level(logging.INFO, logger="trainer"):
+        first.validate(Counting(), val_loader(), ckpt_path="best")
+        Trainer(max_epochs=3, callbacks=[checkpoint], **QUIET).fit(Counting(), train_loader(), val_loader(), ckpt_path="best")
+    assert any("Resumed from" in r.getMessage() and "optimizer step" in r.getMessage() for r in caplog.records)
+    with pytest.raises(ValueError, match="ckpt_path='best'"):
+        Trainer(**QUIET).fit(Counting(), train_loader(), ckpt_path="best")

@@ -245,6 +245,8 @@ class RunIO:
             self.save(self.last_path, allow_partial=True)
 
     def read_checkpoint(self, ckpt_path: str | Path) -> dict[str, Any]:
+        if str(ckpt_path) == "best":
+            ckpt_path = self._best_path()
         if str(ckpt_path) == "last":
             found = ckpt.find_last(self.trainer.args.root_dir)
             if found is None:
@@ -256,8 +258,24 @@ class RunIO:
             ckpt_path = found
         return ckpt.load_checkpoint(ckpt_path)
 
+    def _best_path(self) -> Path:
+        """ckpt_path="best": the best file of the Trainer's ModelCheckpoint (Lightning's rule)."""
+        for callback in self.trainer.callbacks:
+            best = getattr(callback, "best_model_path", None)
+            if best:
+                return Path(best)
+        raise ckpt.CheckpointError(
+            "ckpt_path='best': no ModelCheckpoint of this Trainer has saved a best checkpoint yet. Expected "
+            "callbacks=[ModelCheckpoint(monitor=...)] and a fit that saved one, or pass 'last' or a path."
+        )
+
     def restore(self, checkpoint: dict[str, Any]) -> None:
         ckpt.restore_state(self.trainer, checkpoint)
+        state = self.trainer.state
+        log.info(
+            "Resumed from %s: epoch %d, optimizer step %d, batch %d of the epoch.",
+            checkpoint.get("_path", "the checkpoint"), state.epoch, state.global_step, state.batches_done,
+        )
 
     def restore_weights(self, checkpoint: dict[str, Any]) -> None:
         path = checkpoint.get("_path")
