@@ -18,7 +18,7 @@ import contextlib
 import logging
 import os
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -65,6 +65,14 @@ class Strategy:
 
     def setup_loader(self, loader: Any, *, train: bool) -> Any:
         return loader
+
+    def manual_backward(self, loss: torch.Tensor, precision: Any, *args: Any, **kwargs: Any) -> None:
+        """`Module.manual_backward`: the precision's (scaled) backward; DDP adds its sync."""
+        precision.backward(loss, *args, **kwargs)
+
+    def manual_no_sync(self) -> contextlib.AbstractContextManager[Any]:
+        """Backward passes inside keep their gradients local (one process: nothing to skip)."""
+        return _NO_SYNC
 
     def set_epoch(self, loader: Any, epoch: int) -> None:
         """Tell a distributed sampler which epoch it is (nothing to do for one process)."""
@@ -140,6 +148,8 @@ class DDP(Strategy):
         self._created_group = False
         self._failed = False
         self._ddp: torch.nn.parallel.DistributedDataParallel | None = None
+        self._manual = False
+        self._manual_sync = True
 
     def _local_device(self, device: str) -> torch.device:
         if device == "auto":
@@ -216,12 +226,41 @@ class DDP(Strategy):
             self._ddp = None  # nothing to synchronise (e.g. evaluation of a frozen model)
             return module.training_step  # type: ignore[return-value]
         ids = [self.device.index] if self.device.type == "cuda" else None
-        self._ddp = torch.nn.parallel.DistributedDataParallel(_TrainingStep(module), device_ids=ids)
+        # Manual optimization backpropagates several losses inside one training step (a GAN's
+        # discriminator, then its generator), each touching some of the parameters: the
+        # reducer is prepared before each backward with the parameters that loss reaches.
+        manual = not getattr(module, "automatic_optimization", True)
+        self._ddp = torch.nn.parallel.DistributedDataParallel(
+            _TrainingStep(module, manual), device_ids=ids, find_unused_parameters=manual
+        )
+        self._manual = manual
+        object.__setattr__(self._ddp.module, "wrapper", self._ddp)  # a reference, not a submodule
         return self._training_step
 
     def _training_step(self, batch: Any, batch_idx: int) -> Any:
         assert self._ddp is not None, "DDP.setup_module must run before a training step"
-        return self._ddp(batch, batch_idx)
+        try:
+            return self._ddp(batch, batch_idx)
+        finally:
+            self._ddp.require_backward_grad_sync = True  # manual mode turned it off after the step
+
+    def manual_backward(self, loss: torch.Tensor, precision: Any, *args: Any, **kwargs: Any) -> None:
+        ddp = self._ddp
+        if ddp is not None and self._manual_sync and torch.is_grad_enabled():
+            from torch.nn.parallel.distributed import _find_tensors
+
+            ddp.require_forward_param_sync = True
+            ddp.reducer.prepare_for_backward(list(_find_tensors(loss)))
+        precision.backward(loss, *args, **kwargs)
+
+    @contextlib.contextmanager
+    def manual_no_sync(self) -> Iterator[None]:
+        """Backward passes inside accumulate gradients locally (`opt.toggle_model(sync_grad=False)`)."""
+        previous, self._manual_sync = self._manual_sync, False
+        try:
+            yield
+        finally:
+            self._manual_sync = previous
 
     def no_sync(self, last_micro_batch: bool) -> contextlib.AbstractContextManager[Any]:
         if last_micro_batch or self._ddp is None:
@@ -309,12 +348,19 @@ class DDP(Strategy):
 class _TrainingStep(torch.nn.Module):
     """Makes `training_step` the forward that DistributedDataParallel wraps."""
 
-    def __init__(self, module: torch.nn.Module) -> None:
+    def __init__(self, module: torch.nn.Module, manual: bool = False) -> None:
         super().__init__()
         self.module = module
+        self.manual = manual
+        self.wrapper: Any = None
 
     def forward(self, batch: Any, batch_idx: int) -> Any:
-        return self.module.training_step(batch, batch_idx)  # type: ignore[operator]
+        output = self.module.training_step(batch, batch_idx)  # type: ignore[operator]
+        if self.manual and self.wrapper is not None:
+            # The step's backward passes already ran inside (manual_backward prepared each);
+            # DDP must not prepare for one more after this forward returns.
+            self.wrapper.require_backward_grad_sync = False
+        return output
 
 
 def _with_distributed_sampler(loader: Any, rank: int, world_size: int, broadcast: Callable[[Any], Any]) -> Any:

@@ -18,6 +18,8 @@ as Lightning does in manual mode. The Trainer never steps LR schedulers in manua
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any, Callable
 
 import torch
@@ -65,6 +67,21 @@ class ManagedOptimizer:
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         self.optimizer.zero_grad(set_to_none=set_to_none)
+
+    @contextlib.contextmanager
+    def toggle_model(self, sync_grad: bool = True) -> Iterator[None]:
+        """Lightning's accumulation helper: only this optimizer's parameters require grad
+        inside, and with `sync_grad=False` DDP does not all-reduce the backward passes made
+        inside (accumulate locally; sync on the step's micro-batch)."""
+        manual = self._manual
+        module = manual.trainer._module
+        module.toggle_optimizer(self)
+        sync = contextlib.nullcontext() if sync_grad else manual.trainer.strategy.manual_no_sync()
+        try:
+            with sync:
+                yield
+        finally:
+            module.untoggle_optimizer(self)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.__dict__["optimizer"], name)
@@ -115,7 +132,7 @@ class ManualOptimization:
         """`Module.manual_backward`: hooks around the strategy's (scaled) backward."""
         trainer = self.trainer
         trainer._call("on_before_backward", loss)
-        trainer._precision.backward(loss, *args, **kwargs)
+        trainer.strategy.manual_backward(loss, trainer._precision, *args, **kwargs)
         trainer._call("on_after_backward")
 
     def clip_gradients(self, optimizer: Any, value: float | None, algorithm: str | None) -> torch.Tensor | None:
