@@ -206,3 +206,33 @@ def test_ckpt_path_best_and_the_resume_message(tmp_path: Path, caplog):
     assert any("Resumed from" in r.getMessage() and "optimizer step" in r.getMessage() for r in caplog.records)
     with pytest.raises(ValueError, match="ckpt_path='best'"):
         Trainer(**QUIET).fit(Counting(), train_loader(), ckpt_path="best")
+
+
+@pytest.mark.parametrize("where", ["epoch-end", "mid-epoch"])
+def test_ctrl_c_during_validation_resumes_exactly(tmp_path: Path, where: str):
+    """issue 15: an interrupt inside validation leaves a clean cut (validation's random draws
+    are rolled back), and resuming re-runs that validation without shifting anything."""
+    interval, at_step = (5, 15) if where == "mid-epoch" else (None, 10)
+
+    class CtrlC(Callback):
+        def on_validation_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+            if trainer.global_step == at_step and batch_idx == 1 and not trainer.sanity_checking:
+                raise KeyboardInterrupt
+
+    reference, ref_trainer = fit(epochs=2, val_check_interval=interval)
+    torch.manual_seed(0)
+    model = Counting()
+    torch.manual_seed(1)
+    first = Trainer(max_epochs=2, val_check_interval=interval, callbacks=[CtrlC()], root_dir=tmp_path, logger=False,
+                    enable_progress_bar=False)
+    with pytest.raises(KeyboardInterrupt):
+        first.fit(model, train_loader(), val_loader())
+    import warnings
+
+    resumed = Counting()
+    second = Trainer(max_epochs=2, val_check_interval=interval, **QUIET)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a clean cut: no "not bit-identical" warning
+        second.fit(resumed, train_loader(), val_loader(), ckpt_path=first.log_dir / "last.ckpt")
+    assert_same_weights(reference, resumed)
+    assert second.callback_metrics["val/loss"] == ref_trainer.callback_metrics["val/loss"]
