@@ -19,11 +19,13 @@ Example:
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import os
 import pickle
 import re
+import sys
 import warnings
 import zipfile
 from collections.abc import Iterator, Sequence
@@ -45,6 +47,7 @@ __all__ = [
     "restore_module",
     "find_last",
     "callback_keys",
+    "plain_state",
 ]
 
 log = logging.getLogger("trainer")
@@ -309,7 +312,42 @@ def collect_state(trainer: Any, *, allow_partial: bool = False, target: Any = No
         "experiment": _plain(getattr(trainer, "experiment_config", None)),
     }
     trainer._dispatch.call("on_save_checkpoint", trainer, module, state)
-    return state
+    return plain_state(state, target)
+
+
+_PLAIN_LEAVES = (bool, int, float, complex, str, bytes, type(None), torch.Tensor, torch.dtype, torch.device, torch.Size)
+
+
+def plain_state(value: Any, target: Any = None, where: str = "checkpoint") -> Any:
+    """`value` with NumPy scalars and arrays turned into Python numbers and tensors, so the
+    file loads with `torch.load(weights_only=True)`; anything else that is not plain data
+    fails the save at once, naming the entry (a checkpoint that can't be loaded back is
+    worse than no checkpoint).
+
+    Example:
+        >>> import numpy as np
+        >>> plain_state({"lr": np.float64(0.5), "steps": [np.int64(3)]})
+        {'lr': 0.5, 'steps': [3]}
+    """
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and isinstance(value, numpy.generic):  # before the leaves: np.float64 is a float
+        return value.item()
+    if isinstance(value, _PLAIN_LEAVES):
+        return value
+    if isinstance(value, dict):
+        items = {key: plain_state(item, target, f"{where}[{key!r}]") for key, item in value.items()}
+        return collections.OrderedDict(items) if isinstance(value, collections.OrderedDict) else items
+    if isinstance(value, (list, tuple)):
+        items_list = [plain_state(item, target, f"{where}[{index}]") for index, item in enumerate(value)]
+        return items_list if isinstance(value, list) else tuple(items_list)
+    if numpy is not None and isinstance(value, numpy.ndarray):
+        return torch.from_numpy(value.copy())
+    raise CheckpointError(
+        f"Can't write checkpoint {str(target)!r}: {where} is a {type(value).__module__}.{type(value).__qualname__}, "
+        "which torch.load(weights_only=True) would refuse, so the file could never be loaded. Expected "
+        "tensors, numbers, strings, lists and dicts: convert it (e.g. float(x), x.tolist()) in the "
+        "state_dict or on_save_checkpoint that adds it."
+    )
 
 
 def restore_module(module: Any, checkpoint: dict[str, Any], source: str) -> None:

@@ -1,0 +1,66 @@
+"""Every file the Trainer writes loads again with torch.load(weights_only=True); what can't be
+stored that way fails the save at once, naming the entry (issue 15)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from tests.reference import TinyNet, loader, make_data
+from trainer import Trainer
+from trainer.checkpoint import CheckpointError, load_checkpoint
+
+
+class NumpyHyperparameters(TinyNet):
+    def configure_optimizers(self) -> Any:
+        opt = torch.optim.SGD(self.parameters(), lr=np.float64(0.05), momentum=np.float32(0.9))
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=np.int64(7))
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+
+def test_numpy_scalars_in_optimizer_and_scheduler_state_are_stored_as_numbers(tmp_path: Path):
+    import callbacks
+
+    every = callbacks.ModelCheckpoint(dirpath=tmp_path / "ck", every_n_train_steps=3, save_top_k=-1)
+    run = Trainer(max_epochs=1, root_dir=tmp_path, callbacks=[every], enable_progress_bar=False)
+    run.fit(NumpyHyperparameters(), loader(make_data()))
+    run.save_checkpoint(tmp_path / "manual.ckpt")
+    written = sorted(tmp_path.rglob("*.ckpt"))
+    assert len(written) >= 4  # last.ckpt, manual.ckpt and ModelCheckpoint's files
+    for path in written:
+        state = torch.load(path, weights_only=True)  # raises on anything but plain data
+        assert isinstance(state["lr_schedulers"][0]["state"]["T_max"], int)
+    resumed = Trainer(max_epochs=2, logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    resumed.fit(NumpyHyperparameters(), loader(make_data()), ckpt_path=tmp_path / "manual.ckpt")
+    assert resumed.global_step == 20
+
+
+def test_a_value_that_could_not_be_loaded_fails_the_save_naming_it(tmp_path: Path):
+    class Odd(TinyNet):
+        def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+            checkpoint["extra"] = {"seen": {1, 2}}
+
+    run = Trainer(max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    run.fit(Odd(), loader(make_data()))
+    with pytest.raises(CheckpointError, match=r"checkpoint\['extra'\]\['seen'\] is a builtins.set") as caught:
+        run.save_checkpoint(tmp_path / "odd.ckpt")
+    assert str(tmp_path / "odd.ckpt") in str(caught.value)
+    assert not (tmp_path / "odd.ckpt").exists()
+
+
+def test_numpy_arrays_become_tensors(tmp_path: Path):
+    class WithArray(TinyNet):
+        def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+            checkpoint["stats"] = np.arange(3.0)
+
+        def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+            self.loaded = checkpoint["stats"]
+
+    run = Trainer(max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    run.fit(WithArray(), loader(make_data()))
+    run.save_checkpoint(tmp_path / "a.ckpt")
+    assert torch.equal(load_checkpoint(tmp_path / "a.ckpt")["stats"], torch.arange(3.0, dtype=torch.float64))
