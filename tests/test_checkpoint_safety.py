@@ -64,3 +64,53 @@ def test_numpy_arrays_become_tensors(tmp_path: Path):
     run.fit(WithArray(), loader(make_data()))
     run.save_checkpoint(tmp_path / "a.ckpt")
     assert torch.equal(load_checkpoint(tmp_path / "a.ckpt")["stats"], torch.arange(3.0, dtype=torch.float64))
+
+
+@pytest.mark.parametrize(
+    ("damage", "text"),
+    [
+        (lambda s: s.pop("module"), "no 'module' entry"),
+        (lambda s: s.pop("loop"), "no 'loop' entry"),
+        (lambda s: s.pop("precision"), "no 'precision' entry"),
+        (lambda s: s.update(rng=[]), "'rng' is empty"),
+        (lambda s: s["loop"].pop("global_step"), "'loop' lacks global_step"),
+        (lambda s: s.update(module=[1, 2]), "'module' is a list"),
+    ],
+)
+def test_a_file_with_the_marker_but_missing_parts_is_refused_by_name(tmp_path: Path, damage, text):
+    from trainer.checkpoint import save_atomic
+
+    run = Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    run.fit(TinyNet(), loader(make_data()))
+    path = run.save_checkpoint(tmp_path / "whole.ckpt")
+    state = torch.load(path, weights_only=True)
+    damage(state)
+    broken = save_atomic(state, tmp_path / "broken.ckpt")
+    model = TinyNet()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(CheckpointError, match="incomplete") as caught:
+        Trainer(max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False).fit(
+            model, loader(make_data()), ckpt_path=broken
+        )
+    assert text in str(caught.value) and str(broken) in str(caught.value)
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())  # nothing touched
+
+
+def test_a_scheduler_of_another_class_is_refused_naming_both(tmp_path: Path):
+    class Step(TinyNet):
+        def configure_optimizers(self) -> Any:
+            opt = torch.optim.SGD(self.parameters(), lr=0.05)
+            return opt, torch.optim.lr_scheduler.StepLR(opt, 2)
+
+    class Cosine(TinyNet):
+        def configure_optimizers(self) -> Any:
+            opt = torch.optim.SGD(self.parameters(), lr=0.05)
+            return opt, torch.optim.lr_scheduler.CosineAnnealingLR(opt, 5)
+
+    run = Trainer(max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    run.fit(Step(), loader(make_data()))
+    path = run.save_checkpoint(tmp_path / "step.ckpt")
+    with pytest.raises(CheckpointError, match="saved from a StepLR, but this run's is a CosineAnnealingLR"):
+        Trainer(max_steps=4, logger=False, enable_checkpointing=False, enable_progress_bar=False).fit(
+            Cosine(), loader(make_data()), ckpt_path=path
+        )

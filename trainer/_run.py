@@ -244,7 +244,13 @@ class RunIO:
         if self.trainer.args.enable_checkpointing and self.trainer._module is not None:
             self.save(self.last_path, allow_partial=True)
 
-    def read_checkpoint(self, ckpt_path: str | Path) -> dict[str, Any]:
+    def read_checkpoint(self, ckpt_path: str | Path, *, weights_only: bool = False) -> dict[str, Any]:
+        """Load and check `ckpt_path` ('last', 'best' or a path) before anything is touched."""
+        state = self._read(ckpt_path)
+        ckpt.check_layout(state, weights_only=weights_only)
+        return state
+
+    def _read(self, ckpt_path: str | Path) -> dict[str, Any]:
         if str(ckpt_path) == "best":
             ckpt_path = self._best_path()
         if str(ckpt_path) == "last":

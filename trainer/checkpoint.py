@@ -48,6 +48,7 @@ __all__ = [
     "find_last",
     "callback_keys",
     "plain_state",
+    "check_layout",
 ]
 
 log = logging.getLogger("trainer")
@@ -187,6 +188,38 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: Any = "cpu", *, 
         )
     state["_path"] = str(source)  # in memory only: lets later errors name the file
     return state
+
+
+# What restore_state reads, with the type each entry must have (checked before anything is touched).
+_REQUIRED: dict[str, type | tuple[type, ...]] = {"module": dict, "loop": dict, "precision": dict, "rng": list}
+_LOOP_KEYS = ("epoch", "global_step", "batches_done")
+
+
+def check_layout(state: dict[str, Any], *, weights_only: bool = False) -> None:
+    """Raise `CheckpointError` naming the file when a loaded checkpoint lacks what a resume
+    (or, with `weights_only`, an evaluation) reads; called before anything is touched."""
+    name = repr(state.get("_path", "<in memory>"))
+    problems = []
+    for key, kind in _REQUIRED.items():
+        if weights_only and key != "module":
+            continue
+        if key not in state:
+            problems.append(f"no {key!r} entry")
+        elif not isinstance(state[key], kind):
+            problems.append(f"{key!r} is a {type(state[key]).__name__}")
+    if isinstance(state.get("rng"), list) and not state["rng"]:
+        problems.append("'rng' is empty (no process's random state)")
+    if isinstance(state.get("loop"), dict):
+        missing = [k for k in _LOOP_KEYS if not isinstance(state["loop"].get(k), int)]
+        if missing:
+            problems.append(f"'loop' lacks {', '.join(missing)}")
+    if isinstance(state.get("precision"), dict) and not {"name", "state"} <= set(state["precision"]):
+        problems.append("'precision' lacks name/state")
+    if problems:
+        raise CheckpointError(
+            f"Checkpoint {name} has the trainer's format marker but is incomplete: {'; '.join(problems)}. "
+            "Expected a file written whole by Trainer.save_checkpoint; use another checkpoint."
+        )
 
 
 def _check_archive(source: Path, name: str, verify: bool) -> None:

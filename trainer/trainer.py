@@ -353,7 +353,7 @@ class Trainer:
     def _evaluate(self, model: Module, loader: Iterable[Any], stage: str, ckpt_path: Any) -> Any:
         check_module(model)
         check_loader(loader, "loader")
-        checkpoint = self._io.read_checkpoint(ckpt_path) if ckpt_path is not None else None
+        checkpoint = self._io.read_checkpoint(ckpt_path, weights_only=True) if ckpt_path is not None else None
         if model is not self._module:  # another model: a later fit starts a fresh run for it
             self._module, self._opt = model, None
         model._attach(self)
