@@ -114,3 +114,24 @@ def test_a_scheduler_of_another_class_is_refused_naming_both(tmp_path: Path):
         Trainer(max_steps=4, logger=False, enable_checkpointing=False, enable_progress_bar=False).fit(
             Cosine(), loader(make_data()), ckpt_path=path
         )
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [OSError(28, "No space left on device"), RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 448 vs 342")],
+    ids=["ENOSPC", "torch-unexpected-pos"],
+)
+def test_a_full_disk_is_named_and_the_previous_file_stays(tmp_path: Path, monkeypatch, failure):
+    run = Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    run.fit(TinyNet(), loader(make_data()))
+    path = run.save_checkpoint(tmp_path / "x.ckpt")
+    before = path.read_bytes()
+
+    def full(*args: Any, **kwargs: Any) -> None:
+        raise failure
+
+    monkeypatch.setattr(torch, "save", full)
+    with pytest.raises(OSError, match="could not be written") as caught:
+        run.save_checkpoint(path)
+    assert str(path) in str(caught.value) and ("disk is full" in str(caught.value) or "full disk" in str(caught.value))
+    assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["x.ckpt"]

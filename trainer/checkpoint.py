@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import errno
 import logging
 import os
 import pickle
 import re
+import shutil
 import sys
 import warnings
 import zipfile
@@ -126,11 +128,31 @@ def save_atomic(state: dict[str, Any], path: str | os.PathLike[str]) -> Path:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, target)
-    except BaseException:
+    except BaseException as error:
         temporary.unlink(missing_ok=True)
+        if isinstance(error, (OSError, RuntimeError)):
+            raise _write_failed(target, error) from error
         raise
     _fsync_directory(target.parent)
     return target
+
+
+def _write_failed(target: Path, error: BaseException) -> OSError:
+    """A failed write, said plainly: which file, why (a full disk, most often), what is intact."""
+    code = getattr(error, "errno", None)
+    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    full = code == errno.ENOSPC or "unexpected pos" in text or "file write failed" in text.lower()
+    try:
+        free = f"; {shutil.disk_usage(target.parent).free / 2**20:.0f} MiB free there now"
+    except OSError:
+        free = ""
+    reason = "the disk is full" if code == errno.ENOSPC else ("the write failed, most likely a full disk" if full else "the write failed")
+    return OSError(
+        code or errno.EIO,
+        f"Checkpoint {str(target)!r} could not be written: {reason} ({text}{free}). The previous file "
+        "at that path, if any, is intact and no partial file was left. Free space or choose another "
+        "root_dir / dirpath, then save again.",
+    )
 
 
 def _fsync_directory(directory: Path) -> None:
