@@ -25,7 +25,7 @@ class TrainerArgs(BaseModel):
     max_epochs: int | None = Field(None, ge=1, description="stop after this many epochs")
     max_steps: int | None = Field(None, ge=1, description="stop after this many optimizer steps")
     accumulate_grad_batches: int = Field(1, ge=1, description="micro-batches per optimizer step")
-    gradient_clip_val: float | None = Field(None, ge=0, description="clip threshold; None: no clipping")
+    gradient_clip_val: float | None = Field(None, ge=0, description="clip threshold; None or 0: no clipping")
     gradient_clip_algorithm: Literal["norm", "value"] = "norm"
     root_dir: Path = Field(Path("runs"), description="where runs write logs and checkpoints")
     logger: Any = Field(True, description="True, False or a logger instance")
@@ -33,7 +33,7 @@ class TrainerArgs(BaseModel):
     enable_checkpointing: bool = True
     log_every_n_steps: int = Field(50, ge=1)
     callbacks: list[Any] | None = None
-    seed: int | None = None
+    seed: int | None = Field(None, ge=0, le=2**32 - 1, description="seeds Python, NumPy and torch when fit starts")
     device: str = Field("auto", description='"auto", "cpu", "cuda", "cuda:N", "mps"')
     strategy: Literal["auto", "ddp", "single"] = "auto"
     nonfinite_loss: Literal["error", "skip"] = Field(
@@ -101,6 +101,11 @@ class TrainerArgs(BaseModel):
                 raise ValueError(f"expected trainer.Callback instances, got {type(item).__name__}")
         return value
 
+    @pydantic.field_validator("gradient_clip_val")
+    @classmethod
+    def _zero_is_no_clipping(cls, value: float | None) -> float | None:
+        return None if value == 0 else value  # Lightning's rule (its 1.x default was 0.0)
+
     @pydantic.field_validator("device")
     @classmethod
     def _check_device(cls, value: str) -> str:
@@ -109,10 +114,42 @@ class TrainerArgs(BaseModel):
         if value == "auto":
             return value
         try:
-            torch.device(value)
+            device = torch.device(value)
         except (RuntimeError, ValueError):
             raise ValueError('expected "auto" or a torch device string such as "cpu" or "cuda:0"') from None
+        available = _available_devices()
+        if device.type == "cuda" and torch.cuda.is_available() and (device.index or 0) >= torch.cuda.device_count():
+            raise ValueError(f"this machine has {torch.cuda.device_count()} CUDA device(s). Expected one of: {available}")
+        if device.type != "cpu" and device.type not in {d.split(":")[0] for d in available}:
+            raise ValueError(f"no {device.type.upper()} device is available here. Expected one of: {available}")
         return value
+
+    @pydantic.field_validator("root_dir")
+    @classmethod
+    def _check_root_dir(cls, value: Path) -> Path:
+        """The run folder must be creatable: checked now, without creating anything."""
+        import os
+
+        existing = value
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        if not existing.is_dir():
+            raise ValueError(f"{str(existing)!r} is a file, so no folder can be made under it. Expected a directory path")
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise ValueError(f"{str(existing)!r} is not writable. Expected a directory this process can write to")
+        return value
+
+
+def _available_devices() -> str:
+    import torch
+
+    found = ["auto", "cpu"]
+    if torch.cuda.is_available():
+        found += ["cuda"] + [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        found.append("mps")
+    return ", ".join(found)
 
 
 def validate_trainer_args(values: dict[str, Any]) -> TrainerArgs:
