@@ -220,3 +220,33 @@ def test_predictions_of_several_ranks_go_to_one_file_each(workspace: Path, monke
     caplog.set_level("INFO", logger="trainer")
     assert main(["predict", "exp.yaml", "--dry_run", "--output", "dry.pt"]) == 0
     assert not (workspace / "dry.pt").exists() and "saved" not in caplog.text  # a dry run writes nothing
+
+
+# ----------------------------------- issue 15: errors found before anything is written
+EARLY: list[tuple[str, list[str], str]] = [
+    ("model __init__ raises", ["--model.init_args.hidden", "-1"], "model.init_args: mypkg.models.TinyClassifier(**init_args) raised RuntimeError"),
+    ("seed overflow", ["--seed", str(2**70)], "seed"),
+    ("trainer seed overflow", ["--trainer.seed", str(2**70)], "trainer.seed"),
+    ("root_dir under a file", ["--trainer.root_dir", "{ws}/exp.yaml/runs"], "is a file"),
+    ("top-k without a monitor", ["--callbacks", "[{class_path: callbacks.ModelCheckpoint, init_args: {save_top_k: 3}}]"], "callbacks.0.init_args"),
+    ("ckpt_path not a checkpoint", ["--ckpt_path", "{ws}/exp.yaml"], "is not a torch.save archive"),
+    ("ckpt_path last with nothing there", ["--ckpt_path", "last"], "no last.ckpt under root_dir"),
+]
+if not torch.cuda.is_available():
+    EARLY.append(("unavailable device", ["--trainer.device", "cuda"], "no CUDA device is available here"))
+
+
+@pytest.mark.parametrize(("kind", "extra", "expected"), EARLY, ids=[m[0] for m in EARLY])
+def test_errors_before_work_exit_2_and_write_nothing(
+    workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    kind: str, extra: list[str], expected: str,
+) -> None:
+    monkeypatch.syspath_prepend(str(workspace))
+    monkeypatch.chdir(workspace)
+    root = tmp_path / "runs"
+    argv = ["fit", str(workspace / "exp.yaml"), "--trainer.root_dir", str(root), *[a.replace("{ws}", str(workspace)) for a in extra]]
+    code = main(argv)
+    error = capsys.readouterr().err
+    assert code == 2, error
+    assert expected in error and "Traceback" not in error
+    assert not root.exists()  # no run folder, no config.yaml

@@ -129,12 +129,14 @@ def test_top_level_values_are_the_validated_ones_and_empty_sections_mean_default
     assert len(problems_of({**base(), "logger": "tensorboard"})) == 1  # one message for `bool | class spec`
 
 
-def test_bug_in_user_init_keeps_its_exception_but_a_bad_trainer_argument_is_a_config_error() -> None:
+def test_an_exception_from_a_constructor_is_a_config_error_naming_the_yaml_path() -> None:
+    """issue 15: the user's __init__ rejecting its init_args is one clean message (CLI exit 2)."""
     config = base()
     config["callbacks"] = [{"class_path": f"{PKG}.models.FailingCallback"}]
-    with pytest.raises(ValueError, match="bug in a callback's __init__") as caught:
+    with pytest.raises(ConfigError, match="bug in a callback's __init__") as caught:
         load_experiment(config)
-    assert not isinstance(caught.value, ConfigError)
+    assert "callbacks.0.init_args" in str(caught.value) and "FailingCallback" in str(caught.value)
+    assert isinstance(caught.value.__cause__, ValueError)  # the original stays attached for debugging
     config["callbacks"] = []
     config["trainer"]["strategy"] = "ddp"  # only Trainer(...) can tell: not under torchrun
     with pytest.raises(ConfigError, match="strategy='ddp'"):

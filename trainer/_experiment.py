@@ -78,7 +78,9 @@ class Experiment:
         val = self.loader("val_dataloader", "fit", required=False)
         with self._scratch():
             if not self.dry_run:
-                self._save_config(writes_checkpoints=True)
+                # Written when the run starts (after the checkpoint was read and checked), so a
+                # run that fails before training leaves no folder behind.
+                self.trainer._at_run_start.append(lambda: self._save_config(writes_checkpoints=True))
                 self.trainer.fit(self.model, train, val, ckpt_path=ckpt_path)
                 return
             self.trainer.fit(self.model, train, ckpt_path=self._dry_run_ckpt(ckpt_path))
@@ -101,7 +103,7 @@ class Experiment:
         loader = self.loader(LOADER_OF[stage], stage)
         with self._scratch():
             if not self.dry_run:
-                self._save_config()
+                self.trainer._at_run_start.append(self._save_config)
             return getattr(self.trainer, stage)(self.model, loader, ckpt_path=self._dry_run_ckpt(ckpt_path))
 
     @contextlib.contextmanager
@@ -137,11 +139,26 @@ class Experiment:
 
 
 
+def _construct(where: str, spec: ResolvedSpec) -> Any:
+    """Build one object of the config; an exception from its constructor becomes one clean
+    error naming the YAML path, the class and what it raised (exit 2 from the CLI)."""
+    try:
+        return instantiate(spec)
+    except Exception as error:  # noqa: BLE001 - the user's __init__ rejected its init_args
+        detail = str(error).strip().splitlines()[0] if str(error).strip() else "(no message)"
+        raise ConfigError([Problem(
+            f"{where}.init_args",
+            f"{spec.class_path}(**init_args) raised {type(error).__name__}: {detail}. Fix the value it names in the "
+            "config (or the class).",
+        )]) from error
+
+
 def build(resolved: ResolvedConfig, *, stage: Stage = "fit", dry_run: bool = False) -> Experiment:
     """Seed, then build the data, the model, the callbacks, the logger and the Trainer.
 
-    Only the Trainer's own argument checks become a `ConfigError`: an exception raised by
-    the user's classes while they are built keeps its traceback.
+    A bad value, the Trainer's own argument checks, and an exception raised by a class's
+    constructor become a `ConfigError` naming the YAML path (the CLI prints it and exits
+    with 2); an exception raised later by the user's code while it runs keeps its traceback.
     """
     from trainer._utils import seed_everything
     from trainer.module import Module
@@ -149,18 +166,18 @@ def build(resolved: ResolvedConfig, *, stage: Stage = "fit", dry_run: bool = Fal
 
     if resolved.seed is not None:
         seed_everything(resolved.seed)
-    data = instantiate(resolved.data)
+    data = _construct("data", resolved.data)
     if not hasattr(data, LOADER_OF[stage]):
         raise ConfigError([Problem("data", f"{resolved.data.class_path}(...) returned {type(data).__name__}, which has "
                                    f"no {LOADER_OF[stage]}(). Expected an object with train_dataloader() and optionally "
                                    "val_dataloader(), test_dataloader(), predict_dataloader().")])
-    model = instantiate(resolved.model)
+    model = _construct("model", resolved.model)
     if not isinstance(model, Module):
         raise ConfigError([Problem("model", f"Expected {resolved.model.class_path}(...) to return a trainer.Module. "
                                    f"Received: {type(model).__name__}.")])
-    callbacks = [instantiate(c) for c in resolved.callbacks]
-    precision = instantiate(resolved.precision) if isinstance(resolved.precision, ResolvedSpec) else resolved.precision
-    logger = instantiate(resolved.logger) if isinstance(resolved.logger, ResolvedSpec) else resolved.logger
+    callbacks = [_construct(f"callbacks.{i}", c) for i, c in enumerate(resolved.callbacks)]
+    precision = _construct("trainer.precision", resolved.precision) if isinstance(resolved.precision, ResolvedSpec) else resolved.precision
+    logger = _construct("logger", resolved.logger) if isinstance(resolved.logger, ResolvedSpec) else resolved.logger
     arguments = dict(resolved.trainer)
     if dry_run:
         arguments["root_dir"] = tempfile.mkdtemp(prefix="trainer-dry-run-")

@@ -73,8 +73,15 @@ class RunIO:
         return self.run_dir / "last.ckpt"
 
     # --------------------------------------------------------------------- lifecycle
+    def run_start_actions(self) -> None:
+        """What the YAML layer asked to do once a run really starts (write config.yaml)."""
+        actions, self.trainer._at_run_start = list(self.trainer._at_run_start), []
+        for action in actions:
+            action()
+
     def start_run(self, module: Any) -> None:
         """Open the progress bar; once per run: the summary line and the hyperparameters."""
+        self.run_start_actions()
         args = self.trainer.args
         self._in_fit = True
         self._epoch_record = {}

@@ -97,7 +97,7 @@ def split_overrides(argv: Sequence[str]) -> tuple[list[str], dict[str, Any], lis
         elif index + 1 < len(tokens) and not tokens[index + 1].startswith("--"):
             text, index = tokens[index + 1], index + 2
         else:
-            problems.append(Problem(f"--{name}", "Expected a value after it (`--{name}=VALUE` if it starts "
+            problems.append(Problem(f"--{name}", f"Expected a value after it (`--{name}=VALUE` if it starts "
                                     f"with --). Received: {'nothing' if index + 1 >= len(tokens) else tokens[index + 1]!r}."))
             index += 1
             continue

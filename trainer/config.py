@@ -71,7 +71,7 @@ class ExperimentConfig(BaseModel):
     """The shape of a config file; the sections' contents are checked by `resolve_config`."""
 
     model_config = ConfigDict(extra="forbid")
-    seed: int | None = Field(None, description="seeds Python, NumPy and torch once, before anything is built")
+    seed: int | None = Field(None, ge=0, le=2**32 - 1, description="seeds Python, NumPy and torch once, before anything is built")
     model: ClassSpec = Field(description="a trainer.Module subclass (or a function returning a Module)")
     data: ClassSpec = Field(description="a class or function whose result has train_dataloader() etc.")
     trainer: dict[str, Any] = Field(default_factory=dict, description="Trainer arguments (see TrainerArgs)")

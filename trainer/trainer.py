@@ -112,6 +112,7 @@ class Trainer:
         self._stop_request = False  # this rank's own request; see request_stop
         self._in_train_batches = False  # where `self.log` defaults to per-step values
         self._sanity_checking = False
+        self._at_run_start: list[Any] = []  # callables the YAML layer runs once a run starts
         self._manual: ManualOptimization | None = None
         self._loop: FitLoop | None = None
 
@@ -365,6 +366,7 @@ class Trainer:
             if checkpoint is not None:
                 self._io.restore_weights(checkpoint)
             self._eval = EvalLoop(self)
+            self._io.run_start_actions()
             limit = getattr(self.args, f"limit_{'val' if stage == 'validation' else stage}_batches")
             loader = self.strategy.setup_loader(loader, train=False)
             count = batch_limit(limit, length_of(loader), f"limit_{'val' if stage == 'validation' else stage}_batches")
