@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from trainer import Callback
+from trainer import Callback, MonitorError
 
 __all__ = ["ModelCheckpoint"]
 
@@ -141,7 +141,7 @@ class ModelCheckpoint(Callback):
                 "Log them with self.log(name, value), or fix monitor/filename."
             )
             if strict:
-                raise KeyError(message)
+                raise MonitorError(message)
             if not self._warned_missing:
                 log.warning("%s Skipping step-based saves until they are logged.", message)
                 self._warned_missing = True

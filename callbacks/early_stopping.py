@@ -6,7 +6,7 @@ import logging
 import math
 from typing import Any, Literal
 
-from trainer import Callback
+from trainer import Callback, MonitorError
 
 __all__ = ["EarlyStopping"]
 
@@ -117,7 +117,7 @@ class EarlyStopping(Callback):
         metrics = trainer.callback_metrics
         if self.monitor not in metrics:
             logged = ", ".join(sorted(metrics)) or "nothing"
-            raise ValueError(
+            raise MonitorError(
                 f"EarlyStopping(monitor={self.monitor!r}): no such metric at {self.check_on}. Expected "
                 f"a name logged with self.log. Received these metrics: {logged}."
             )

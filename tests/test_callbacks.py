@@ -174,3 +174,22 @@ def test_learning_rate_monitor_records_each_epoch(tmp_path: Path) -> None:
     events = EventAccumulator(str(trainer.log_dir))
     events.Reload()
     assert [(e.step, round(e.value, 6)) for e in events.Scalars("lr-epoch/group0")] == [(0, 0.1), (2, 0.05), (4, 0.025)]
+
+
+def test_a_monitor_never_logged_is_a_clean_error_after_last_ckpt_was_written(tmp_path):
+    """issue 15: found at the first validation end; the finished epoch is kept in last.ckpt."""
+    import callbacks as cbs
+    from trainer import MonitorError
+    from trainer.checkpoint import load_checkpoint
+
+    from tests.reference import loader as batches
+    from tests.reference import make_data, make_model
+
+    stopper = cbs.EarlyStopping("val/missing")
+    trainer = Trainer(max_epochs=3, num_sanity_val_steps=0, callbacks=[stopper], root_dir=tmp_path, logger=False,
+                      enable_progress_bar=False)
+    with pytest.raises(MonitorError, match="val/missing") as caught:
+        trainer.fit(make_model(), batches(make_data()), val_loader=batches(make_data(8)))
+    assert isinstance(caught.value, ValueError) and "'val/missing'" in str(caught.value)
+    saved = load_checkpoint(trainer.log_dir / "last.ckpt")
+    assert saved["loop"]["global_step"] == 10  # the epoch's 10 steps are not lost

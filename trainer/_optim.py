@@ -61,7 +61,9 @@ class SchedulerConfig:
         value = read_metric(self.monitor)
         if value is None:
             if self.strict:
-                raise KeyError(
+                from trainer.callback import MonitorError
+
+                raise MonitorError(
                     f"The LR scheduler {type(self.scheduler).__name__} monitors {self.monitor!r}, which "
                     f"was not logged before its {self.interval} step. Expected self.log({self.monitor!r}, ...) "
                     "in training_step (interval 'step') or in validation (interval 'epoch'); or set "

@@ -20,7 +20,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["Callback", "HOOKS"]
+__all__ = ["Callback", "HOOKS", "MonitorError"]
+
+
+class MonitorError(KeyError, ValueError):
+    """A metric that a callback or scheduler monitors was never logged.
+
+    Raised during `fit` (after `last.ckpt` was written, so the finished work is kept); the
+    `trainer` command reports it as a clean error with exit code 2.
+    """
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
 
 
 class Callback:

@@ -118,6 +118,7 @@ def _parse_value(text: str) -> Any:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `trainer` console script and `python -m trainer`; returns the exit code."""
+    from trainer.callback import MonitorError
     from trainer.checkpoint import CheckpointError
 
     _setup_logging()
@@ -125,6 +126,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run(list(sys.argv[1:] if argv is None else argv))
     except (ConfigError, CheckpointError) as error:
         sys.stderr.write(f"trainer: error: {error}\n")
+        return 2
+    except MonitorError as error:  # found during fit; last.ckpt was written first
+        sys.stderr.write(f"trainer: error: {error}\nThe finished steps are in last.ckpt: fix the config, then resume "
+                         "with --ckpt_path last.\n")
         return 2
     except KeyboardInterrupt:
         sys.stderr.write("trainer: interrupted\n")

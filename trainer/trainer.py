@@ -337,6 +337,11 @@ class Trainer:
                 "Interrupted after optimizer step %d. Resume with trainer.fit(model, loader, "
                 "ckpt_path=%r).", self.global_step, str(self._io.last_path) if self._io.saves else None
             )
+        elif isinstance(error, Exception) and self.strategy.world_size == 1:
+            try:  # keep the finished work; never hide the error behind a failed save
+                self._io.save_last()
+            except Exception as save_error:  # noqa: BLE001
+                log.warning("last.ckpt could not be written after the error: %s", save_error)
 
     # ------------------------------------------------------------ evaluation entry points
     def validate(self, model: Module, loader: Iterable[Any], ckpt_path: str | Path | None = None) -> dict[str, float]:
