@@ -89,6 +89,13 @@ class Strategy:
         """True when some rank's `flag` is True (one process: the flag itself)."""
         return flag
 
+    def check_epoch_lengths(self, batches: int | None) -> None:
+        """Every rank must run the same number of training batches (one process: nothing to check)."""
+
+    def fewest(self, count: int) -> int:
+        """The smallest `count` over the ranks (one process: `count`)."""
+        return count
+
     def reduce_epoch(self, values: dict[str, torch.Tensor], reductions: Reductions) -> dict[str, torch.Tensor]:
         """Combine epoch metrics over ranks: weighted mean, sum, max or min (one process: as is)."""
         return values
@@ -193,10 +200,17 @@ class DDP(Strategy):
         if not (self._created_group and dist.is_initialized()):
             return
         self._created_group = False
+        if self._failed:
+            # This rank failed; a peer may be waiting for it inside a collective (DDP's
+            # all-reduce) that will never complete. Meeting it would hang (a Gloo
+            # monitored_barrier bounds only rank 0's wait), so release the group at once:
+            # the peer's collective then fails, and torchrun ends the job with this error.
+            dist.destroy_process_group()
+            return
         try:
             if dist.get_backend() == "gloo":
-                dist.monitored_barrier(timeout=datetime.timedelta(seconds=30 if self._failed else 600))
-            elif not self._failed:
+                dist.monitored_barrier(timeout=datetime.timedelta(seconds=600))
+            else:
                 dist.barrier()
         except RuntimeError as error:  # a peer is gone: nothing left to wait for
             log.warning("Ranks did not all reach the exit barrier (%s); releasing the process group.", error)
@@ -281,6 +295,30 @@ class DDP(Strategy):
     # ----------------------------------------------------------------- collectives
     def _flag_tensor(self, flag: bool) -> torch.Tensor:
         return torch.tensor([int(flag)], dtype=torch.int32, device=self.device)
+
+    def check_epoch_lengths(self, batches: int | None) -> None:
+        """Once per epoch: equal known lengths on every rank, or one clear error on all of them.
+
+        A rank with fewer batches would end its epoch while the others wait in DDP's
+        all-reduce for it: a hang. Loaders without len() agree window by window instead
+        (`fewest`).
+        """
+        counts = self.all_gather_object(batches)
+        if len(set(counts)) > 1:
+            shown = ", ".join(f"rank {r}: {'unknown (no len())' if c is None else c}" for r, c in enumerate(counts))
+            raise ValueError(
+                f"The training loader yields a different number of batches on each rank ({shown}), so the "
+                "ranks would wait for each other forever. Expected the same number on every rank: give "
+                "each rank a DistributedSampler (the Trainer adds one to a DataLoader over a map-style "
+                "dataset), split the data evenly, or set limit_train_batches to the smallest count."
+            )
+
+    def fewest(self, count: int) -> int:
+        from torch import distributed as dist
+
+        tensor = torch.tensor([count], dtype=torch.int64, device=self.device)
+        dist.all_reduce(tensor, op=dist.ReduceOp.MIN, group=self._group())
+        return int(tensor.item())
 
     def all_agree(self, flag: bool) -> bool:
         from torch import distributed as dist

@@ -4,13 +4,16 @@ how an epoch splits into accumulation windows, and the parameter order clipping 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator, Sized
+import logging
+from collections.abc import Callable, Iterable, Iterator, Sized
 from typing import Any
 
 import torch
 
 from trainer._utils import length_of
 from trainer.module import Module
+
+log = logging.getLogger("trainer")
 
 __all__ = [
     "check_module",
@@ -22,13 +25,18 @@ __all__ = [
 ]
 
 
-def micro_batches(iterator: Iterator[Any], total: int | None, k: int, start: int) -> Iterator[tuple[int, int, bool, Any]]:
+def micro_batches(
+    iterator: Iterator[Any], total: int | None, k: int, start: int, fewest: Callable[[int], int] | None = None
+) -> Iterator[tuple[int, int, bool, Any]]:
     """Yield `(batch_idx, window_size, last_in_window, batch)` from `start` on.
 
     With a known epoch length the window sizes are arithmetic and batches are fetched one
     at a time, exactly when a hand-written loop would fetch them. Without one, each window's
     batches are fetched before its first forward, so a short last window is known (and its
-    loss divided by its own length) before any backward.
+    loss divided by its own length) before any backward. Under DDP `fewest` makes every
+    rank take the same window: the smallest any rank could fill, so when one rank runs out
+    of data every rank ends the epoch there (the others' extra batches are dropped, with a
+    warning) instead of waiting for it forever.
     """
     batch_idx = start
     if total is not None:
@@ -42,6 +50,15 @@ def micro_batches(iterator: Iterator[Any], total: int | None, k: int, start: int
         return
     while True:
         window = list(itertools.islice(iterator, k))
+        if fewest is not None:
+            agreed = fewest(len(window))
+            if agreed < len(window):
+                log.warning(
+                    "Another rank ran out of training batches at batch %d of this epoch: this rank drops its "
+                    "remaining %d fetched batch(es) and every rank ends the epoch there (docs/distributed.md).",
+                    batch_idx + agreed, len(window) - agreed,
+                )
+                window = window[:agreed]
         size = len(window)
         for offset, batch in enumerate(window):
             yield batch_idx, size, offset == size - 1, batch

@@ -200,6 +200,9 @@ class FitLoop:
         if length == 0:
             raise ValueError(empty_loader_message(loader))
         total = self.epoch_batches
+        distributed = strategy.world_size > 1
+        if distributed:
+            strategy.check_epoch_lengths(total)
         trainer._call("on_train_epoch_start")  # also on a resume inside the epoch
         iterator = trainer._io.epoch_iterator(loader, state.batches_done)
         if total is None and isinstance(args.limit_train_batches, int):  # an iterable loader, capped
@@ -213,7 +216,8 @@ class FitLoop:
         batch_idx = state.batches_done - 1
         schedule, validating = self.schedule, self.val_loader is not None
         assert schedule is not None
-        for batch_idx, size, last, batch in micro_batches(iterator, total, k, state.batches_done):
+        fewest = strategy.fewest if distributed and total is None else None
+        for batch_idx, size, last, batch in micro_batches(iterator, total, k, state.batches_done, fewest):
             batch = move_to_device(batch, device)
             if want_start:
                 trainer._call("on_train_batch_start", batch, batch_idx)
