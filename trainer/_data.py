@@ -103,6 +103,7 @@ class DataOrder:
         self.loader: Any = None
         self.epoch: int | None = None
         self.yielded = 0
+        self.fetching = False  # inside the loader's __next__ (an interrupt there is not a clean cut)
         self._pending: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ iterators
@@ -141,6 +142,13 @@ class DataOrder:
 
     def _stateful_iterator(self, loader: Any, skip: int, pending: dict[str, Any] | None) -> Iterator[Any]:
         self.epoch_start = None
+        if skip == 0:
+            # An epoch boundary: the uninterrupted run simply calls iter() for the new epoch.
+            # Its saved state describes the finished epoch (which some loaders replay as an
+            # empty one), so only the generators that decide the next order are restored.
+            if pending is not None:
+                _set_generator_states(loader_generators(loader), pending.get("generators") or {})
+            return iter(loader)
         saved = pending.get("loader") if pending is not None else None
         if saved is None:
             if skip:
@@ -157,9 +165,38 @@ class DataOrder:
         return iterator
 
     def _count(self, iterator: Iterator[Any]) -> Iterator[Any]:
-        for item in iterator:
+        while True:
+            self.fetching = True  # stays True if an interrupt lands inside the loader
+            try:
+                item = next(iterator)
+            except StopIteration:
+                self.fetching = False
+                return
+            self.fetching = False
             self.yielded += 1
             yield item
+
+    def finish_epoch(self, iterator: Iterator[Any]) -> None:
+        """Ask the epoch's iterator for one batch past its last, as a `for` loop over it does.
+
+        A run that stops on an epoch's last batch (max_steps, SIGTERM, a stop request) must
+        leave the loader as the uninterrupted run does: a shuffling `RandomSampler` makes one
+        more draw from its generator when it is exhausted, and a `StatefulDataLoader` only
+        records a finished epoch once its iterator raised StopIteration.
+        """
+        for _ in iterator:  # a loader whose len() understates it: the next batch is dropped, as in the loop
+            break
+
+    def fresh_worker_iterator_warning(self, loader: Any) -> str | None:
+        """Why resuming with this loader can't be exact, or None (persistent workers)."""
+        if getattr(loader, "persistent_workers", False) and getattr(loader, "num_workers", 0) > 0 and not is_stateful_loader(loader):
+            return (
+                "the DataLoader keeps persistent_workers=True: the resumed process starts new workers, whose "
+                "base seed is a new draw from torch's random generator (the uninterrupted run drew it once, in "
+                "its first epoch), so random augmentation in the workers and later random numbers differ. For "
+                "an exact resume use persistent_workers=False or torchdata's StatefulDataLoader"
+            )
+        return None
 
     # ------------------------------------------------------------------ checkpoint
     def unconsumed(self, epoch: int, batches_done: int) -> int:
@@ -177,8 +214,7 @@ class DataOrder:
             return state
         if is_stateful_loader(loader):
             state["loader"] = loader.state_dict()
-        else:
-            state["generators"] = {path: g.get_state() for path, g in loader_generators(loader).items()}
+        state["generators"] = {path: g.get_state() for path, g in loader_generators(loader).items()}
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -281,6 +282,11 @@ class RunIO:
             "ckpt_path='best': no ModelCheckpoint of this Trainer has saved a best checkpoint yet. Expected "
             "callbacks=[ModelCheckpoint(monitor=...)] and a fit that saved one, or pass 'last' or a path."
         )
+
+    def warn_inexact_resume(self, loader: Any) -> None:
+        reason = self.data_order.fresh_worker_iterator_warning(loader)
+        if reason is not None:
+            warnings.warn(f"This resume is not bit-identical to an uninterrupted run: {reason}.", stacklevel=4)
 
     def restore(self, checkpoint: dict[str, Any]) -> None:
         ckpt.restore_state(self.trainer, checkpoint)

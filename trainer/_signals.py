@@ -11,6 +11,7 @@ The previous handlers are restored when fit ends; nothing is changed for good.
 from __future__ import annotations
 
 import contextlib
+import logging
 import signal
 import threading
 from types import FrameType
@@ -18,6 +19,8 @@ from collections.abc import Iterator
 from typing import Any, Callable
 
 __all__ = ["SignalGuard"]
+
+log = logging.getLogger("trainer")
 
 
 class SignalGuard:
@@ -28,6 +31,7 @@ class SignalGuard:
         self._previous: dict[int, Any] = {}
         self.in_critical = False
         self._deferred_interrupt = False
+        self._interrupted = False  # a KeyboardInterrupt was raised: fit is saving and stopping
         self.terminated = False
 
     def __enter__(self) -> SignalGuard:
@@ -46,10 +50,16 @@ class SignalGuard:
         self._previous.clear()
 
     def _handle_interrupt(self, signum: int, frame: FrameType | None) -> None:
+        if self._interrupted:
+            # A second Ctrl-C while fit handles the first one (writing last.ckpt): raising
+            # again could cut that save short, so it is noted and ignored.
+            log.warning("Already stopping after Ctrl-C; writing last.ckpt first (Ctrl-\\ quits at once).")
+            return
         if self.in_critical:
             self._deferred_interrupt = True
             return
         previous = self._previous.get(signal.SIGINT)
+        self._interrupted = True
         if callable(previous) and previous is not signal.default_int_handler:
             previous(signum, frame)
         raise KeyboardInterrupt
@@ -75,4 +85,5 @@ class SignalGuard:
         self.in_critical = False
         if self._deferred_interrupt:
             self._deferred_interrupt = False
+            self._interrupted = True
             raise KeyboardInterrupt

@@ -310,7 +310,13 @@ def cut_problem(trainer: Any) -> str | None:
     inside = manual.cut_problem() if manual is not None else None
     if inside is not None:
         return inside
-    taken = trainer._io.data_order.unconsumed(trainer.state.epoch, trainer.state.batches_done)
+    order = trainer._io.data_order
+    if order.fetching:
+        return (
+            "it was requested while the loader was producing a batch (an interrupt inside "
+            "DataLoader.__next__): the random draws for that batch are already in the saved random state"
+        )
+    taken = order.unconsumed(trainer.state.epoch, trainer.state.batches_done)
     accumulated = any(
         p.grad is not None for optimizer in trainer.optimizers for group in optimizer.param_groups for p in group["params"]
     )
@@ -466,7 +472,7 @@ def restore_state(trainer: Any, checkpoint: dict[str, Any]) -> None:
     cut = checkpoint.get("cut") or {}
     if cut.get("clean") is False:
         warnings.warn(
-            f"{source} was written on an interrupt inside an optimizer step's window "
+            f"{source} was not written at a clean cut "
             f"({cut.get('reason')}). Training continues from the last completed step "
             f"({trainer.global_step}) and re-reads that window's batches, but the random streams "
             "are those of the interrupt, so the result is not bit-identical to an uninterrupted run.",

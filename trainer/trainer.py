@@ -263,6 +263,8 @@ class Trainer:
                 self._io.restore(checkpoint)
             self.state.stop_requested = self._stop_request = False
             self._train_loader = train_loader = self.strategy.setup_loader(train_loader, train=True)
+            if checkpoint is not None:
+                self._io.warn_inexact_resume(train_loader)
             if val_loader is not None:
                 val_loader = self.strategy.setup_loader(val_loader, train=False)
             self._fit_with_signals(train_loader, val_loader)

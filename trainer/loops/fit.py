@@ -231,16 +231,17 @@ class FitLoop:
                         self.validate_at_end = True  # the epoch's end validates, after the epoch's metrics
                     else:
                         self.validate()
-                if args.max_steps is not None and state.global_step >= args.max_steps:
-                    return total is not None and state.batches_done >= total
-                if self.max_time is not None and self._elapsed() >= self.max_time:
-                    if trainer.strategy.world_size == 1:
-                        return total is not None and state.batches_done >= total
+                stop = args.max_steps is not None and state.global_step >= args.max_steps
+                if not stop and self.max_time is not None and self._elapsed() >= self.max_time:
+                    stop = trainer.strategy.world_size == 1
                     trainer._stop_request = True  # DDP: agreed at the next logging step
-                if state.global_step % args.log_every_n_steps == 0:
+                if not stop and state.global_step % args.log_every_n_steps == 0:
                     trainer._agree_stop()  # DDP: no per-step collective, only at logging steps
-                if self.stop_now():
-                    return total is not None and state.batches_done >= total
+                if stop or self.stop_now():
+                    complete = total is not None and state.batches_done >= total
+                    if complete:  # leave the loader as the uninterrupted run's loop does
+                        trainer._io.data_order.finish_epoch(iterator)
+                    return complete
         if batch_idx + 1 > state.batches_done:  # the loader ended inside a window (len() overstated it)
             optimization.end_window(batch_idx + 1)
         if total is None and state.epoch == 0 and state.batches_done == 0:
