@@ -114,7 +114,7 @@ def test_automatic_scalars_match_the_hand_written_loop(tmp_path: Path) -> None:
     series = scalars(trainer.log_dir)
     expected = reference_loop(reference, loader, steps=20, k=2)
 
-    for tag in ("train/loss", "train/grad_norm", "train/lr-group0", "train/lr-group1", "train/steps_per_sec", "train/samples_per_sec", "train/mae"):
+    for tag in ("train/loss", "train/grad_norm", "train/lr-group0", "train/lr-group1", "train/steps_per_sec", "train/samples_per_sec", "train/mae_step"):
         assert [s for s, _ in series[tag]] == [5, 10, 15, 20], tag
     for (step, value), ref in zip(series["train/loss"], [expected[i - 1] for i in (5, 10, 15, 20)]):
         assert value == pytest.approx(ref["loss"], rel=1e-5), step
@@ -266,7 +266,8 @@ def test_self_log_reductions_and_weights(tmp_path: Path) -> None:
     torch.manual_seed(0)
     trainer = trainer_for(tmp_path, logger=False)
     results = trainer.validate(Scripted(), DataLoader(make_data(25), batch_size=10))
-    assert results == pytest.approx({"v/mean": 7 / 3, "v/weighted": 60 / 25, "v/sum": 7.0, "v/max": 4.0, "v/min": 1.0})
+    # Without batch_size the mean is weighted by each batch's inferred size, as in Lightning.
+    assert results == pytest.approx({"v/mean": 60 / 25, "v/weighted": 60 / 25, "v/sum": 7.0, "v/max": 4.0, "v/min": 1.0})
     assert trainer.callback_metrics["v/step"] == 2.0  # per-step in validation: latest value only
     assert all(type(v) is float for v in trainer.callback_metrics.values())
     with pytest.raises(ValueError, match=r"reduce=.*expected one of 'mean', 'sum', 'max', 'min'. Received: 'median'"):

@@ -7,11 +7,17 @@ keep separate epoch reductions, so neither leaks into the other. Nothing here re
 tensor to the host except `to_floats`, which the Trainer calls at logging intervals, at
 epoch ends and when a user reads `trainer.callback_metrics`.
 
-Naming: a metric logged with both `on_step=True` and `on_epoch=True` keeps its name for
-the per-step series and gets the suffix `_epoch` for its epoch reduction, so the two
-series never share one TensorBoard tag. A training metric logged per epoch only under a
-name the Trainer writes per step itself (`train/loss`, `train/lr-group0`, ...) gets the
-suffix too, for the same reason.
+Naming (Lightning's): a metric logged with both `on_step=True` and `on_epoch=True` is
+written as `<name>_step` per step and `<name>_epoch` per epoch, and `callback_metrics[name]`
+is the latest of the two: the step value during the epoch, the epoch value once it closed
+(so `ModelCheckpoint(monitor=name)` at epoch end ranks by the epoch value). A training
+metric logged per epoch only under a name the Trainer writes per step itself
+(`train/loss`, `train/lr-group0`, ...) gets the suffix `_epoch`, so two series never share
+one TensorBoard tag.
+
+Epoch means are weighted by each value's batch size: `batch_size=` when given, else the
+size of the batch being processed (dim 0 of its first tensor, as Lightning infers it), so
+batches of 2, 2 and 1 with values 1, 1 and 0 average to 0.8.
 """
 
 from __future__ import annotations
@@ -22,10 +28,11 @@ from typing import Any
 
 import torch
 
-__all__ = ["MetricStore", "to_floats", "EPOCH_SUFFIX", "AUTOMATIC", "batch_size_of", "fit_summary"]
+__all__ = ["MetricStore", "to_floats", "EPOCH_SUFFIX", "STEP_SUFFIX", "AUTOMATIC", "batch_size_of", "fit_summary"]
 
 _REDUCTIONS = ("mean", "sum", "max", "min")
 EPOCH_SUFFIX = "_epoch"
+STEP_SUFFIX = "_step"
 # Written by the Trainer at every logging step (plus `train/lr-groupN`).
 AUTOMATIC = (
     "train/loss", "train/grad_norm", "train/loss_scale", "train/skipped_steps",
@@ -60,12 +67,13 @@ class _Reduction:
     belongs to (per-step reductions only).
     """
 
-    __slots__ = ("reduce", "total", "weight", "source", "window")
+    __slots__ = ("reduce", "total", "weight", "source", "window", "alias")
 
-    def __init__(self, reduce: str, source: str, window: int | None = None) -> None:
+    def __init__(self, reduce: str, source: str, window: int | None = None, alias: bool = False) -> None:
         self.reduce = reduce
         self.source = source
         self.window = window
+        self.alias = alias  # the epoch value also becomes callback_metrics[source]
         self.total: torch.Tensor | None = None
         self.weight = 0.0
 
@@ -113,6 +121,8 @@ class MetricStore:
         self.latest: dict[str, torch.Tensor | float | _Reduction] = {}
         self.prog_bar: set[str] = set()
         self.clock: Callable[[], int] | None = None
+        self.hidden: set[str] = set()  # logged with logger=False: callback_metrics only
+        self.batch: Any = None  # the batch being processed: its size weights epoch means
         self._evaluating = False
 
     @property
@@ -150,24 +160,29 @@ class MetricStore:
                 f"self.log({name!r}, ..., batch_size=...) expected a positive int or None. Received: {batch_size!r}."
             )
         tensor = _as_tensor(name, value)
+        if batch_size is None and on_epoch and reduce == "mean" and self.batch is not None:
+            batch_size = batch_size_of(self.batch)  # tensor metadata only: no host read
         weight = float(batch_size) if batch_size is not None else 1.0
         if on_step:
+            step_key = name + STEP_SUFFIX if on_epoch else name
             if self._evaluating:
+                self.latest[step_key] = tensor
                 self.latest[name] = tensor
             else:
                 window = self.clock() if self.clock is not None else None
-                current = self.step.get(name)
+                current = self.step.get(step_key)
                 if current is None or current.window != window or current.reduce != reduce:
-                    current = self.step[name] = _Reduction(reduce, name, window)
-                current.add(tensor, weight, copy=False)  # later values make new tensors: never in place
-                self.latest[name] = current  # reduced when read
+                    current = self.step[step_key] = _Reduction(reduce, name, window)
+                current.add(tensor, 1.0, copy=False)  # later values make new tensors: never in place
+                self.latest[step_key] = current  # reduced when read
+                self.latest[name] = current
         if on_epoch:
             training = not self._evaluating
             key = name + EPOCH_SUFFIX if on_step or (training and _written_per_step(name)) else name
             reductions = self.epoch if training else self._eval_epoch
             current = reductions.get(key)
             if current is None:
-                current = reductions[key] = _Reduction(reduce, name)
+                current = reductions[key] = _Reduction(reduce, name, alias=on_step)
             elif current.source != name or current.reduce != reduce:
                 raise ValueError(
                     f"self.log({name!r}, ..., reduce={reduce!r}): its epoch value is written as {key!r}, which "
@@ -179,8 +194,9 @@ class MetricStore:
             self.prog_bar.add(name)
 
     def take_step_values(self) -> dict[str, torch.Tensor]:
-        """The per-step values logged since the last call (device tensors)."""
-        values = {name: reduction.compute() for name, reduction in self.step.items()}
+        """The per-step values logged since the last call (device tensors), minus those
+        logged with `logger=False`."""
+        values = {name: reduction.compute() for name, reduction in self.step.items() if name not in self.hidden}
         self.step = {}
         return values
 
@@ -195,11 +211,13 @@ class MetricStore:
         values = {name: r.compute() for name, r in reductions.items() if r.total is not None}
         if across_ranks is not None:
             values = across_ranks(values, {name: (r.reduce, r.weight) for name, r in reductions.items()})
+        aliases = {r.source: values[key] for key, r in reductions.items() if r.alias and key in values}
         if self._evaluating:
             self._eval_epoch = {}
         else:
             self.epoch = {}
         self.latest.update(values)
+        self.latest.update(aliases)  # callback_metrics[name]: the epoch value once the epoch closed
         return values
 
     def update_latest(self, values: Mapping[str, float]) -> None:

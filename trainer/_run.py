@@ -180,8 +180,10 @@ class RunIO:
         """Write epoch-level results at `global_step`; inside fit they join the epoch's `history` row."""
         if self._in_fit:
             self._epoch_record.update(results)
-        if self.logger is not None and results and self.trainer._module is not None:
-            self.logger.log_metrics(results, step=self.trainer.global_step)
+        hidden = self.trainer._metrics.hidden
+        written = {k: v for k, v in results.items() if k not in hidden and k.removesuffix("_epoch") not in hidden}
+        if self.logger is not None and written and self.trainer._module is not None:
+            self.logger.log_metrics(written, step=self.trainer.global_step)
             if not self._in_fit:  # standalone validate/test: leave no writer open
                 self.logger.flush()
                 self.logger.close()

@@ -28,6 +28,7 @@ class _MetricSink(Protocol):
         prog_bar: bool,
         reduce: Reduce,
         batch_size: int | None,
+        logger: bool = True,
     ) -> None: ...
 
 
@@ -135,13 +136,17 @@ class Module(torch.nn.Module):
         prog_bar: bool = False,
         reduce: Reduce = "mean",
         batch_size: int | None = None,
+        logger: bool = True,
+        reduce_fx: Any = None,
+        sync_dist: bool = False,
     ) -> None:
         """Record a metric.
 
         In `training_step` the default is per step (written every `log_every_n_steps`;
         the micro-batches of one optimizer step are combined with `reduce`); in
         `validation_step`/`test_step` it is per epoch, reduced with `reduce` (a mean
-        weighted by `batch_size` when given). Tensors stay on their device until written.
+        weighted by `batch_size`, which defaults to the batch's size). Tensors stay on their
+        device until written.
 
         Args:
             name: the tag, e.g. ``"val/acc"``.
@@ -150,13 +155,20 @@ class Module(torch.nn.Module):
             on_epoch: also reduce over the epoch.
             prog_bar: show it in the progress bar.
             reduce: how epoch values combine: "mean", "sum", "max" or "min".
-            batch_size: weight of this value in an epoch mean (default 1).
+            batch_size: weight of this value in an epoch mean (default: the batch's size).
+            logger: False keeps it out of the logger (it is still in `callback_metrics`).
+            reduce_fx: Lightning's name for `reduce`; also `torch.mean`/`sum`/`max`/`min`.
+            sync_dist: accepted for Lightning code: epoch values are always reduced across
+                ranks under DDP (weighted), per-step values are each rank's own.
 
-        With both `on_step` and `on_epoch`, the epoch value is written as `<name>_epoch`.
+        With both `on_step` and `on_epoch` the values are written as `<name>_step` and
+        `<name>_epoch`, and `callback_metrics[name]` holds the latest (Lightning's rule).
         """
         ref = self.__dict__.get("_trainer_ref")
         if ref is None:
             return  # called outside a Trainer (e.g. a unit test of the step): nothing to do
+        if reduce_fx is not None:
+            reduce = _reduce_name(name, reduce_fx)
         ref._log_metric(
             name,
             value,
@@ -165,7 +177,13 @@ class Module(torch.nn.Module):
             prog_bar=prog_bar,
             reduce=reduce,
             batch_size=batch_size,
+            logger=logger,
         )
+
+    def log_dict(self, dictionary: dict[str, Any], **options: Any) -> None:
+        """`self.log(name, value, **options)` for every item (Lightning's `log_dict`)."""
+        for name, value in dictionary.items():
+            self.log(name, value, **options)
 
     # -------------------------------------------------------------- manual optimization
     #: False: `training_step` steps the optimizers itself (`self.optimizers()`,
@@ -264,6 +282,19 @@ class Module(torch.nn.Module):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Read back what `on_save_checkpoint` added (called when a run resumes)."""
+
+
+def _reduce_name(name: str, reduce_fx: Any) -> Reduce:
+    """Lightning's `reduce_fx` ("mean", torch.mean, ...) as one of our reduction names."""
+    if isinstance(reduce_fx, str) and reduce_fx in ("mean", "sum", "max", "min"):
+        return reduce_fx  # type: ignore[return-value]
+    for known in ("mean", "sum", "max", "min"):
+        if reduce_fx is getattr(torch, known, None):
+            return known  # type: ignore[return-value]
+    raise ValueError(
+        f"self.log({name!r}, ..., reduce_fx=...) expected 'mean', 'sum', 'max', 'min' or torch.mean/sum/max/min. "
+        f"Received: {reduce_fx!r}."
+    )
 
 
 class _Captured(dict):  # type: ignore[type-arg]

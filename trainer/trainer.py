@@ -412,10 +412,13 @@ class Trainer:
             self._manual = ManualOptimization(self)
         return self._manual
 
-    def _log_metric(self, name: str, value: Any, *, on_step: bool | None, on_epoch: bool | None, prog_bar: bool, reduce: str, batch_size: int | None) -> None:
+    def _log_metric(self, name: str, value: Any, *, on_step: bool | None, on_epoch: bool | None, prog_bar: bool,
+                    reduce: str, batch_size: int | None, logger: bool = True) -> None:
         # Defaults: per step inside the training batch loop, per epoch everywhere else
         # (validation/test steps, epoch-end hooks).
         per_step = self._in_train_batches
+        if not logger:
+            self._metrics.hidden.add(name)
         self._metrics.log(
             name,
             value,

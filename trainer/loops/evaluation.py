@@ -55,6 +55,7 @@ class EvalLoop:
             with grad_mode:
                 for batch_idx, batch in enumerate(loader):
                     batch = move_to_device(batch, device)
+                    trainer._metrics.batch = batch  # its size weights the epoch means
                     if want_start:
                         trainer._call(f"on_{stage}_batch_start", batch, batch_idx)
                     with trainer.precision.autocast():
@@ -80,6 +81,7 @@ class EvalLoop:
             return results
         finally:
             self.stage = None
+            trainer._metrics.batch = None
             with trainer._bookkeeping():
                 trainer._io.progress_end_eval()
             for sub, mode in modes.items():

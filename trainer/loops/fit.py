@@ -190,6 +190,7 @@ class FitLoop:
             return self._train_batches(loader)
         finally:
             trainer._in_train_batches = False
+            trainer._metrics.batch = None
 
     def _train_batches(self, loader: Any) -> bool:
         trainer = self.trainer
@@ -214,7 +215,7 @@ class FitLoop:
         k = args.accumulate_grad_batches if args.accumulate_grad_batches else 1
         optimization.reset()
         batch_idx = state.batches_done - 1
-        schedule, validating = self.schedule, self.val_loader is not None
+        schedule, validating, metrics = self.schedule, self.val_loader is not None, trainer._metrics
         assert schedule is not None
         fewest = strategy.fewest if distributed and total is None else None
         for batch_idx, size, last, batch in micro_batches(iterator, total, k, state.batches_done, fewest):
@@ -222,6 +223,7 @@ class FitLoop:
             if want_start:
                 trainer._call("on_train_batch_start", batch, batch_idx)
             before = state.batches_done  # the position at this window's start
+            metrics.batch = batch  # its size weights epoch means logged without batch_size
             output = optimization.run(batch, batch_idx, size, last)  # advances the bar before a step logs
             if want_end:
                 trainer._call("on_train_batch_end", output, batch, batch_idx)
