@@ -36,8 +36,9 @@ class ModelCheckpoint(Callback):
     Args:
         dirpath: folder of the files; default `trainer.log_dir / "checkpoints"`.
         filename: name without extension; `{epoch}`, `{step}` and any logged metric,
-            with an optional format spec (`"{epoch}-{val/loss:.3f}"`). A `/` in the
-            result (as in metric names) becomes `_`. `.ckpt` is appended.
+            with an optional format spec (`"{epoch}-{val_loss:.2f}"` writes
+            `epoch=0-val_loss=5.00.ckpt`, Lightning's names). A `/` in the result (as in
+            metric names) becomes `_`, so no subfolder appears. `.ckpt` is appended.
         monitor: metric to rank files by (a key of `trainer.callback_metrics`); None
             ranks by recency.
         mode: "min" or "max": which direction of `monitor` is better.
@@ -45,7 +46,12 @@ class ModelCheckpoint(Callback):
             only 1 (the latest), 0 or -1 are meaningful.
         save_last: also keep `last.ckpt` in `dirpath`, updated at every save.
         every_n_train_steps: save after every n optimizer steps (None: never by steps).
-        every_n_epochs: save after every n finished epochs (None: never by epochs).
+        every_n_epochs: save after every n finished epochs (None or 0: never by epochs).
+        auto_insert_metric_name: write `{name}` as `name=value` (Lightning's default).
+        save_weights_only: files hold only the module's weights (load them with
+            `module.load_state_dict(torch.load(path, weights_only=True)["module"])`, or
+            `trainer.validate/test(..., ckpt_path=path)`); they can't resume a run.
+        verbose: log every save.
 
     Example:
         >>> import callbacks
@@ -58,15 +64,23 @@ class ModelCheckpoint(Callback):
     def __init__(
         self,
         dirpath: str | os.PathLike[str] | None = None,
-        filename: str = "epoch={epoch}-step={step}",
+        filename: str = "{epoch}-{step}",
         monitor: str | None = None,
         mode: Literal["min", "max"] = "min",
         save_top_k: int = 1,
         save_last: bool = False,
         every_n_train_steps: int | None = None,
         every_n_epochs: int | None = 1,
+        auto_insert_metric_name: bool = True,
+        save_weights_only: bool = False,
+        verbose: bool = False,
     ) -> None:
+        if every_n_epochs == 0:  # Lightning's spelling of "never by epochs"
+            every_n_epochs = None
         _validate(filename, monitor, mode, save_top_k, every_n_train_steps, every_n_epochs)
+        self.auto_insert_metric_name = auto_insert_metric_name
+        self.save_weights_only = save_weights_only
+        self.verbose = verbose
         self.dirpath = Path(dirpath) if dirpath is not None else None
         self.filename = filename
         self.monitor = monitor
@@ -148,7 +162,7 @@ class ModelCheckpoint(Callback):
             return None
         values = {"epoch": epoch, "step": trainer.global_step, **metrics}
         score = float(metrics[self.monitor]) if self.monitor is not None else float(trainer.global_step)
-        return {"name": _render(self.filename, values), "score": score, "step": trainer.global_step}
+        return {"name": _render(self.filename, values, self.auto_insert_metric_name), "score": score, "step": trainer.global_step}
 
     def _flush(self, trainer: Any) -> None:
         if self._pending is not None:
@@ -171,11 +185,15 @@ class ModelCheckpoint(Callback):
         self._last_saved_step = request["step"]
         if save_last := self.save_last:
             self.last_model_path = str(self.dirpath / "last.ckpt")
+        if trainer.fast_dev_run:  # a quick check of the whole run writes nothing
+            return
         try:
             if keep:
-                trainer.save_checkpoint(path)
+                trainer.save_checkpoint(path, weights_only=self.save_weights_only)
+                if self.verbose:
+                    log.info("ModelCheckpoint: saved %s (%s=%s).", path, self.monitor or "step", request["score"])
             if save_last:
-                trainer.save_checkpoint(self.last_model_path)
+                trainer.save_checkpoint(self.last_model_path, weights_only=self.save_weights_only)
         except BaseException:
             self.load_state_dict(before)  # the bookkeeping never names a file that isn't there
             raise
@@ -238,9 +256,10 @@ def _placeholders(filename: str) -> list[str]:
     return [m.group(1) for m in _PLACEHOLDER.finditer(filename)]
 
 
-def _render(filename: str, values: dict[str, Any]) -> str:
+def _render(filename: str, values: dict[str, Any], insert_names: bool = False) -> str:
     def substitute(match: re.Match[str]) -> str:
-        return format(values[match.group(1)], match.group(2) or "")
+        text = format(values[match.group(1)], match.group(2) or "")
+        return f"{match.group(1)}={text}" if insert_names else text
 
     return _PLACEHOLDER.sub(substitute, filename).replace("/", "_").replace(os.sep, "_")
 

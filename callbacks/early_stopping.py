@@ -35,6 +35,13 @@ class EarlyStopping(Callback):
         check_on: "validation_end" or "train_epoch_end".
         check_finite: stop at once when the monitored value is nan or inf; when False,
             a nan counts as a check without improvement.
+        stopping_threshold: stop at once when the value is better than this (Lightning).
+        divergence_threshold: stop at once when the value is worse than this (Lightning).
+        check_on_train_epoch_end: Lightning's spelling of `check_on` (True:
+            "train_epoch_end", False: "validation_end"; None keeps `check_on`).
+        strict: a monitor that was never logged is an error (`trainer.MonitorError`);
+            False: a warning, and no check.
+        verbose: log every improvement and the reason for a stop.
 
     Raises:
         ValueError: for an invalid argument (at construction), or when `monitor` was never
@@ -55,7 +62,17 @@ class EarlyStopping(Callback):
         min_delta: float = 0.0,
         check_on: Literal["validation_end", "train_epoch_end"] = "validation_end",
         check_finite: bool = True,
+        stopping_threshold: float | None = None,
+        divergence_threshold: float | None = None,
+        check_on_train_epoch_end: bool | None = None,
+        strict: bool = True,
+        verbose: bool = False,
     ) -> None:
+        if check_on_train_epoch_end is not None:
+            check_on = "train_epoch_end" if check_on_train_epoch_end else "validation_end"
+        for name, value in (("stopping_threshold", stopping_threshold), ("divergence_threshold", divergence_threshold)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise ValueError(f"EarlyStopping({name}=...) expected a number or None. Received: {value!r}.")
         if not isinstance(monitor, str) or not monitor:
             raise ValueError(f"EarlyStopping(monitor=...) expected a metric name such as 'val/loss'. Received: {monitor!r}.")
         if mode not in _MODES:
@@ -74,6 +91,10 @@ class EarlyStopping(Callback):
         self.min_delta = float(min_delta)
         self.check_on = check_on
         self.check_finite = check_finite
+        self.stopping_threshold = stopping_threshold
+        self.divergence_threshold = divergence_threshold
+        self.strict = strict
+        self.verbose = verbose
         self.wait = 0
         self.best: float | None = None
         self.stopped_epoch: int | None = None
@@ -117,6 +138,10 @@ class EarlyStopping(Callback):
         metrics = trainer.callback_metrics
         if self.monitor not in metrics:
             logged = ", ".join(sorted(metrics)) or "nothing"
+            if not self.strict:
+                log.warning("EarlyStopping(monitor=%r, strict=False): not logged at %s; no check. Logged: %s.",
+                            self.monitor, self.check_on, logged)
+                return
             raise MonitorError(
                 f"EarlyStopping(monitor={self.monitor!r}): no such metric at {self.check_on}. Expected "
                 f"a name logged with self.log. Received these metrics: {logged}."
@@ -125,7 +150,16 @@ class EarlyStopping(Callback):
         if self.check_finite and not math.isfinite(value):
             self._stop(trainer, f"{self.monitor} is {value}")
             return
+        better = (lambda a, b: a < b) if self.mode == "min" else (lambda a, b: a > b)
+        if self.stopping_threshold is not None and better(value, self.stopping_threshold):
+            self._stop(trainer, f"{self.monitor} = {value:.6g} reached stopping_threshold {self.stopping_threshold}")
+            return
+        if self.divergence_threshold is not None and better(self.divergence_threshold, value):
+            self._stop(trainer, f"{self.monitor} = {value:.6g} is past divergence_threshold {self.divergence_threshold}")
+            return
         if self._improved(value):
+            if self.verbose:
+                log.info("EarlyStopping: %s improved to %.6g.", self.monitor, value)
             self.best, self.wait = value, 0
             return
         self.wait += 1  # nan (with check_finite=False) never improves: it counts against patience

@@ -23,6 +23,9 @@ class LearningRateMonitor(Callback):
     (one dict per epoch), so they are available with `logger=False` too.
 
     Args:
+        logging_interval: "epoch" (at each epoch's start, tags `lr-epoch/groupN`), "step"
+            (at every logging step, `log_every_n_steps`, tags `lr-step/groupN`), or None:
+            "step" when some scheduler steps per step, else "epoch" (Lightning's rule).
         log_momentum: also record each group's momentum (`momentum` or `betas[0]`).
 
     Example:
@@ -32,24 +35,42 @@ class LearningRateMonitor(Callback):
         []
     """
 
-    def __init__(self, log_momentum: bool = False) -> None:
+    def __init__(self, logging_interval: str | None = None, log_momentum: bool = False) -> None:
+        if logging_interval not in (None, "step", "epoch"):
+            raise ValueError(
+                f"LearningRateMonitor(logging_interval=...) expected 'step', 'epoch' or None. Received: {logging_interval!r}."
+            )
         if not isinstance(log_momentum, bool):
             raise ValueError(f"LearningRateMonitor(log_momentum=...) expected a bool. Received: {log_momentum!r}.")
+        self.logging_interval = logging_interval
         self.log_momentum = log_momentum
         self.records: list[dict[str, float]] = []
 
+    def _interval(self, trainer: Any) -> str:
+        if self.logging_interval is not None:
+            return self.logging_interval
+        return "step" if any(c.interval == "step" for c in trainer.lr_scheduler_configs) else "epoch"
+
     def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
+        if self._interval(trainer) == "epoch":
+            self._record(trainer, "epoch", {"epoch": float(trainer.current_epoch)})
+
+    def on_train_step_end(self, trainer: Any, module: Any, stepped: bool) -> None:
+        if self._interval(trainer) == "step" and trainer.global_step % trainer.args.log_every_n_steps == 0:
+            self._record(trainer, "step", {"step": float(trainer.global_step)})
+
+    def _record(self, trainer: Any, interval: str, where: dict[str, float]) -> None:
         optimizer = trainer.optimizer
         if optimizer is None:
             return
         values: dict[str, float] = {}
         for i, group in enumerate(optimizer.param_groups):
-            values[f"lr-epoch/group{i}"] = _number(group["lr"])
+            values[f"lr-{interval}/group{i}"] = _number(group["lr"])
             if self.log_momentum:
                 momentum = group.get("momentum", (group.get("betas") or (None,))[0])
                 if momentum is not None:
-                    values[f"momentum-epoch/group{i}"] = _number(momentum)
-        self.records.append({"epoch": float(trainer.current_epoch), **values})
+                    values[f"momentum-{interval}/group{i}"] = _number(momentum)
+        self.records.append({**where, **values})
         if trainer.logger is not None:
             trainer.logger.log_metrics(values, step=trainer.global_step)
 

@@ -43,7 +43,8 @@ def names(folder: Path) -> list[str]:
 
 
 def test_top_k_keeps_the_best_files_and_sanitises_names(tmp_path):
-    mc = ModelCheckpoint(dirpath=tmp_path / "ck", filename="e{epoch}-val/loss={val/loss:.1f}", monitor="val/loss", save_top_k=2)
+    mc = ModelCheckpoint(dirpath=tmp_path / "ck", filename="e{epoch}-val/loss={val/loss:.1f}", monitor="val/loss", save_top_k=2,
+                         auto_insert_metric_name=False)
     fit(tmp_path, mc, epochs=5)
     assert names(tmp_path / "ck") == ["e3-val_loss=1.0.ckpt", "e4-val_loss=2.0.ckpt"]
     assert mc.best_model_path == str(tmp_path / "ck" / "e3-val_loss=1.0.ckpt") and mc.best_model_score == 1.0
@@ -79,12 +80,12 @@ def test_resume_keeps_the_best_k_bookkeeping(tmp_path):
 
     first = make()
     run = fit(tmp_path, first, epochs=3)
-    assert names(tmp_path / "ck") == ["1.ckpt", "2.ckpt"]  # 3.0 and 4.0
+    assert names(tmp_path / "ck") == ["epoch=1.ckpt", "epoch=2.ckpt"]  # 3.0 and 4.0
     again = make()
     fit(tmp_path, again, epochs=7, ckpt_path=run.log_dir / "last.ckpt", name="resumed")
-    assert again.best_k_models == {str(tmp_path / "ck" / "3.ckpt"): 1.0, str(tmp_path / "ck" / "6.ckpt"): 0.5}
+    assert again.best_k_models == {str(tmp_path / "ck" / "epoch=3.ckpt"): 1.0, str(tmp_path / "ck" / "epoch=6.ckpt"): 0.5}
     # Files of the first run that fell out of the top 2 were deleted by the resumed run.
-    assert names(tmp_path / "ck") == ["3.ckpt", "6.ckpt"]
+    assert names(tmp_path / "ck") == ["epoch=3.ckpt", "epoch=6.ckpt"]
     uninterrupted = make()
     uninterrupted.dirpath = tmp_path / "ck_full"
     fit(tmp_path, uninterrupted, epochs=7, name="full")
@@ -97,19 +98,19 @@ def test_an_epoch_end_file_resumes_exactly(tmp_path):
     torch.manual_seed(1)
     run = trainer(tmp_path / "full", max_epochs=3, callbacks=[mc], accumulate_grad_batches=3)
     run.fit(model, shuffled(make_data()), shuffled(make_data(12, seed=1)))
-    saved = load_checkpoint(tmp_path / "ck" / "1.ckpt")
+    saved = load_checkpoint(tmp_path / "ck" / "epoch=1.ckpt")
     assert (saved["loop"]["epoch"], saved["loop"]["batches_done"]) == (2, 0)  # epoch 1 is finished in it
     scramble_global_rng()
     resumed = Scored()
     trainer(tmp_path / "resumed", max_epochs=3, accumulate_grad_batches=3).fit(
-        resumed, shuffled(make_data()), shuffled(make_data(12, seed=1)), ckpt_path=tmp_path / "ck" / "1.ckpt")
+        resumed, shuffled(make_data()), shuffled(make_data(12, seed=1)), ckpt_path=tmp_path / "ck" / "epoch=1.ckpt")
     assert_same_weights(model, resumed)
 
 
 class FailingSaves(Trainer):
     """The disk fills up when the save of the best epoch (3) is written, at the end of fit."""
 
-    def save_checkpoint(self, path: Any) -> Path:
+    def save_checkpoint(self, path: Any, weights_only: bool = False) -> Path:
         if self.current_epoch == 4:
             raise OSError(f"No space left on device: {path}")
         return super().save_checkpoint(path)
@@ -121,11 +122,11 @@ def test_retention_happens_only_after_the_new_file_is_written(tmp_path):
                        enable_checkpointing=False, device="cpu")
     with pytest.raises(OSError, match="No space"):
         run.fit(scored(), shuffled(make_data()), shuffled(make_data(12, seed=1)))
-    # 3.ckpt (1.0) would have replaced 1.ckpt (3.0): the failed write deleted nothing and
+    # epoch=3.ckpt (1.0) would have replaced epoch=1.ckpt (3.0): the failed write deleted nothing and
     # the bookkeeping still names only the file that exists.
-    assert names(tmp_path / "ck") == ["1.ckpt"]
-    assert mc.best_k_models == {str(tmp_path / "ck" / "1.ckpt"): 3.0}
-    assert mc.best_model_path == str(tmp_path / "ck" / "1.ckpt")
+    assert names(tmp_path / "ck") == ["epoch=1.ckpt"]
+    assert mc.best_k_models == {str(tmp_path / "ck" / "epoch=1.ckpt"): 3.0}
+    assert mc.best_model_path == str(tmp_path / "ck" / "epoch=1.ckpt")
 
 
 def test_missing_monitor_names_the_metrics_that_exist(tmp_path):

@@ -229,10 +229,13 @@ class RunIO:
             self._progress.end_validation()
 
     # ------------------------------------------------------------------- checkpoints
-    def save(self, path: str | Path, *, allow_partial: bool = False) -> Path:
+    def save(self, path: str | Path, *, allow_partial: bool = False, weights_only: bool = False) -> Path:
         """Write a checkpoint; refuse (RuntimeError) inside a window unless `allow_partial`."""
         target = Path(path)
-        state = ckpt.collect_state(self.trainer, allow_partial=allow_partial, target=target)
+        if weights_only:
+            state = ckpt.collect_weights(self.trainer, target)
+        else:
+            state = ckpt.collect_state(self.trainer, allow_partial=allow_partial, target=target)
         failure: Exception | None = None
         if self.writes:
             try:

@@ -51,6 +51,7 @@ __all__ = [
     "callback_keys",
     "plain_state",
     "check_layout",
+    "collect_weights",
 ]
 
 log = logging.getLogger("trainer")
@@ -237,6 +238,12 @@ def check_layout(state: dict[str, Any], *, weights_only: bool = False) -> None:
             problems.append(f"'loop' lacks {', '.join(missing)}")
     if isinstance(state.get("precision"), dict) and not {"name", "state"} <= set(state["precision"]):
         problems.append("'precision' lacks name/state")
+    if problems and state.get("weights_only") is True:
+        raise CheckpointError(
+            f"Checkpoint {name} holds the model's weights only (ModelCheckpoint(save_weights_only=True)), "
+            "so a run can't resume from it. Expected a full checkpoint (last.ckpt, or one saved without "
+            "save_weights_only); to evaluate these weights use trainer.validate/test(..., ckpt_path=path)."
+        )
     if problems:
         raise CheckpointError(
             f"Checkpoint {name} has the trainer's format marker but is incomplete: {'; '.join(problems)}. "
@@ -409,6 +416,21 @@ def plain_state(value: Any, target: Any = None, where: str = "checkpoint") -> An
         "tensors, numbers, strings, lists and dicts: convert it (e.g. float(x), x.tolist()) in the "
         "state_dict or on_save_checkpoint that adds it."
     )
+
+
+def collect_weights(trainer: Any, target: Any = None) -> dict[str, Any]:
+    """A weights-only checkpoint: the module's state dict with the format marker (for
+    evaluation and export; it has no optimizer, loop or random state to resume from)."""
+    module = trainer._module
+    state = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "weights_only": True,
+        "module": module.state_dict(),
+        "module_class": f"{type(module).__module__}.{type(module).__qualname__}",
+        "hparams": _plain(dict(getattr(module, "hparams", {}) or {})),
+    }
+    return plain_state(state, target)
 
 
 def restore_module(module: Any, checkpoint: dict[str, Any], source: str) -> None:

@@ -384,9 +384,10 @@ class Trainer:
         finally:
             self._call("teardown", hook_stage)
 
-    def save_checkpoint(self, path: str | Path) -> Path:
-        """Write the whole training state to `path`, atomically (see README: Checkpoints)."""
-        return self._io.save(path)
+    def save_checkpoint(self, path: str | Path, weights_only: bool = False) -> Path:
+        """Write the whole training state to `path`, atomically (see README: Checkpoints);
+        `weights_only=True` writes the module's weights alone (they evaluate, not resume)."""
+        return self._io.save(path, weights_only=weights_only)
 
     # ------------------------------------------------------------------ internals
     def _call(self, hook: str, *args: Any) -> None:
