@@ -72,10 +72,13 @@ class TrainerArgs(BaseModel):
     @pydantic.field_validator("precision")
     @classmethod
     def _check_precision(cls, value: Any) -> Any:
+        from trainer._lightning import PRECISION_ALIASES
         from trainer.precision import PRECISIONS, Precision
 
         if isinstance(value, Precision) or (isinstance(value, str) and value in PRECISIONS):
             return value
+        if isinstance(value, (str, int)) and not isinstance(value, bool) and value in PRECISION_ALIASES:
+            return PRECISION_ALIASES[value]  # Lightning's spellings ("16-mixed", ...), also in YAML
         raise ValueError(f"expected one of {', '.join(map(repr, PRECISIONS))} or a Precision instance")
 
     @pydantic.field_validator("logger")

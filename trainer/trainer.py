@@ -87,20 +87,23 @@ class Trainer:
         min_epochs: int | None = None,
         min_steps: int | None = None,
         max_time: Any = None,
+        **lightning_arguments: Any,
     ) -> None:
         from trainer._args import validate_trainer_args  # pydantic loads on first use, not on import
 
+        from trainer._lightning import translate
+
         arguments = dict(locals())
-        arguments.pop("self")
-        arguments.pop("validate_trainer_args")
-        self.args = validate_trainer_args(arguments)
+        for local in ("self", "validate_trainer_args", "translate", "lightning_arguments"):
+            arguments.pop(local)
+        self.args = validate_trainer_args(translate(arguments, lightning_arguments))
         if self.args.fast_dev_run:  # validated first, then overridden (writes nothing)
             self.args = fast_dev_run_args(self.args)
-        self._precision = resolve_precision(precision)
+        self._precision = resolve_precision(self.args.precision)
         self.strategy: Strategy = resolve_strategy(self.args.strategy, self.args.device)
         self._precision.setup(self.strategy.device)  # AMP's scaler exists from the start
         self.state = LoopState()
-        self.callbacks: list[Callback] = list(callbacks or [])
+        self.callbacks: list[Callback] = list(self.args.callbacks or [])
         self._metrics = MetricStore()
         self._io = RunIO(self)
         self._module: Module | None = None

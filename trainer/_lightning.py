@@ -1,0 +1,118 @@
+"""Lightning's spellings of Trainer arguments: aliases where the meaning is ours, a clear error
+saying what to write instead where it is not (docs/lightning.md has the whole table).
+
+Example:
+    >>> translate({"precision": "16-mixed", "callbacks": None}, {"default_root_dir": "runs/x", "accelerator": "cpu"})
+    {'precision': 'amp', 'callbacks': None, 'root_dir': 'runs/x', 'device': 'cpu'}
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["translate", "PRECISION_ALIASES"]
+
+PRECISION_ALIASES: dict[Any, str] = {
+    "16-mixed": "amp", "16": "amp", 16: "amp",
+    "bf16-mixed": "bf16",
+    "32-true": "fp32", "32": "fp32", 32: "fp32",
+}
+_PRECISION_REFUSED = {
+    "bf16-true": "bfloat16 weights (no float32 master copy); we keep float32 weights: precision='bf16'",
+    "16-true": "float16 weights; we keep float32 weights: precision='amp'",
+    "64-true": "float64; call model.double() and pass float64 batches with precision='fp32'",
+    "64": "float64; call model.double() and pass float64 batches with precision='fp32'",
+    64: "float64; call model.double() and pass float64 batches with precision='fp32'",
+    "transformer-engine": "Transformer Engine's FP8; not supported",
+}
+_ACCELERATORS = {"cpu": "cpu", "gpu": "cuda", "cuda": "cuda", "mps": "mps", "auto": "auto"}
+
+# Lightning arguments we do not take, and what to write instead.
+_INSTEAD = {
+    "enable_model_summary": "the one-line summary is logged at INFO when fit starts; drop the argument",
+    "deterministic": "call torch.use_deterministic_algorithms(True) before fit (a process-wide switch we do not flip for you)",
+    "benchmark": "set torch.backends.cudnn.benchmark yourself before fit",
+    "num_nodes": "launch with torchrun --nnodes=N; strategy='ddp' reads the world size from torchrun",
+    "sync_batchnorm": "wrap the model with torch.nn.SyncBatchNorm.convert_sync_batchnorm(model) before fit",
+    "reload_dataloaders_every_n_epochs": "not supported: pass loaders that produce each epoch's data themselves",
+    "detect_anomaly": "wrap fit in `with torch.autograd.detect_anomaly():`",
+    "profiler": "not supported yet: use torch.profiler around fit",
+    "plugins": "not supported: pass precision=... or a trainer.precision.Precision instance",
+    "barebones": "not needed: logger=False, enable_progress_bar=False, enable_checkpointing=False",
+    "inference_mode": "predict always runs under torch.inference_mode, validate/test under torch.no_grad",
+    "use_distributed_sampler": "the Trainer adds a DistributedSampler only to DataLoaders over map-style datasets without one",
+    "overfit_batches": "use limit_train_batches=n with a loader without shuffle, and pass the same loader as val_loader",
+    "track_grad_norm": "the gradient norm is logged as train/grad_norm automatically",
+    "accumulate_grad_batches_schedule": "not supported",
+    "gradient_clip_algorithm_norm_type": "not supported",
+    "move_metrics_to_cpu": "metrics stay on their device until written; nothing to set",
+    "default_hp_metric": "not needed: hyperparameters are logged without a placeholder metric",
+    "enable_checkpoint": "spelled enable_checkpointing",
+    "resume_from_checkpoint": "pass ckpt_path=... to fit",
+    "gpus": "device='cuda' (one process) or torchrun with strategy='ddp'",
+    "tpu_cores": "not supported",
+    "auto_lr_find": "not supported",
+    "auto_scale_batch_size": "not supported",
+    "weights_save_path": "root_dir=... (or ModelCheckpoint(dirpath=...))",
+}
+
+
+def translate(arguments: dict[str, Any], lightning: dict[str, Any]) -> dict[str, Any]:
+    """`arguments` (ours) with Lightning's spellings in `lightning` and in values mapped
+    onto them; a spelling that has no equivalent raises a ValueError saying what to write."""
+    out = dict(arguments)
+    precision = out.get("precision")
+    if isinstance(precision, (str, int)) and not isinstance(precision, bool):
+        if precision in PRECISION_ALIASES:
+            out["precision"] = PRECISION_ALIASES[precision]
+        elif precision in _PRECISION_REFUSED:
+            raise ValueError(
+                f"Trainer(precision={precision!r}) means {_PRECISION_REFUSED[precision]}. "
+                "Expected one of 'fp32', 'amp', 'bf16' (Lightning's '32-true', '16-mixed', 'bf16-mixed')."
+            )
+    callbacks = out.get("callbacks")
+    if callbacks is not None and not isinstance(callbacks, (list, tuple)):
+        out["callbacks"] = [callbacks]  # Lightning takes one callback alone too
+    for name, value in lightning.items():
+        if name == "default_root_dir":
+            out["root_dir"] = value
+        elif name == "accelerator":
+            if value not in _ACCELERATORS:
+                raise ValueError(
+                    f"Trainer(accelerator={value!r}) expected one of {', '.join(map(repr, _ACCELERATORS))}. "
+                    "Or pass device='cuda:1' (say) directly."
+                )
+            if out.get("device", "auto") == "auto":
+                out["device"] = _ACCELERATORS[value]
+        elif name == "devices":
+            _check_devices(value, out)
+        elif name in _INSTEAD:
+            raise ValueError(f"Trainer({name}=...) is Lightning's; it is not an argument here: {_INSTEAD[name]}.")
+        else:
+            raise ValueError(_unknown(name))
+    return out
+
+
+def _check_devices(value: Any, out: dict[str, Any]) -> None:
+    if value in (1, "1", "auto", None) or value == [0]:
+        return
+    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], int):
+        if out.get("device", "auto") in ("auto", "cuda"):
+            out["device"] = f"cuda:{value[0]}"
+        return
+    raise ValueError(
+        f"Trainer(devices={value!r}): one process trains on one device here. Expected devices=1 (or "
+        "device='cuda:N'); for several devices launch `torchrun --nproc_per_node=N script.py` with "
+        "strategy='ddp' (docs/distributed.md)."
+    )
+
+
+def _unknown(name: str) -> str:
+    import difflib
+
+    from trainer._args import TrainerArgs
+
+    known = list(TrainerArgs.model_fields) + ["accelerator", "devices", "default_root_dir"]
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    return f"Trainer() got an unknown argument {name!r}.{hint} Expected one of: {', '.join(known)}."
