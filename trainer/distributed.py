@@ -23,6 +23,8 @@ from typing import Any
 
 import torch
 
+from trainer.module import step_caller
+
 __all__ = ["Strategy", "SingleDevice", "DDP", "resolve_device", "resolve_strategy", "launched_by_torchrun"]
 
 _NO_SYNC = contextlib.nullcontext()  # stateless: one shared instance for every micro-batch
@@ -61,7 +63,7 @@ class Strategy:
     def setup_module(self, module: torch.nn.Module) -> Callable[..., Any]:
         """Move the module to the device; return the callable that runs a training step."""
         module.to(self.device)
-        return module.training_step  # type: ignore[return-value]
+        return step_caller(module, "training_step")
 
     def setup_loader(self, loader: Any, *, train: bool) -> Any:
         return loader
@@ -238,7 +240,7 @@ class DDP(Strategy):
         module.to(self.device)
         if not any(p.requires_grad for p in module.parameters()):
             self._ddp = None  # nothing to synchronise (e.g. evaluation of a frozen model)
-            return module.training_step  # type: ignore[return-value]
+            return step_caller(module, "training_step")
         ids = [self.device.index] if self.device.type == "cuda" else None
         # Manual optimization backpropagates several losses inside one training step (a GAN's
         # discriminator, then its generator), each touching some of the parameters: the
@@ -391,9 +393,10 @@ class _TrainingStep(torch.nn.Module):
         self.module = module
         self.manual = manual
         self.wrapper: Any = None
+        self.step = step_caller(module, "training_step")
 
     def forward(self, batch: Any, batch_idx: int) -> Any:
-        output = self.module.training_step(batch, batch_idx)  # type: ignore[operator]
+        output = self.step(batch, batch_idx)
         if self.manual and self.wrapper is not None:
             # The step's backward passes already ran inside (manual_backward prepared each);
             # DDP must not prepare for one more after this forward returns.

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import functools
 import inspect
+import itertools
 from typing import TYPE_CHECKING, Any, Callable, Literal, Protocol
 
 import torch
 
-__all__ = ["Module", "Reduce"]
+__all__ = ["Module", "Reduce", "AttributeDict", "step_caller"]
 
 Reduce = Literal["mean", "sum", "max", "min"]
 
@@ -77,6 +78,52 @@ class Module(torch.nn.Module):
         object.__setattr__(self, "_trainer_ref", None)
         if "hparams" not in self.__dict__:
             object.__setattr__(self, "hparams", _Captured())  # filled with the subclass's init arguments
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "hparams" and isinstance(value, dict) and not isinstance(value, AttributeDict):
+            value = AttributeDict(value)  # `self.hparams.lr` as well as `self.hparams["lr"]`
+        super().__setattr__(name, value)
+
+    @property
+    def device(self) -> torch.device:
+        """The device of the module's parameters (or buffers); cpu when it has none (Lightning's)."""
+        chosen = self.__dict__.get("_device_set")
+        if chosen is not None:
+            return chosen  # type: ignore[no-any-return]
+        for tensor in itertools.chain(self.parameters(), self.buffers()):
+            return tensor.device
+        return torch.device("cpu")
+
+    @device.setter
+    def device(self, value: Any) -> None:  # plain-PyTorch code that assigns self.device keeps working
+        object.__setattr__(self, "_device_set", torch.device(value))
+
+    def save_hyperparameters(self, *names: str, ignore: str | list[str] | None = None) -> None:
+        """Fill `self.hparams` now from the calling `__init__`'s arguments (Lightning's).
+
+        `names` picks some (default: all); `ignore` drops some. The arguments are captured
+        automatically after `__init__` anyway; call this to read `self.hparams` inside it.
+        """
+        frame = inspect.currentframe()
+        caller = frame.f_back if frame is not None else None
+        if caller is None:
+            return
+        local = dict(caller.f_locals)
+        code = caller.f_code
+        arg_names = list(code.co_varnames[1 : code.co_argcount + code.co_kwonlyargcount])
+        dropped = {ignore} if isinstance(ignore, str) else set(ignore or [])
+        chosen = list(names) if names else arg_names
+        unknown = [n for n in chosen if n not in arg_names]
+        if unknown:
+            raise ValueError(
+                f"save_hyperparameters({', '.join(map(repr, unknown))}): not arguments of {type(self).__name__}.__init__. "
+                f"Expected some of: {', '.join(arg_names)}."
+            )
+        values = {n: local[n] for n in chosen if n in local and n not in dropped}
+        if code.co_flags & inspect.CO_VARKEYWORDS and not names:
+            extra = code.co_varnames[code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & inspect.CO_VARARGS)]
+            values.update({k: v for k, v in dict(local.get(extra) or {}).items() if k not in dropped})
+        object.__setattr__(self, "hparams", AttributeDict(values))
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickle and `copy.deepcopy` without the Trainer (a copy starts detached)."""
@@ -297,8 +344,35 @@ def _reduce_name(name: str, reduce_fx: Any) -> Reduce:
     )
 
 
-class _Captured(dict):  # type: ignore[type-arg]
+class AttributeDict(dict):  # type: ignore[type-arg]
+    """A dict whose keys read as attributes too: `hparams.lr` is `hparams["lr"]`."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(f"hparams has no {name!r}. It holds: {', '.join(self) or 'nothing'}.") from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self[name] = value
+
+
+class _Captured(AttributeDict):
     """The `hparams` Module.__init__ starts with: still empty means "capture the arguments"."""
+
+
+def step_caller(module: Any, name: str) -> Callable[[Any, int], Any]:
+    """`module.<name>` as a `(batch, batch_idx)` callable; Lightning lets a step omit
+    `batch_idx`. Decided once (per fit), so a step pays nothing for it."""
+    method = getattr(module, name)
+    try:
+        params = list(inspect.signature(method).parameters.values())
+    except (TypeError, ValueError):
+        return method  # type: ignore[no-any-return]
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(positional) >= 2 or any(p.kind is p.VAR_POSITIONAL for p in params):
+        return method  # type: ignore[no-any-return]
+    return lambda batch, batch_idx: method(batch)
 
 
 def _capturing_init(init: Callable[..., None]) -> Callable[..., None]:
@@ -333,7 +407,7 @@ def _capturing_init(init: Callable[..., None]) -> Callable[..., None]:
                 hparams.update(value)
             else:
                 hparams[name] = value
-        object.__setattr__(self, "hparams", hparams)
+        object.__setattr__(self, "hparams", AttributeDict(hparams))
 
     wrapper._captures_hparams = True  # type: ignore[attr-defined]
     return wrapper

@@ -9,6 +9,7 @@ import torch
 
 from trainer._metrics import to_floats
 from trainer._utils import length_of, move_to_device
+from trainer.module import step_caller
 
 __all__ = ["EvalLoop"]
 
@@ -35,7 +36,7 @@ class EvalLoop:
         trainer = self.trainer
         module = trainer._module
         device = trainer.strategy.device
-        step = getattr(module, _STEP[stage])
+        step = step_caller(module, _STEP[stage])  # Lightning lets a step omit batch_idx
         modes = {sub: sub.training for sub in module.modules()}
         predictions: list[Any] = []
         module.eval()
