@@ -105,3 +105,26 @@ def test_steps_without_batch_idx():
     trainer = Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False)
     trainer.fit(Saved(), data, data)
     assert trainer.global_step == 2 and trainer.callback_metrics["val/x"] == 1.0
+
+
+def test_trainer_properties_lightning_users_read(tmp_path, capsys):
+    import callbacks
+
+    class Shown(TinyNet):
+        def validation_step(self, batch, batch_idx):
+            self.log("val/acc", 0.5, prog_bar=True)
+
+    mc = callbacks.ModelCheckpoint(dirpath=tmp_path / "ck")
+    stop = callbacks.EarlyStopping("val/acc", mode="max", patience=5)
+    trainer = Trainer(max_epochs=2, accumulate_grad_batches=2, log_every_n_steps=1, callbacks=[mc, stop],
+                      root_dir=tmp_path, num_sanity_val_steps=0)
+    trainer.fit(Shown(), DataLoader(make_data(20), batch_size=4), DataLoader(make_data(4)))  # 5 batches
+    assert trainer.num_training_batches == 5 and trainer.estimated_stepping_batches == 6  # 3 windows x 2 epochs
+    assert trainer.checkpoint_callback is mc and trainer.early_stopping_callback is stop
+    assert trainer.is_global_zero and trainer.world_size == 1 and trainer.max_epochs == 2 and trainer.max_steps is None
+    assert trainer.logged_metrics["val/acc"] == 0.5 and "train/loss" in trainer.logged_metrics
+    assert trainer.progress_bar_metrics["val/acc"] == 0.5 and "loss" in trainer.progress_bar_metrics
+    bars = capsys.readouterr().err
+    assert "val/acc=0.5" in bars  # validation metrics with prog_bar=True show in the kept epoch bar
+    trainer.should_stop = True
+    assert trainer.should_stop

@@ -9,10 +9,11 @@ Example:
 from __future__ import annotations
 
 from trainer.callback import Callback, MonitorError
+from trainer.datamodule import DataModule
 from trainer.loggers import TensorBoardLogger
 from trainer.module import Module
 from trainer.precision import AMP, BF16, FP32, Precision
 from trainer.trainer import Trainer
 
-__all__ = ["Trainer", "Module", "Callback", "MonitorError", "TensorBoardLogger", "Precision", "FP32", "AMP", "BF16"]
+__all__ = ["Trainer", "Module", "DataModule", "Callback", "MonitorError", "TensorBoardLogger", "Precision", "FP32", "AMP", "BF16"]
 __version__ = "0.1.0"

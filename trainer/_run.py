@@ -44,6 +44,8 @@ class RunIO:
         self._in_fit = False
         self._epoch_record: dict[str, float] = {}
         self.history: list[dict[str, float]] = []
+        self.logged: dict[str, float] = {}  # trainer.logged_metrics
+        self.shown: dict[str, float] = {}  # trainer.progress_bar_metrics
 
     # ------------------------------------------------------------------- run folder
     @property
@@ -163,12 +165,14 @@ class RunIO:
         self._last_log_time, self._last_log_step = now, trainer.global_step
         self._samples, self._samples_known = 0, True
         trainer._metrics.update_latest(floats)
+        self.logged.update(floats)
         if self.logger is not None:
             self.logger.log_metrics(floats, step=trainer.global_step)
+        shown = {"loss": floats["train/loss"]} if "train/loss" in floats else {}
+        shown.update({k: floats[k] for k in trainer._metrics.prog_bar if k in floats and k != "train/loss"})
+        self.shown.update(shown)
         if self._progress is not None:
-            shown = {"loss": floats["train/loss"]} if "train/loss" in floats else {}
-            shown.update({k: floats[k] for k in trainer._metrics.prog_bar if k in floats})
-            self._progress.set_postfix(shown)
+            self._progress.set_postfix(self.shown)
 
     def close_train_epoch(self) -> None:
         """Reduce what training_step logged with on_epoch=True and write it."""
@@ -182,6 +186,12 @@ class RunIO:
             self._epoch_record.update(results)
         hidden = self.trainer._metrics.hidden
         written = {k: v for k, v in results.items() if k not in hidden and k.removesuffix("_epoch") not in hidden}
+        self.logged.update(written)
+        on_bar = {k: v for k, v in results.items() if k in self.trainer._metrics.prog_bar}
+        if on_bar and self._in_fit and not self.trainer._sanity_checking:
+            self.shown.update(on_bar)  # the epoch's bar, kept on screen, shows its validation metrics
+            if self._progress is not None:
+                self._progress.set_postfix(self.shown)
         if self.logger is not None and written and self.trainer._module is not None:
             self.logger.log_metrics(written, step=self.trainer.global_step)
             if not self._in_fit:  # standalone validate/test: leave no writer open
@@ -190,6 +200,7 @@ class RunIO:
 
     # --------------------------------------------------------------------- progress
     def progress_start_epoch(self, total: int | None) -> None:
+        self.shown = {}
         # Throughput is measured within an epoch: validation time never counts as training.
         self._last_log_time, self._last_log_step = time.perf_counter(), self.trainer.global_step
         self._samples, self._samples_known = 0, True

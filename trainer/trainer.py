@@ -14,6 +14,7 @@ from trainer._metrics import MetricStore, to_floats
 from trainer._optim import LoopState, OptimizerSetup, parse_optimizers
 from trainer._run import RunIO
 from trainer._signals import SignalGuard
+from trainer._trainer_properties import TrainerProperties
 from trainer._utils import length_of, seed_everything
 from trainer.loops.batches import check_loader, check_module
 from trainer.loops.evaluation import EvalLoop
@@ -30,7 +31,7 @@ __all__ = ["Trainer"]
 log = logging.getLogger("trainer")
 
 
-class Trainer:
+class Trainer(TrainerProperties):
     """Trains a `Module` exactly as a hand-written PyTorch loop would, with less code.
 
     Example:
@@ -118,6 +119,7 @@ class Trainer:
         self._at_run_start: list[Any] = []  # callables the YAML layer runs once a run starts
         self._manual: ManualOptimization | None = None
         self._loop: FitLoop | None = None
+        self._datamodule: Any = None
 
     @classmethod
     def from_config(cls, source: Any, *, stage: str = "fit", **overrides: Any) -> Any:
@@ -136,77 +138,6 @@ class Trainer:
         from trainer.config import load_experiment
 
         return load_experiment(source, overrides, stage=stage)  # type: ignore[arg-type]
-
-    # ---------------------------------------------------------------- read-only state
-    @property
-    def global_step(self) -> int:
-        """Optimizer steps taken (completed accumulation windows), skipped steps included."""
-        return self.state.global_step
-
-    @property
-    def current_epoch(self) -> int:
-        return self.state.epoch
-
-    @property
-    def precision(self) -> Precision:
-        """The precision strategy object (AMP's has `.scaler`)."""
-        return self._precision
-
-    @property
-    def callback_metrics(self) -> dict[str, float]:
-        """The latest value of every logged metric, as Python floats (read on access)."""
-        return to_floats(self._metrics.latest)
-
-    @property
-    def optimizer(self) -> torch.optim.Optimizer | None:
-        """The first (in automatic optimization, the only) optimizer."""
-        return self._opt.optimizer if self._opt is not None else None
-
-    @property
-    def optimizers(self) -> list[torch.optim.Optimizer]:
-        """Every optimizer, in the order `configure_optimizers` returned them."""
-        return list(self._opt.optimizers) if self._opt is not None else []
-
-    @property
-    def lr_scheduler(self) -> Any:
-        """The first LR scheduler, or None."""
-        return self._opt.schedulers[0].scheduler if self._opt is not None and self._opt.schedulers else None
-
-    @property
-    def lr_scheduler_configs(self) -> list[Any]:
-        """Every scheduler with when it steps (`.scheduler`, `.interval`, `.frequency`, `.monitor`)."""
-        return list(self._opt.schedulers) if self._opt is not None else []
-
-    @property
-    def logger(self) -> Any:
-        return self._io.logger
-
-    @property
-    def history(self) -> list[dict[str, float]]:
-        """One row per finished epoch of `fit`: epoch, step and that epoch's epoch-level metrics.
-
-        Example: ``pandas.DataFrame(trainer.history).plot(x="epoch", y="val/loss")``.
-        """
-        return [dict(row) for row in self._io.history]
-
-    @property
-    def log_dir(self) -> Path:
-        """This run's folder under `root_dir` (created when first needed)."""
-        return self._io.run_dir
-
-    @property
-    def should_stop(self) -> bool:
-        return self.state.stop_requested
-
-    @property
-    def sanity_checking(self) -> bool:
-        """True while the sanity validation before training runs (callbacks ignore it)."""
-        return self._sanity_checking
-
-    @property
-    def fast_dev_run(self) -> int:
-        """Batches per stage of a `fast_dev_run` (0 when off); nothing is written."""
-        return int(self.args.fast_dev_run)
 
     def request_stop(self) -> None:
         """Ask the loop to stop after the current optimizer step (used by EarlyStopping).
@@ -227,9 +158,13 @@ class Trainer:
     def fit(
         self,
         model: Module,
-        train_loader: Iterable[Any],
+        train_loader: Iterable[Any] | None = None,
         val_loader: Iterable[Any] | None = None,
         ckpt_path: str | Path | None = None,
+        *,
+        train_dataloaders: Iterable[Any] | None = None,
+        val_dataloaders: Iterable[Any] | None = None,
+        datamodule: Any = None,
     ) -> None:
         """Train `model` on `train_loader` until `max_epochs` or `max_steps`.
 
@@ -253,6 +188,12 @@ class Trainer:
         optimizer and scaler kept) until the limits are reached.
         """
         check_module(model)
+        train_loader, val_loader = self._loaders(
+            "fit", datamodule, train_loader if train_loader is not None else train_dataloaders,
+            val_loader if val_loader is not None else val_dataloaders,
+        )
+        if train_loader is None:
+            raise ValueError("fit() expected train_loader (Lightning: train_dataloaders=) or datamodule=. Received: neither.")
         check_loader(train_loader, "train_loader")
         if val_loader is not None:
             check_loader(val_loader, "val_loader")
@@ -273,6 +214,17 @@ class Trainer:
             self._fit_with_signals(train_loader, val_loader)
         finally:
             self._call("teardown", "fit")
+            if self._datamodule is not None and callable(getattr(self._datamodule, "teardown", None)):
+                self._datamodule.teardown("fit")
+
+    def _loaders(self, stage: str, datamodule: Any, *loaders: Any) -> tuple[Any, ...]:
+        """Loaders given directly, or a DataModule's (Lightning's `fit(model, dm)` too)."""
+        from trainer.datamodule import is_datamodule, resolve_loaders
+
+        if datamodule is None and loaders and is_datamodule(loaders[0]):
+            datamodule, loaders = loaders[0], (None,) * len(loaders)
+        self._datamodule = datamodule
+        return resolve_loaders(stage, datamodule, *loaders)
 
     def _fit_with_signals(self, train_loader: Any, val_loader: Any) -> None:
         with SignalGuard(self.request_stop) as signals:
@@ -349,20 +301,25 @@ class Trainer:
                 log.warning("last.ckpt could not be written after the error: %s", save_error)
 
     # ------------------------------------------------------------ evaluation entry points
-    def validate(self, model: Module, loader: Iterable[Any], ckpt_path: str | Path | None = None) -> dict[str, float]:
-        """Run `validation_step` over `loader`; return the epoch-averaged metrics."""
-        return self._evaluate(model, loader, "validation", ckpt_path)
+    def validate(self, model: Module, loader: Any = None, ckpt_path: str | Path | None = None, **kwargs: Any) -> dict[str, float]:
+        """Run `validation_step` over `loader` (or `dataloaders=`/`datamodule=`); return the epoch-averaged metrics."""
+        return self._evaluate(model, loader, "validation", ckpt_path, **kwargs)
 
-    def test(self, model: Module, loader: Iterable[Any], ckpt_path: str | Path | None = None) -> dict[str, float]:
-        """Run `test_step` over `loader`; return the epoch-averaged metrics."""
-        return self._evaluate(model, loader, "test", ckpt_path)
+    def test(self, model: Module, loader: Any = None, ckpt_path: str | Path | None = None, **kwargs: Any) -> dict[str, float]:
+        """Run `test_step` over `loader` (or `dataloaders=`/`datamodule=`); return the epoch-averaged metrics."""
+        return self._evaluate(model, loader, "test", ckpt_path, **kwargs)
 
-    def predict(self, model: Module, loader: Iterable[Any], ckpt_path: str | Path | None = None) -> list[Any]:
-        """Return the list of `predict_step` outputs over `loader`."""
-        return self._evaluate(model, loader, "predict", ckpt_path)  # type: ignore[return-value]
+    def predict(self, model: Module, loader: Any = None, ckpt_path: str | Path | None = None, **kwargs: Any) -> list[Any]:
+        """Return the list of `predict_step` outputs over `loader` (or `dataloaders=`/`datamodule=`)."""
+        return self._evaluate(model, loader, "predict", ckpt_path, **kwargs)  # type: ignore[return-value]
 
-    def _evaluate(self, model: Module, loader: Iterable[Any], stage: str, ckpt_path: Any) -> Any:
+    def _evaluate(self, model: Module, loader: Any, stage: str, ckpt_path: Any, *, dataloaders: Any = None,
+                  datamodule: Any = None) -> Any:
         check_module(model)
+        verb = "validate" if stage == "validation" else stage
+        (loader,) = self._loaders(verb, datamodule, loader if loader is not None else dataloaders)
+        if loader is None:
+            raise ValueError(f"{verb}() expected a loader (Lightning: dataloaders=) or datamodule=. Received: neither.")
         check_loader(loader, "loader")
         checkpoint = self._io.read_checkpoint(ckpt_path, weights_only=True) if ckpt_path is not None else None
         if model is not self._module:  # another model: a later fit starts a fresh run for it
@@ -386,6 +343,8 @@ class Trainer:
             raise
         finally:
             self._call("teardown", hook_stage)
+            if self._datamodule is not None and callable(getattr(self._datamodule, "teardown", None)):
+                self._datamodule.teardown(hook_stage)
 
     def save_checkpoint(self, path: str | Path, weights_only: bool = False) -> Path:
         """Write the whole training state to `path`, atomically (see README: Checkpoints);
