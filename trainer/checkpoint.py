@@ -379,7 +379,7 @@ def collect_state(trainer: Any, *, allow_partial: bool = False, target: Any = No
         "hparams": _plain(dict(getattr(module, "hparams", {}) or {})),
         "experiment": _plain(getattr(trainer, "experiment_config", None)),
     }
-    datamodule = getattr(trainer, "_datamodule", None)
+    datamodule: Any = getattr(trainer, "_datamodule", None)
     if callable(getattr(datamodule, "state_dict", None)):
         state["datamodule"] = datamodule.state_dict()
     trainer._dispatch.call("on_save_checkpoint", trainer, module, state)
@@ -492,7 +492,7 @@ def restore_state(trainer: Any, checkpoint: dict[str, Any]) -> None:
             "number of processes for an exact resume.",
             stacklevel=4,
         )
-    datamodule = getattr(trainer, "_datamodule", None)
+    datamodule: Any = getattr(trainer, "_datamodule", None)
     if checkpoint.get("datamodule") is not None and callable(getattr(datamodule, "load_state_dict", None)):
         datamodule.load_state_dict(checkpoint["datamodule"])
     trainer._io.data_order.load_state_dict(data[min(rank, len(data) - 1)])
