@@ -92,3 +92,11 @@ def test_reduce_fx_that_we_do_not_know_is_refused():
 
     with pytest.raises(ValueError, match="reduce_fx"):
         Trainer(max_steps=1, logger=False, **QUIET).fit(Odd(), DataLoader(TensorDataset(torch.ones(4, 1)), batch_size=2))
+
+
+def test_a_run_shorter_than_log_every_n_steps_warns(tmp_path: Path, caplog):
+    """Lightning warns when the logging interval exceeds the training batches."""
+    train = DataLoader(TensorDataset(torch.ones(8, 1)), batch_size=2)
+    with caplog.at_level("WARNING", logger="trainer"):
+        Trainer(max_epochs=2, root_dir=tmp_path, **QUIET).fit(Logs(), train)
+    assert "fewer than log_every_n_steps=50" in caplog.text and "8 optimizer step(s)" in caplog.text

@@ -105,8 +105,10 @@ class RunIO:
                 "trainer": {k: v for k, v in args.model_dump().items() if k not in ("callbacks", "logger")},
             }
             params["trainer"]["precision"] = getattr(self.trainer.precision, "name", str(args.precision))
-            if getattr(self.trainer, "experiment_config", None):  # set by trainer.config for YAML runs
-                params["experiment"] = self.trainer.experiment_config
+            experiment = getattr(self.trainer, "experiment_config", None)  # set by trainer.config for YAML runs
+            if experiment:
+                # Each value once: the YAML's model/data/seed; its trainer section is the one above.
+                params = {"trainer": params["trainer"], "experiment": {k: v for k, v in experiment.items() if k != "trainer"}}
             logger.log_hyperparams(params)
             self._hparams_logged = True
         self._last_log_time = time.perf_counter()
