@@ -250,3 +250,16 @@ def test_errors_before_work_exit_2_and_write_nothing(
     assert code == 2, error
     assert expected in error and "Traceback" not in error
     assert not root.exists()  # no run folder, no config.yaml
+
+
+def test_lightning_cli_shorthand_and_hints(workspace: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any, tmp_path: Path,
+                                          caplog: pytest.LogCaptureFixture) -> None:
+    """issue 11: `--model.hidden 256` means `--model.init_args.hidden 256` (LightningCLI);
+    validate without --ckpt_path says it scores untrained weights."""
+    monkeypatch.syspath_prepend(str(workspace))
+    monkeypatch.chdir(workspace)
+    code = main(["fit", str(workspace / "exp.yaml"), "--print_config", "--model.hidden", "11"])
+    assert code == 0 and "hidden: 11" in capsys.readouterr().out
+    with caplog.at_level("WARNING", logger="trainer"):
+        code = main(["validate", str(workspace / "exp.yaml"), "--trainer.root_dir", str(tmp_path), "--logger", "false"])
+    assert code == 0 and "untrained weights" in caplog.text

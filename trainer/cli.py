@@ -132,7 +132,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "with --ckpt_path last.\n")
         return 2
     except KeyboardInterrupt:
-        sys.stderr.write("trainer: interrupted\n")
+        sys.stderr.write("trainer: interrupted. last.ckpt keeps the finished steps (with enable_checkpointing): "
+                         "continue with `trainer fit CONFIG --ckpt_path last`.\n")
         return 130
 
 
@@ -165,6 +166,9 @@ def _run(argv: list[str]) -> int:
             torch.save(predictions, saved)
         log.info("predict: %d outputs%s.", len(predictions), f" saved to {saved}" if saved else "")
         return 0
+    if stage in ("validate", "test") and args.ckpt_path is None and not args.dry_run:
+        log.warning("trainer %s without --ckpt_path scores the model's initial, untrained weights. Pass "
+                    "--ckpt_path last (the newest run under root_dir) or a checkpoint's path.", stage)
     if stage == "fit":
         experiment.fit(ckpt_path=args.ckpt_path)
         metrics = experiment.trainer.callback_metrics

@@ -128,6 +128,8 @@ def apply_overrides(config: dict[str, Any], overrides: Mapping[str, Any]) -> lis
             problems.append(Problem(key, f"unknown override.{suggest(parts[0], SECTIONS + TRAINER_FIELDS)} "
                                     f"Expected a dotted path starting with one of: {', '.join(SECTIONS)}."))
             continue
+        if parts[0] in ("model", "data") and len(parts) >= 2 and parts[1] not in ("class_path", "init_args"):
+            parts = [parts[0], "init_args", *parts[1:]]  # LightningCLI's shorthand: --model.hidden 256
         node: Any = config
         for depth, part in enumerate(parts[:-1]):
             child = _child(node, part)
