@@ -263,3 +263,11 @@ def test_lightning_cli_shorthand_and_hints(workspace: Path, monkeypatch: pytest.
     with caplog.at_level("WARNING", logger="trainer"):
         code = main(["validate", str(workspace / "exp.yaml"), "--trainer.root_dir", str(tmp_path), "--logger", "false"])
     assert code == 0 and "untrained weights" in caplog.text
+
+
+def test_dry_run_validates_the_real_config_first(workspace: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    """issue 11: `--dry_run` used to pass a config whose real run fails (max_epochs: -3)."""
+    monkeypatch.syspath_prepend(str(workspace))
+    monkeypatch.chdir(workspace)
+    assert main(["fit", str(workspace / "exp.yaml"), "--dry_run", "--trainer.max_epochs", "-3"]) == 2
+    assert "max_epochs" in capsys.readouterr().err

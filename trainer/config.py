@@ -278,9 +278,13 @@ def prepare_config(
     name = str(source) if isinstance(source, (str, Path)) else None
     config = read_yaml(source) if isinstance(source, (str, Path)) else copy.deepcopy(dict(source))
     problems = apply_overrides(config, dict(overrides or {}))
-    problems += apply_overrides(config, DRY_RUN) if dry_run else []
     if problems:
         raise ConfigError(problems, name)
+    if dry_run:  # the real run's config must be valid too, before the dry run overrides parts of it
+        resolve_config(copy.deepcopy(config), stage, name)
+        problems = apply_overrides(config, DRY_RUN)
+        if problems:
+            raise ConfigError(problems, name)
     return resolve_config(config, stage, name)
 
 
