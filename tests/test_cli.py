@@ -271,3 +271,17 @@ def test_dry_run_validates_the_real_config_first(workspace: Path, monkeypatch: p
     monkeypatch.chdir(workspace)
     assert main(["fit", str(workspace / "exp.yaml"), "--dry_run", "--trainer.max_epochs", "-3"]) == 2
     assert "max_epochs" in capsys.readouterr().err
+
+
+def test_several_config_files_and_model_help(workspace: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    """issue 11 (LightningCLI): later config files override earlier ones; --model.help lists
+    the model class's arguments."""
+    monkeypatch.syspath_prepend(str(workspace))
+    monkeypatch.chdir(workspace)
+    (workspace / "wide.yaml").write_text("model:\n  init_args: {hidden: 21}\ntrainer: {max_epochs: 4}\n")
+    assert main(["fit", str(workspace / "exp.yaml"), str(workspace / "wide.yaml"), "--print_config"]) == 0
+    out = capsys.readouterr().out
+    assert "hidden: 21" in out and "max_epochs: 4" in out and "lr: 0.1" in out  # merged key by key
+    assert main(["fit", str(workspace / "exp.yaml"), "--model.help"]) == 0
+    out = capsys.readouterr().out
+    assert "model: mypkg.models.TinyClassifier" in out and "--model.init_args.hidden: int = 8" in out

@@ -63,7 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
             name, help=text, description=f"trainer {name}: {text}.", epilog=OVERRIDES_HELP,
             formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False,
         )
-        parser.add_argument("config", metavar="CONFIG", help="the experiment's YAML file")
+        parser.add_argument("config", metavar="CONFIG", nargs="+",
+                            help="the experiment's YAML file(s); later files override earlier ones, key by key")
         parser.add_argument("--ckpt_path", metavar="PATH", help="checkpoint to resume from / evaluate ('last': the newest under root_dir)")
         parser.add_argument("--print_config", action="store_true", help="print the resolved config (defaults filled in) and exit")
         parser.add_argument("--dry_run", action="store_true", help="build everything and run 2 steps (2 batches to evaluate); write nothing")
@@ -87,6 +88,10 @@ def split_overrides(argv: Sequence[str]) -> tuple[list[str], dict[str, Any], lis
     index = 0
     while index < len(tokens):
         token = tokens[index]
+        if token in ("--model.help", "--data.help"):  # LightningCLI: list the class's arguments
+            overrides[token[2:]] = True
+            index += 1
+            continue
         name = token[2:].split("=", 1)[0] if token.startswith("--") else ""
         if not name or ("." not in name and name not in SECTIONS):
             rest.append(token)
@@ -142,7 +147,13 @@ def _run(argv: list[str]) -> int:
     args = build_parser().parse_args(rest)
     if problems:
         raise ConfigError(problems, "the command line")
-    _extend_import_path(Path(args.config))
+    for path in args.config:
+        _extend_import_path(Path(path))
+    helps = [key.split(".")[0] for key in ("model.help", "data.help") if overrides.pop(key, None)]
+    config: Any = args.config[0] if len(args.config) == 1 else _merge_files(args.config)
+    if helps:
+        return _print_help(config, overrides, helps)
+    args.config = config
     stage = args.command
     if args.ckpt_path is not None and args.ckpt_path != "last" and not Path(args.ckpt_path).is_file():
         raise ConfigError([Problem("--ckpt_path", f"{args.ckpt_path!r} does not exist. Expected a checkpoint file "
@@ -179,6 +190,51 @@ def _run(argv: list[str]) -> int:
             log.info("fit finished after %d optimizer steps (%d epochs).", experiment.trainer.global_step,
                      experiment.trainer.current_epoch)
         sys.stdout.write(json.dumps(metrics, sort_keys=True) + "\n")
+    return 0
+
+
+def _merge_files(paths: list[str]) -> dict[str, Any]:
+    """Several config files, later ones overriding earlier ones key by key (lists replace)."""
+    from trainer.config import read_yaml
+
+    merged: dict[str, Any] = {}
+    for path in paths:
+        _deep_merge(merged, read_yaml(path))
+    return merged
+
+
+def _deep_merge(into: dict[str, Any], update: dict[str, Any]) -> None:
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _deep_merge(into[key], value)
+        else:
+            into[key] = value
+
+
+def _print_help(config: Any, overrides: dict[str, Any], sections: list[str]) -> int:
+    """`--model.help`: the arguments the config's model (or data) class takes, with defaults."""
+    import inspect
+
+    from trainer._classpath import import_target
+    from trainer.config import apply_overrides, read_yaml
+
+    plain = read_yaml(config) if not isinstance(config, dict) else dict(config)
+    problems = apply_overrides(plain, overrides)
+    for section in sections:
+        spec = plain.get(section) or {}
+        target, found = import_target(spec.get("class_path"), section)
+        problems += found
+        if target is None:
+            continue
+        sys.stdout.write(f"{section}: {spec['class_path']}\n")
+        for name, parameter in inspect.signature(target).parameters.items():
+            if name == "self" or parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+                continue
+            hint = "" if parameter.annotation is parameter.empty else f": {getattr(parameter.annotation, '__name__', parameter.annotation)}"
+            default = " (required)" if parameter.default is parameter.empty else f" = {parameter.default!r}"
+            sys.stdout.write(f"  --{section}.init_args.{name}{hint}{default}\n")
+    if problems:
+        raise ConfigError(problems, None)
     return 0
 
 
