@@ -52,6 +52,27 @@ class TrainerArgs(BaseModel):
     min_epochs: int | None = Field(None, ge=0, description="a stop request waits until this many epochs")
     min_steps: int | None = Field(None, ge=0, description="a stop request waits until this many optimizer steps")
     max_time: Any = Field(None, description='"DD:HH:MM:SS", a timedelta or a dict like {"hours": 2}')
+    compile: bool | dict[str, Any] = Field(False, description="torch.compile the module: True or a dict of its options")
+    profiler: bool | dict[str, Any] | None = Field(None, description="profile optimizer steps: True or a dict (wait, warmup, active, record_memory)")
+
+    @pydantic.field_validator("compile")
+    @classmethod
+    def _check_compile(cls, value: Any) -> Any:
+        allowed = {"mode", "fullgraph", "dynamic", "backend", "options"}
+        if isinstance(value, dict) and set(value) - allowed:
+            raise ValueError(f"unknown torch.compile option(s) {sorted(set(value) - allowed)}. Expected some of: {', '.join(sorted(allowed))}")
+        return value
+
+    @pydantic.field_validator("profiler")
+    @classmethod
+    def _check_profiler(cls, value: Any) -> Any:
+        from trainer.profiler import StepProfiler
+
+        try:
+            StepProfiler.from_arg(value)
+        except (ValueError, TypeError) as error:
+            raise ValueError(str(error).removeprefix("Trainer(profiler=...) ")) from None
+        return value
 
     @pydantic.field_validator("max_epochs", "max_steps", mode="before")
     @classmethod

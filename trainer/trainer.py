@@ -88,6 +88,8 @@ class Trainer(TrainerProperties):
         min_epochs: int | None = None,
         min_steps: int | None = None,
         max_time: Any = None,
+        compile: bool | dict[str, Any] = False,
+        profiler: bool | dict[str, Any] | None = None,
         **lightning_arguments: Any,
     ) -> None:
         from trainer._args import validate_trainer_args  # pydantic loads on first use, not on import
@@ -260,6 +262,11 @@ class Trainer(TrainerProperties):
         model._attach(self)
         self._dispatch = _Dispatcher(model, self.callbacks)
         self._call("setup", stage)  # before the model is moved or wrapped: layers made here count
+        if self.args.compile and not getattr(model, "_trainer_compiled", False):
+            # In place (nn.Module.compile): state-dict keys stay as they are, so checkpoints
+            # move freely between compiled and eager runs; DDP then wraps the compiled module.
+            model.compile(**(self.args.compile if isinstance(self.args.compile, dict) else {}))
+            object.__setattr__(model, "_trainer_compiled", True)
         self._train_step = self.strategy.setup_module(model)  # teardown released the last one
         if new_run:
             self._precision.setup(self.strategy.device)

@@ -31,6 +31,7 @@ from trainer.loops.automatic import AutomaticOptimization
 from trainer.loops.batches import empty_loader_message, micro_batches
 from trainer.loops.manual import ManualOptimization
 from trainer.loops.schedule import ValidationSchedule, batch_limit, parse_max_time
+from trainer.profiler import StepProfiler
 
 __all__ = ["FitLoop"]
 
@@ -64,6 +65,7 @@ class FitLoop:
         self.schedule: ValidationSchedule | None = None
         self.validate_at_end = False
         self.val_limit: int | None = None
+        self.profiler = StepProfiler.from_arg(args.profiler)
 
     # ------------------------------------------------------------------------ epochs
     def finished(self) -> bool:
@@ -117,12 +119,18 @@ class FitLoop:
         self._warn_if_nothing_is_logged()
         self.sanity_check()
         trainer._call("on_train_start")
-        while not self.finished() and not self.stop_now():
-            steps_before = trainer.state.global_step
-            if not self.train_epoch(train_loader):
-                break
-            self._check_progress(steps_before)
-            self.end_epoch()
+        if self.profiler is not None and trainer.strategy.is_global_zero:
+            self.profiler.start(trainer._io.run_dir / "profiler")
+        try:
+            while not self.finished() and not self.stop_now():
+                steps_before = trainer.state.global_step
+                if not self.train_epoch(train_loader):
+                    break
+                self._check_progress(steps_before)
+                self.end_epoch()
+        finally:
+            if self.profiler is not None:
+                self.profiler.stop()
         trainer._io.save_last()
         trainer._call("on_train_end")
 
@@ -244,6 +252,8 @@ class FitLoop:
             if want_end:
                 trainer._call("on_train_batch_end", output, batch, batch_idx)
             if last:
+                if self.profiler is not None:
+                    self.profiler.step()
                 if validating and schedule.crossed(state.epoch, before, state.batches_done, state.batches_before_epoch):
                     if total is not None and state.batches_done >= total:
                         self.validate_at_end = True  # the epoch's end validates, after the epoch's metrics

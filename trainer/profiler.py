@@ -1,0 +1,106 @@
+"""`Trainer(profiler=...)`: a `torch.profiler` session over a window of optimizer steps.
+
+    Trainer(profiler=True)                                   # wait 1, warm up 1, record 3 steps
+    Trainer(profiler={"wait": 5, "warmup": 2, "active": 4, "record_memory": True})
+
+Traces are written to `<run folder>/profiler/` in the Chrome-trace JSON format that
+TensorBoard's profiler plugin (`tensorboard --logdir runs`) and Perfetto (ui.perfetto.dev)
+open; `summary.txt` beside them lists the operators that took the most time, and the same
+table is logged at INFO when fit ends. With `profiler=None` (the default) nothing is
+created and the loop makes no call at all.
+
+Example:
+    >>> from trainer.profiler import StepProfiler
+    >>> StepProfiler.from_arg(True).schedule_args
+    {'wait': 1, 'warmup': 1, 'active': 3, 'repeat': 1}
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+
+__all__ = ["StepProfiler", "PROFILER_KEYS"]
+
+log = logging.getLogger("trainer")
+
+PROFILER_KEYS = ("wait", "warmup", "active", "repeat", "record_memory", "record_shapes", "with_stack", "row_limit")
+
+
+class StepProfiler:
+    """Profiles optimizer steps `wait + warmup .. wait + warmup + active` (per `repeat`)."""
+
+    def __init__(
+        self,
+        wait: int = 1,
+        warmup: int = 1,
+        active: int = 3,
+        repeat: int = 1,
+        record_memory: bool = False,
+        record_shapes: bool = False,
+        with_stack: bool = False,
+        row_limit: int = 15,
+    ) -> None:
+        self.schedule_args = {"wait": wait, "warmup": warmup, "active": active, "repeat": repeat}
+        self.record_memory, self.record_shapes, self.with_stack = record_memory, record_shapes, with_stack
+        self.row_limit = row_limit
+        self._profile: Any = None
+        self.folder: Path | None = None
+
+    @classmethod
+    def from_arg(cls, value: Any) -> StepProfiler | None:
+        """None/False: no profiler; True: the defaults; a dict: those settings."""
+        if value is None or value is False:
+            return None
+        if value is True:
+            return cls()
+        if isinstance(value, dict):
+            unknown = sorted(set(value) - set(PROFILER_KEYS))
+            if unknown:
+                raise ValueError(
+                    f"Trainer(profiler=...) got unknown key(s) {unknown}. Expected some of: {', '.join(PROFILER_KEYS)}."
+                )
+            return cls(**value)
+        raise ValueError(
+            f"Trainer(profiler=...) expected None, True or a dict such as {{'active': 3}}. Received: {value!r}."
+        )
+
+    def start(self, folder: Path) -> None:
+        from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+        self.folder = folder
+        folder.mkdir(parents=True, exist_ok=True)
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+        self._profile = profile(
+            activities=activities,
+            schedule=schedule(**self.schedule_args),
+            on_trace_ready=tensorboard_trace_handler(str(folder)),
+            profile_memory=self.record_memory,
+            record_shapes=self.record_shapes,
+            with_stack=self.with_stack,
+        )
+        self._profile.__enter__()
+
+    def step(self) -> None:
+        """Called after every optimizer step."""
+        if self._profile is not None:
+            self._profile.step()
+
+    def stop(self) -> None:
+        profile, self._profile = self._profile, None
+        if profile is None:
+            return
+        profile.__exit__(None, None, None)
+        try:
+            sort = "self_cuda_time_total" if torch.cuda.is_available() else "self_cpu_time_total"
+            table = profile.key_averages().table(sort_by=sort, row_limit=self.row_limit)
+        except (AssertionError, RuntimeError):  # nothing was recorded (fewer steps than the schedule)
+            log.warning("Profiler: no step was recorded; fit ended before wait + warmup = %d steps.",
+                        self.schedule_args["wait"] + self.schedule_args["warmup"])
+            return
+        assert self.folder is not None
+        (self.folder / "summary.txt").write_text(table, encoding="utf-8")
+        log.info("Profiler: traces and summary.txt in %s\n%s", self.folder, table)
