@@ -54,7 +54,7 @@ class DigitsClassifier(Module):
         x, y = batch
         logits = self(x)
         self.log(f"{stage}/loss", F.cross_entropy(logits.float(), y), batch_size=len(y))
-        self.log(f"{stage}/acc", (logits.argmax(dim=1) == y).float().mean(), batch_size=len(y))
+        self.log(f"{stage}/acc", (logits.argmax(dim=1) == y).float().mean(), batch_size=len(y), prog_bar=True)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.Adam(self.parameters(), lr=self.lr, weight_decay=self.weight_decay)

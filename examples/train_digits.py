@@ -38,7 +38,7 @@ class DigitsMLP(Module):
         x, y = batch
         logits = self(x)
         self.log("val/loss", F.cross_entropy(logits.float(), y), batch_size=len(y))
-        self.log("val/acc", (logits.argmax(dim=1) == y).float().mean(), batch_size=len(y))
+        self.log("val/acc", (logits.argmax(dim=1) == y).float().mean(), batch_size=len(y), prog_bar=True)
 
     def configure_optimizers(self):
         return torch.optim.Adam(self.parameters(), lr=self.lr)
