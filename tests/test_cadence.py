@@ -237,3 +237,21 @@ def test_ctrl_c_during_validation_resumes_exactly(tmp_path: Path, where: str):
         second.fit(resumed, train_loader(), val_loader(), ckpt_path=first.log_dir / "last.ckpt")
     assert_same_weights(reference, resumed)
     assert second.callback_metrics["val/loss"] == ref_trainer.callback_metrics["val/loss"]
+
+
+def test_resume_into_an_epochs_end_with_max_steps(tmp_path: Path):
+    """A checkpoint taken during an epoch's end phase resumes into that epoch's end, which
+    runs no batch: that is not "an epoch without a step" (no false error with max_steps)."""
+
+    class CtrlC(Callback):
+        def on_validation_end(self, trainer: Any, module: Any) -> None:
+            if trainer.global_step == 10 and not trainer.sanity_checking:
+                raise KeyboardInterrupt
+
+    torch.manual_seed(0)
+    first = Trainer(max_steps=30, callbacks=[CtrlC()], root_dir=tmp_path, logger=False, enable_progress_bar=False)
+    with pytest.raises(KeyboardInterrupt):
+        first.fit(Counting(), train_loader(), val_loader())
+    second = Trainer(max_steps=30, **QUIET)
+    second.fit(Counting(), train_loader(), val_loader(), ckpt_path=first.log_dir / "last.ckpt")
+    assert second.global_step == 30

@@ -123,10 +123,11 @@ class FitLoop:
             self.profiler.start(trainer._io.run_dir / "profiler")
         try:
             while not self.finished() and not self.stop_now():
-                steps_before = trainer.state.global_step
+                steps_before, batches_before = trainer.state.global_step, trainer.state.batches_done
                 if not self.train_epoch(train_loader):
                     break
-                self._check_progress(steps_before)
+                if trainer.state.batches_done > batches_before:  # the epoch ran batches (not only its end)
+                    self._check_progress(steps_before)
                 self.end_epoch()
         finally:
             if self.profiler is not None:
