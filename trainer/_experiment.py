@@ -81,7 +81,10 @@ class Experiment:
                 # Written when the run starts (after the checkpoint was read and checked), so a
                 # run that fails before training leaves no folder behind.
                 self.trainer._at_run_start.append(lambda: self._save_config(writes_checkpoints=True))
-                self.trainer.fit(self.model, train, val, ckpt_path=ckpt_path)
+                try:
+                    self.trainer.fit(self.model, train, val, ckpt_path=ckpt_path)
+                finally:
+                    self.trainer._at_run_start.clear()  # a run that failed before starting leaves none queued
                 return
             self.trainer.fit(self.model, train, ckpt_path=self._dry_run_ckpt(ckpt_path))
             if val is not None:  # 2 steps may end before the epoch's validation: run it here
@@ -104,7 +107,10 @@ class Experiment:
         with self._scratch():
             if not self.dry_run:
                 self.trainer._at_run_start.append(self._save_config)
-            return getattr(self.trainer, stage)(self.model, loader, ckpt_path=self._dry_run_ckpt(ckpt_path))
+            try:
+                return getattr(self.trainer, stage)(self.model, loader, ckpt_path=self._dry_run_ckpt(ckpt_path))
+            finally:
+                self.trainer._at_run_start.clear()
 
     @contextlib.contextmanager
     def _scratch(self) -> Iterator[None]:
