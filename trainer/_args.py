@@ -36,8 +36,8 @@ class TrainerArgs(BaseModel):
     seed: int | None = Field(None, ge=0, le=2**32 - 1, description="seeds Python, NumPy and torch when fit starts")
     device: str = Field("auto", description='"auto", "cpu", "cuda", "cuda:N", "mps"')
     strategy: Literal["auto", "ddp", "single"] = "auto"
-    nonfinite_loss: Literal["error", "skip"] = Field(
-        "error", description="fp32/bf16: what a non-finite loss does (amp skips such steps)"
+    nonfinite_loss: Literal["error", "skip", "off"] = Field(
+        "error", description="fp32/bf16: what a non-finite loss does (amp skips such steps); 'off': no guard"
     )
     val_check_interval: Annotated[int, Field(ge=1)] | Annotated[float, Field(gt=0, le=1)] | None = Field(
         None, description="validate every n training batches (int) or fraction of an epoch (float); None: epoch end"

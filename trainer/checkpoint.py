@@ -344,6 +344,9 @@ def collect_state(trainer: Any, *, allow_partial: bool = False, target: Any = No
         RuntimeError: the state is inside an accumulation window and `allow_partial` is
             False (a checkpoint must be a cut at an optimizer-step boundary).
     """
+    loop = getattr(trainer, "_loop", None)
+    if loop is not None and getattr(trainer, "_module", None) is not None:
+        loop.reconcile(raise_now=False)  # skipped_steps exact in the file; any error waits for the loop
     problem = cut_problem(trainer)
     if problem is not None and not allow_partial:
         raise RuntimeError(

@@ -43,7 +43,18 @@ class AutomaticOptimization:
         self.want_before_zero_grad = wants("on_before_zero_grad")
         self.want_step_end = wants("on_train_step_end")
         self.window_loss: torch.Tensor | None = None
-
+        # A fused optimizer (Adam/AdamW/SGD with fused=True) takes a device-side `found_inf`
+        # and skips the update on the device: the non-finite guard then needs no host read
+        # per step; skips are counted on the device and read at logging steps (docs/performance.md).
+        self.device_guard = (
+            not trainer._precision.handles_nonfinite
+            and bool(getattr(self.optimizer, "_step_supports_amp_scaling", False))
+            and trainer.strategy.world_size == 1
+            and trainer.args.nonfinite_loss != "off"
+        )
+        self.pending_skips: torch.Tensor | None = None  # device count of skips not yet read
+        self.pending_since = trainer.state.global_step
+        self.skipped_where: list[str] = []  # counted, not yet reported
     def reset(self) -> None:
         self.window_loss = None
 
@@ -80,12 +91,41 @@ class AutomaticOptimization:
             return
         # A non-finite micro-batch loss makes the window's sum non-finite, so one host read
         # per optimizer step guards the weights (amp's GradScaler makes its own read instead).
-        if not trainer._precision.handles_nonfinite and not trainer.strategy.all_agree(math.isfinite(window_loss)):
+        if self.device_guard:
+            self._step(window_loss, batches_done, found_inf=(~torch.isfinite(window_loss)).float())
+        elif (
+            not trainer._precision.handles_nonfinite
+            and trainer.args.nonfinite_loss != "off"
+            and not trainer.strategy.all_agree(math.isfinite(window_loss))
+        ):
             self._nonfinite_loss(batches_done)
         else:
             self._step(window_loss, batches_done)
 
-    def _step(self, window_loss: torch.Tensor, batches_done: int) -> None:
+    def reconcile(self, raise_now: bool = True) -> None:
+        """Fold the device-counted skips into `skipped_steps` (one host read; at logging steps,
+        epoch ends and saves only). Under nonfinite_loss="error" a skip then raises (a save
+        counts it and leaves the error to the next logging step or epoch end)."""
+        pending, self.pending_skips = self.pending_skips, None
+        since, self.pending_since = self.pending_since, self.trainer.state.global_step
+        count = int(pending.item()) if pending is not None else 0
+        state = self.trainer.state
+        if count:
+            state.skipped_steps += count
+            self.skipped_where.append(f"{count} of optimizer steps {since + 1}..{state.global_step}")
+        if not self.skipped_where or not raise_now:
+            return
+        where = "; ".join(self.skipped_where)
+        self.skipped_where = []
+        if self.trainer.args.nonfinite_loss == "error":
+            raise FloatingPointError(
+                f"training_step returned a non-finite loss (nan or inf) at {where}; the fused optimizer skipped "
+                "those steps on the device, so the weights were not updated by them. Expected finite losses: "
+                "lower the learning rate, check the data, or pass Trainer(nonfinite_loss='skip')."
+            )
+        log.warning("Skipped %s: non-finite loss (nonfinite_loss='skip', counted on the device).", where)
+
+    def _step(self, window_loss: torch.Tensor, batches_done: int, found_inf: torch.Tensor | None = None) -> None:
         trainer = self.trainer
         opt, precision, args, signals, state = trainer._opt, trainer._precision, trainer.args, trainer._signals, trainer.state
         optimizer = self.optimizer
@@ -104,7 +144,16 @@ class AutomaticOptimization:
                 norm = clipped if clipped is not None else norm
             elif norm_wanted:
                 norm = precision.gradient_norm(optimizer, self.parameters)
-            stepped = precision.optimizer_step(optimizer)
+            if found_inf is None:
+                stepped = precision.optimizer_step(optimizer)
+            else:  # skipped on the device when found_inf is 1; the host does not wait to know
+                optimizer.grad_scale, optimizer.found_inf = None, found_inf  # type: ignore[attr-defined]
+                try:
+                    optimizer.step()
+                finally:
+                    del optimizer.grad_scale, optimizer.found_inf  # type: ignore[attr-defined]
+                self.pending_skips = found_inf if self.pending_skips is None else self.pending_skips + found_inf
+                stepped = True
             if stepped and opt.schedulers:
                 opt.step_schedulers("step", state.global_step + 1, trainer._read_metric)
             if self.want_before_zero_grad:
@@ -119,6 +168,8 @@ class AutomaticOptimization:
         if self.want_step_end:
             trainer._call("on_train_step_end", stepped)
         if log_now:
+            if self.pending_skips is not None or self.skipped_where:
+                self.reconcile()
             trainer._io.log_step(window_loss, norm)
 
     def _nonfinite_loss(self, batches_done: int) -> None:

@@ -132,6 +132,7 @@ class FitLoop:
         finally:
             if self.profiler is not None:
                 self.profiler.stop()
+        self.reconcile()
         trainer._io.save_last()
         trainer._call("on_train_end")
 
@@ -172,8 +173,15 @@ class FitLoop:
         with isolated_rng():
             self.trainer._eval.run(self.val_loader, "validation", self.val_limit)
 
+    def reconcile(self, raise_now: bool = True) -> None:
+        """Device-counted skips (fused optimizers) made visible: before epoch ends and saves."""
+        optimization = self.optimization
+        if isinstance(optimization, AutomaticOptimization) and (optimization.pending_skips is not None or optimization.skipped_where):
+            optimization.reconcile(raise_now)
+
     def end_epoch(self) -> None:
         trainer, state = self.trainer, self.trainer.state
+        self.reconcile()
         trainer._io.close_train_epoch()
         assert self.schedule is not None
         if self.val_loader is not None and self.schedule.at_epoch_end(state.epoch, self.validate_at_end):

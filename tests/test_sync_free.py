@@ -1,0 +1,69 @@
+"""The non-finite guard without a host read per step (issue 13): with a fused optimizer
+(`fused=True`) a step whose loss is nan/inf is skipped on the device through the optimizer's
+`found_inf`, counted on the device and reported at the next logging step."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+import torch
+
+from tests.reference import TinyNet, assert_same_weights, loader, make_data
+from tests.test_hot_path import host_reads  # noqa: F401  (fixture)
+from trainer import Trainer
+
+QUIET = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, num_sanity_val_steps=0, device="cpu")
+
+
+class Fused(TinyNet):
+    def __init__(self, blow_up_at: tuple[int, ...] = ()) -> None:
+        super().__init__(dropout=0.0, blow_up_at=blow_up_at)
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.Adam(self.parameters(), lr=0.01, fused=True)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_no_host_read_per_step_with_a_fused_optimizer(host_reads, precision, tmp_path):  # noqa: F811
+    steps, every = 20, 5
+    trainer = Trainer(precision=precision, max_steps=steps, log_every_n_steps=every, root_dir=tmp_path,
+                      enable_progress_bar=False, enable_checkpointing=False, num_sanity_val_steps=0, device="cpu")
+    trainer.fit(Fused(), loader(make_data(200)))
+    reads = dict(host_reads)
+    assert reads.pop("tolist", 0) == steps // every  # the logging step's batched read
+    assert reads == {"item": steps // every}  # the device skip count, read at the same logging steps
+
+
+def test_a_nonfinite_step_is_skipped_on_the_device_and_counted():
+    torch.manual_seed(0)
+    model = Fused(blow_up_at=(3,))
+    reference = copy.deepcopy(model)
+    trainer = Trainer(max_epochs=1, nonfinite_loss="skip", log_every_n_steps=4, **QUIET)
+    trainer.fit(model, loader(make_data(), shuffle=False))
+    assert trainer.state.skipped_steps == 1 and trainer.global_step == 10
+    opt = torch.optim.Adam(reference.parameters(), lr=0.01, fused=True)
+    for i, batch in enumerate(loader(make_data(), shuffle=False)):
+        loss = reference.training_step(batch, i)
+        if torch.isfinite(loss):  # the hand-written loop skips that step
+            loss.backward()
+            opt.step()
+        opt.zero_grad(set_to_none=True)
+    assert_same_weights(model, reference)
+
+
+def test_error_mode_raises_at_the_next_logging_step_with_the_weights_untouched_by_it():
+    torch.manual_seed(0)
+    model = Fused(blow_up_at=(2,))
+    with pytest.raises(FloatingPointError, match=r"1 of optimizer steps 1\.\.4") as caught:
+        Trainer(max_epochs=1, log_every_n_steps=4, **QUIET).fit(model, loader(make_data(), shuffle=False))
+    assert "skipped those steps on the device" in str(caught.value)
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_the_guard_can_be_turned_off():
+    torch.manual_seed(0)
+    model = TinyNet(dropout=0.0, blow_up_at=(2,))
+    Trainer(max_steps=4, nonfinite_loss="off", **QUIET).fit(model, loader(make_data(), shuffle=False))
+    assert not all(torch.isfinite(p).all() for p in model.parameters())  # no guard: it reached the weights
