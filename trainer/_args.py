@@ -35,7 +35,7 @@ class TrainerArgs(BaseModel):
     callbacks: list[Any] | None = None
     seed: int | None = Field(None, ge=0, le=2**32 - 1, description="seeds Python, NumPy and torch when fit starts")
     device: str = Field("auto", description='"auto", "cpu", "cuda", "cuda:N", "mps"')
-    strategy: Literal["auto", "ddp", "single"] = "auto"
+    strategy: Any = Field("auto", description='"auto", "ddp", "single" or a Strategy instance such as trainer.distributed.DDP(...)')
     nonfinite_loss: Literal["error", "skip", "off"] = Field(
         "error", description="fp32/bf16: what a non-finite loss does (amp skips such steps); 'off': no guard"
     )
@@ -101,6 +101,15 @@ class TrainerArgs(BaseModel):
         if isinstance(value, (str, int)) and not isinstance(value, bool) and value in PRECISION_ALIASES:
             return PRECISION_ALIASES[value]  # Lightning's spellings ("16-mixed", ...), also in YAML
         raise ValueError(f"expected one of {', '.join(map(repr, PRECISIONS))} or a Precision instance")
+
+    @pydantic.field_validator("strategy")
+    @classmethod
+    def _check_strategy(cls, value: Any) -> Any:
+        from trainer.distributed import Strategy
+
+        if isinstance(value, Strategy) or (isinstance(value, str) and value in ("auto", "ddp", "single")):
+            return value
+        raise ValueError("expected 'auto', 'ddp', 'single' or a Strategy instance such as trainer.distributed.DDP(...)")
 
     @pydantic.field_validator("logger")
     @classmethod

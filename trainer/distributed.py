@@ -136,11 +136,57 @@ class DDP(Strategy):
     user beforehand is used and never destroyed. See docs/distributed.md.
     """
 
-    def __init__(self, device: str = "auto") -> None:
+    def __init__(
+        self,
+        *,
+        find_unused_parameters: bool = False,
+        static_graph: bool = False,
+        gradient_as_bucket_view: bool = False,
+        bucket_cap_mb: float | None = None,
+        comm_hook: str | Callable[..., Any] | None = None,
+    ) -> None:
+        """Options passed to `DistributedDataParallel` (see docs/distributed.md).
+
+        Args:
+            find_unused_parameters: let parameters that a step does not use go without a
+                gradient (always on in manual optimization).
+            static_graph: the set of used parameters never changes (lets DDP optimise).
+            gradient_as_bucket_view: gradients are views into the all-reduce buckets (saves memory).
+            bucket_cap_mb: bucket size in MiB (None: DDP's default, 25).
+            comm_hook: "fp16" or "bf16" (PyTorch's compression hooks), or a callable
+                `hook(state, bucket) -> Future` registered with state None.
+
+        Example:
+            >>> DDP(find_unused_parameters=True, comm_hook="fp16")  # doctest: +SKIP
+        """
         from torch import distributed as dist
 
         if not dist.is_available():
             raise ValueError("Trainer(strategy='ddp') needs torch.distributed, which this PyTorch build lacks.")
+        if not (comm_hook is None or comm_hook in ("fp16", "bf16") or callable(comm_hook)):
+            raise ValueError(
+                f"DDP(comm_hook=...) expected 'fp16', 'bf16', a callable hook(state, bucket) or None. "
+                f"Received: {comm_hook!r} of type {type(comm_hook).__name__}."
+            )
+        if bucket_cap_mb is not None and not bucket_cap_mb > 0:
+            raise ValueError(f"DDP(bucket_cap_mb=...) expected a positive number of MiB or None. Received: {bucket_cap_mb!r}.")
+        self.options: dict[str, Any] = {
+            "find_unused_parameters": bool(find_unused_parameters),
+            "static_graph": bool(static_graph),
+            "gradient_as_bucket_view": bool(gradient_as_bucket_view),
+        }
+        if bucket_cap_mb is not None:
+            self.options["bucket_cap_mb"] = float(bucket_cap_mb)
+        self.comm_hook = comm_hook
+        self._bound = False
+
+    def bind(self, device: str = "auto") -> DDP:
+        """Read the rank from torchrun's environment (or the user's group) and pick the device.
+
+        `resolve_strategy` calls this with `Trainer(device=...)`; it raises outside torchrun.
+        """
+        from torch import distributed as dist
+
         if dist.is_initialized():
             self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
             self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -159,6 +205,13 @@ class DDP(Strategy):
         self._ddp: torch.nn.parallel.DistributedDataParallel | None = None
         self._manual = False
         self._manual_sync = True
+        if self.comm_hook == "bf16" and self.device.type != "cuda":
+            raise ValueError(
+                f"DDP(comm_hook='bf16') needs CUDA devices with NCCL (PyTorch's bf16 hook). Received: "
+                f"device {self.device}. Use comm_hook='fp16' on CPU/Gloo, or no hook."
+            )
+        self._bound = True
+        return self
 
     def _local_device(self, device: str) -> torch.device:
         if device == "auto":
@@ -246,12 +299,24 @@ class DDP(Strategy):
         # discriminator, then its generator), each touching some of the parameters: the
         # reducer is prepared before each backward with the parameters that loss reaches.
         manual = not getattr(module, "automatic_optimization", True)
-        self._ddp = torch.nn.parallel.DistributedDataParallel(
-            _TrainingStep(module, manual), device_ids=ids, find_unused_parameters=manual
-        )
+        options = {**self.options, "find_unused_parameters": self.options["find_unused_parameters"] or manual}
+        self._ddp = torch.nn.parallel.DistributedDataParallel(_TrainingStep(module, manual), device_ids=ids, **options)
+        self._register_comm_hook(self._ddp)
         self._manual = manual
         object.__setattr__(self._ddp.module, "wrapper", self._ddp)  # a reference, not a submodule
         return self._training_step
+
+    def _register_comm_hook(self, ddp: torch.nn.parallel.DistributedDataParallel) -> None:
+        if self.comm_hook is None:
+            return
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        if self.comm_hook == "fp16":
+            ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+        elif self.comm_hook == "bf16":
+            ddp.register_comm_hook(None, default_hooks.bf16_compress_hook)
+        else:
+            ddp.register_comm_hook(None, self.comm_hook)  # type: ignore[arg-type]
 
     def _training_step(self, batch: Any, batch_idx: int) -> Any:
         assert self._ddp is not None, "DDP.setup_module must run before a training step"
@@ -382,6 +447,8 @@ class DDP(Strategy):
         return holder[0]
 
     def __repr__(self) -> str:
+        if not self._bound:
+            return f"DDP({', '.join(f'{k}={v!r}' for k, v in self.options.items())}, comm_hook={self.comm_hook!r})"
         return f"DDP(rank={self.rank}, world_size={self.world_size}, device={self.device})"
 
 
@@ -481,17 +548,22 @@ def _with_distributed_sampler(loader: Any, rank: int, world_size: int, broadcast
     return DataLoader(loader.dataset, **options)
 
 
-def resolve_strategy(strategy: str, device: str) -> Strategy:
+def resolve_strategy(strategy: str | Strategy, device: str) -> Strategy:
     """Pick the strategy object for `Trainer(strategy=...)`.
 
     "auto" is DDP when torchrun started more than one process, else one device; "single"
     is always one device (each torchrun process then trains on its own); "ddp" requires
-    torchrun or an initialised process group.
+    torchrun or an initialised process group. A `DDP(...)` instance carries DDP's options
+    and is bound here to this process's rank and `device`.
     """
+    if isinstance(strategy, DDP):
+        return strategy.bind(device)
+    if isinstance(strategy, Strategy):
+        return strategy
     if strategy == "ddp":
-        return DDP(device)
+        return DDP().bind(device)
     if strategy == "auto" and launched_by_torchrun() and int(os.environ["WORLD_SIZE"]) > 1:
-        return DDP(device)
+        return DDP().bind(device)
     if strategy in ("auto", "single"):
         if strategy == "single" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
             warnings.warn(
@@ -501,4 +573,4 @@ def resolve_strategy(strategy: str, device: str) -> Strategy:
                 stacklevel=3,
             )
         return SingleDevice(device)
-    raise ValueError(f"Trainer(strategy=...) expected 'auto', 'ddp' or 'single'. Received: {strategy!r}.")
+    raise ValueError(f"Trainer(strategy=...) expected 'auto', 'ddp', 'single' or a Strategy instance such as DDP(...). Received: {strategy!r}.")

@@ -75,7 +75,7 @@ class Trainer(TrainerProperties):
         callbacks: list[Callback] | None = None,
         seed: int | None = None,
         device: str = "auto",
-        strategy: str = "auto",
+        strategy: str | Strategy = "auto",
         nonfinite_loss: str = "error",
         val_check_interval: int | float | None = None,
         check_val_every_n_epoch: int | None = 1,
