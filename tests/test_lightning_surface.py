@@ -59,8 +59,15 @@ def test_what_we_do_not_take_says_what_to_write(kwargs, text):
 
 def test_yaml_takes_the_precision_alias_too():
     from trainer._args import TrainerArgs
+    from trainer.config import prepare_config
 
     assert TrainerArgs(precision="16-mixed").precision == "amp"
+    config = {
+        "model": {"class_path": "tests.reference.TinyNet"},
+        "data": {"class_path": "tests._gan.make_points"},
+        "trainer": {"precision": "bf16-mixed"},
+    }
+    assert prepare_config(config).plain["trainer"]["precision"] == "bf16"
 
 
 # --------------------------------------------------------------- the LightningModule surface
