@@ -28,17 +28,15 @@ import pickle
 import re
 import shutil
 import sys
-import warnings
 import zipfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from trainer._utils import rng_state, set_rng_state
-
 __all__ = [
+    "cut_problem",
     "FORMAT",
     "FORMAT_VERSION",
     "CheckpointError",
@@ -296,97 +294,6 @@ def _unsafe_detail(error: BaseException) -> str:
     return _first_line(error)
 
 
-# ------------------------------------------------------------------------- trainer state
-def callback_keys(callbacks: Sequence[Any]) -> list[str]:
-    """Each callback's key in a checkpoint; repeated keys get `#2`, `#3`, ... in list order."""
-    keys: list[str] = []
-    for callback in callbacks:
-        key = callback.state_key
-        if key in keys:
-            number = 2
-            while f"{key}#{number}" in keys:
-                number += 1
-            key = f"{key}#{number}"
-        keys.append(key)
-    return keys
-
-
-def cut_problem(trainer: Any) -> str | None:
-    """Why the current state is not a cut at an optimizer-step boundary, or None if it is."""
-    manual = getattr(trainer, "_manual", None)
-    inside = manual.cut_problem() if manual is not None else None
-    if inside is not None:
-        return inside
-    order = trainer._io.data_order
-    if order.fetching:
-        return (
-            "it was requested while the loader was producing a batch (an interrupt inside "
-            "DataLoader.__next__): the random draws for that batch are already in the saved random state"
-        )
-    taken = order.unconsumed(trainer.state.epoch, trainer.state.batches_done)
-    accumulated = any(
-        p.grad is not None for optimizer in trainer.optimizers for group in optimizer.param_groups for p in group["params"]
-    )
-    if not taken and not accumulated:
-        return None
-    step = trainer.global_step + 1
-    if taken:
-        detail = f"{taken} micro-batch(es) of optimizer step {step} were already taken from the loader"
-    else:
-        detail = f"gradients for optimizer step {step} are accumulated"
-    return f"it was requested inside an accumulation window ({detail}, but that step has not run)"
-
-
-def collect_state(trainer: Any, *, allow_partial: bool = False, target: Any = None) -> dict[str, Any]:
-    """Everything needed to continue exactly: a dict of `state_dict`s and plain data.
-
-    Raises:
-        RuntimeError: the state is inside an accumulation window and `allow_partial` is
-            False (a checkpoint must be a cut at an optimizer-step boundary).
-    """
-    loop = getattr(trainer, "_loop", None)
-    if loop is not None and getattr(trainer, "_module", None) is not None:
-        loop.reconcile(raise_now=False)  # skipped_steps exact in the file; any error waits for the loop
-    problem = cut_problem(trainer)
-    if problem is not None and not allow_partial:
-        raise RuntimeError(
-            f"Can't write checkpoint {str(target)!r}: {problem}. A checkpoint is a cut at an "
-            "optimizer-step boundary, and accumulated gradients are not saved. Expected a call "
-            "between steps: from Callback.on_train_batch_end of a window's last micro-batch, "
-            "on_train_step_end, on_train_epoch_start/end, on_fit_end, or outside fit."
-        )
-    opt = trainer._opt
-    module = trainer._module
-    strategy = trainer.strategy
-    state: dict[str, Any] = {
-        "format": FORMAT,
-        "format_version": FORMAT_VERSION,
-        "module": module.state_dict(),
-        "module_class": f"{type(module).__module__}.{type(module).__qualname__}",
-        "optimizers": [
-            {"class": _class_name(o), "state": o.state_dict()} for o in (opt.optimizers if opt is not None else [])
-        ],
-        "lr_schedulers": [
-            {"class": _class_name(c.scheduler), "state": c.scheduler.state_dict()}
-            for c in (opt.schedulers if opt is not None else [])
-        ],
-        "precision": {"name": trainer.precision.name, "state": trainer.precision.state_dict()},
-        "loop": trainer.state.state_dict(),
-        "rng": strategy.all_gather_object(rng_state()),
-        "data": strategy.all_gather_object(trainer._io.data_order.state_dict()),
-        "cut": {"clean": problem is None, "reason": problem},
-        "callbacks": {
-            key: cb.state_dict() for key, cb in zip(callback_keys(trainer.callbacks), trainer.callbacks)
-        },
-        "config": _plain(trainer.args.model_dump(exclude={"callbacks", "logger", "precision"})),
-        "hparams": _plain(dict(getattr(module, "hparams", {}) or {})),
-        "experiment": _plain(getattr(trainer, "experiment_config", None)),
-    }
-    datamodule: Any = getattr(trainer, "_datamodule", None)
-    if callable(getattr(datamodule, "state_dict", None)):
-        state["datamodule"] = datamodule.state_dict()
-    trainer._dispatch.call("on_save_checkpoint", trainer, module, state)
-    return plain_state(state, target)
 
 
 _PLAIN_LEAVES = (bool, int, float, complex, str, bytes, type(None), torch.Tensor, torch.dtype, torch.device, torch.Size)
@@ -424,153 +331,18 @@ def plain_state(value: Any, target: Any = None, where: str = "checkpoint") -> An
     )
 
 
-def collect_weights(trainer: Any, target: Any = None) -> dict[str, Any]:
-    """A weights-only checkpoint: the module's state dict with the format marker (for
-    evaluation and export; it has no optimizer, loop or random state to resume from)."""
-    module = trainer._module
-    state = {
-        "format": FORMAT,
-        "format_version": FORMAT_VERSION,
-        "weights_only": True,
-        "module": module.state_dict(),
-        "module_class": f"{type(module).__module__}.{type(module).__qualname__}",
-        "hparams": _plain(dict(getattr(module, "hparams", {}) or {})),
-    }
-    return plain_state(state, target)
-
-
-def restore_module(module: Any, checkpoint: dict[str, Any], source: str) -> None:
-    """Load the weights; on a mismatch name every missing, unexpected and mis-shaped entry."""
-    saved = checkpoint["module"]
-    own = module.state_dict()
-    missing = sorted(set(own) - set(saved))
-    unexpected = sorted(set(saved) - set(own))
-    misshaped = sorted(
-        f"{k}: checkpoint {tuple(saved[k].shape)} vs model {tuple(own[k].shape)}"
-        for k in set(own) & set(saved)
-        if isinstance(saved[k], torch.Tensor) and isinstance(own[k], torch.Tensor) and saved[k].shape != own[k].shape
-    )
-    if missing or unexpected or misshaped:
-        parts = [
-            f"{label}: {', '.join(items)}"
-            for label, items in (("missing", missing), ("unexpected", unexpected), ("mis-shaped", misshaped))
-            if items
-        ]
-        raise CheckpointError(
-            f"{source} does not fit {type(module).__name__} (it was saved from "
-            f"{checkpoint.get('module_class', 'an unknown class')}). " + "; ".join(parts) + "."
-        )
-    module.load_state_dict(saved)
-
-
-def _source(checkpoint: dict[str, Any]) -> str:
-    path = checkpoint.get("_path")
-    return f"Checkpoint {path!r}" if path else "The checkpoint"
-
-
-def restore_state(trainer: Any, checkpoint: dict[str, Any]) -> None:
-    """Put the Trainer back exactly where `collect_state` found it."""
-    source = _source(checkpoint)
-    restore_module(trainer._module, checkpoint, source)
-    opt = trainer._opt
-    if opt is not None:
-        _restore_list(source, "optimizer", opt.optimizers, _saved_list(checkpoint, "optimizer"))
-        _restore_list(source, "LR scheduler", [c.scheduler for c in opt.schedulers], _saved_list(checkpoint, "lr_scheduler"))
-    _restore_precision(trainer, checkpoint["precision"], source)
-    trainer.state.load_state_dict(checkpoint["loop"])
-    saved_callbacks = dict(checkpoint.get("callbacks", {}))
-    for key, callback in zip(callback_keys(trainer.callbacks), trainer.callbacks):
-        if key in saved_callbacks:
-            callback.load_state_dict(saved_callbacks.pop(key))
-    if saved_callbacks:
-        log.info("%s holds state of callbacks this run does not have: %s.", source, ", ".join(saved_callbacks))
-    rank, world_size = trainer.strategy.rank, trainer.strategy.world_size
-    rngs, data = checkpoint["rng"], checkpoint.get("data") or [{}]
-    if len(rngs) != world_size:
-        warnings.warn(
-            f"{source} was written by {len(rngs)} process(es); this run has {world_size}. Each rank "
-            f"takes the random streams and data-order state of the saved rank with its number (or "
-            "the last one), so the run continues, but not bit-identically to an uninterrupted run "
-            "(the data is split differently and the random streams differ). Expected the same "
-            "number of processes for an exact resume.",
-            stacklevel=4,
-        )
-    datamodule: Any = getattr(trainer, "_datamodule", None)
-    if checkpoint.get("datamodule") is not None and callable(getattr(datamodule, "load_state_dict", None)):
-        datamodule.load_state_dict(checkpoint["datamodule"])
-    trainer._io.data_order.load_state_dict(data[min(rank, len(data) - 1)])
-    set_rng_state(rngs[min(rank, len(rngs) - 1)])
-    cut = checkpoint.get("cut") or {}
-    if cut.get("clean") is False:
-        warnings.warn(
-            f"{source} was not written at a clean cut "
-            f"({cut.get('reason')}). Training continues from the last completed step "
-            f"({trainer.global_step}) and re-reads that window's batches, but the random streams "
-            "are those of the interrupt, so the result is not bit-identical to an uninterrupted run.",
-            stacklevel=4,
-        )
-    trainer._dispatch.call("on_load_checkpoint", trainer, trainer._module, checkpoint)
-
-
-def _class_name(obj: Any) -> str:
-    return type(obj).__qualname__
-
-
-def _saved_list(checkpoint: dict[str, Any], kind: str) -> list[dict[str, Any]]:
-    """The saved optimizers or schedulers as [{"class", "state"}] (format 1 held one, bare)."""
-    if kind + "s" in checkpoint:
-        return list(checkpoint[kind + "s"])
-    single = checkpoint.get(kind)
-    return [] if single is None else [{"class": None, "state": single}]
-
-
-def _restore_list(source: str, what: str, targets: list[Any], saved: list[dict[str, Any]]) -> None:
-    if len(saved) != len(targets):
-        raise CheckpointError(
-            f"{source} holds {len(saved)} {what}(s); this run's configure_optimizers returned "
-            f"{len(targets)}. Expected the configure_optimizers of the saved run."
-        )
-    for index, (target, entry) in enumerate(zip(targets, saved)):
-        label = f"{what} {index}" if len(targets) > 1 else what
-        saved_class = entry.get("class")
-        if saved_class is not None and saved_class != _class_name(target):
-            raise CheckpointError(
-                f"{source}: {label} was saved from a {saved_class}, but this run's is a "
-                f"{_class_name(target)}. Expected the configure_optimizers of the saved run."
-            )
-        try:
-            target.load_state_dict(entry["state"])
-        except (ValueError, KeyError, TypeError, RuntimeError) as error:
-            raise CheckpointError(
-                f"{source}: its {label} state does not fit this run's {_class_name(target)} "
-                f"({_first_line(error)}). Expected the configure_optimizers of the saved run."
-            ) from None
-
-
-def _restore_precision(trainer: Any, saved: dict[str, Any], source: str) -> None:
-    if saved["name"] == trainer.precision.name:
-        trainer.precision.load_state_dict(saved["state"])
-    elif saved["state"]:
-        warnings.warn(
-            f"{source} was saved with precision={saved['name']!r}; this run uses "
-            f"{trainer.precision.name!r}, so the saved GradScaler state (loss scale and growth "
-            "tracker) is dropped.",
-            stacklevel=5,
-        )
-
-
 def find_last(root_dir: str | os.PathLike[str]) -> Path | None:
     """The newest `last.ckpt` under `root_dir`, or None."""
     candidates = [p for p in Path(root_dir).glob("**/last.ckpt") if p.is_file()]
     return max(candidates, key=lambda p: p.stat().st_mtime_ns) if candidates else None
 
 
-def _plain(value: Any) -> Any:
-    """Config values as plain data that `weights_only=True` loading accepts."""
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    return str(value)
+# The Trainer's state <-> checkpoint dict lives in its own file; imported last (it uses the above).
+from trainer._checkpoint_state import (  # noqa: E402
+    callback_keys,
+    collect_state,
+    collect_weights,
+    cut_problem,
+    restore_module,
+    restore_state,
+)

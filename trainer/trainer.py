@@ -8,8 +8,6 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from trainer._metrics import MetricStore, to_floats
 from trainer._optim import LoopState, OptimizerSetup, parse_optimizers
 from trainer._run import RunIO
