@@ -22,7 +22,8 @@ from torch.utils.data.distributed import DistributedSampler
 
 from tests.reference import DTYPES, make_data, make_model, reference_fit, weights
 from trainer import Trainer
-from trainer.distributed import DDP, SingleDevice, _with_distributed_sampler, resolve_strategy
+from trainer._sampler import _with_distributed_sampler
+from trainer.distributed import DDP, SingleDevice, resolve_strategy
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = Path(__file__).parent / "_ddp_scripts" / "worker.py"
