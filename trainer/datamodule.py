@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainer.module import _capturing_init
+from trainer._hparams import _capturing_init
 
 __all__ = ["DataModule", "resolve_loaders", "is_datamodule"]
 
@@ -38,7 +38,7 @@ class DataModule:
             cls.__init__ = _capturing_init(init)  # type: ignore[method-assign]
 
     def __init__(self) -> None:
-        from trainer.module import _Captured
+        from trainer._hparams import _Captured
 
         if "hparams" not in self.__dict__:
             self.hparams: dict[str, Any] = _Captured()

@@ -6,12 +6,13 @@ has a `_log_metric` method (the `_MetricSink` protocol below).
 
 from __future__ import annotations
 
-import functools
 import inspect
 import itertools
 from typing import TYPE_CHECKING, Any, Callable, Literal, Protocol
 
 import torch
+
+from trainer._hparams import AttributeDict, _Captured, _capturing_init
 
 __all__ = ["Module", "Reduce", "AttributeDict", "step_caller"]
 
@@ -344,23 +345,6 @@ def _reduce_name(name: str, reduce_fx: Any) -> Reduce:
     )
 
 
-class AttributeDict(dict):  # type: ignore[type-arg]
-    """A dict whose keys read as attributes too: `hparams.lr` is `hparams["lr"]`."""
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self[name]
-        except KeyError:
-            raise AttributeError(f"hparams has no {name!r}. It holds: {', '.join(self) or 'nothing'}.") from None
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        self[name] = value
-
-
-class _Captured(AttributeDict):
-    """The `hparams` Module.__init__ starts with: still empty means "capture the arguments"."""
-
-
 def step_caller(module: Any, name: str) -> Callable[[Any, int], Any]:
     """`module.<name>` as a `(batch, batch_idx)` callable; Lightning lets a step omit
     `batch_idx`. Decided once (per fit), so a step pays nothing for it."""
@@ -373,41 +357,3 @@ def step_caller(module: Any, name: str) -> Callable[[Any, int], Any]:
     if len(positional) >= 2 or any(p.kind is p.VAR_POSITIONAL for p in params):
         return method  # type: ignore[no-any-return]
     return lambda batch, batch_idx: method(batch)
-
-
-def _capturing_init(init: Callable[..., None]) -> Callable[..., None]:
-    """`init`, plus: the outermost call records its bound arguments as `self.hparams`.
-
-    Defaults are filled in; `**kwargs` are merged in by name. A subclass that fills
-    `self.hparams` itself keeps its own value. Capturing never fails the constructor and
-    costs one `Signature.bind` per instance.
-    """
-    try:
-        signature: inspect.Signature | None = inspect.signature(init)
-    except (TypeError, ValueError):
-        signature = None
-
-    @functools.wraps(init)
-    def wrapper(self: Any, *args: Any, **kwargs: Any) -> None:
-        init(self, *args, **kwargs)
-        current = self.__dict__.get("hparams")
-        if type(self).__init__ is not wrapper or not (type(current) is _Captured and not current) or signature is None:
-            return  # an inner super().__init__ call, hparams the user set (even {}), or no signature
-        try:
-            bound = signature.bind(self, *args, **kwargs)
-            bound.apply_defaults()
-        except TypeError:
-            return
-        hparams: dict[str, Any] = {}
-        for index, (name, value) in enumerate(bound.arguments.items()):
-            kind = signature.parameters[name].kind
-            if index == 0:
-                continue  # self
-            if kind is inspect.Parameter.VAR_KEYWORD:
-                hparams.update(value)
-            else:
-                hparams[name] = value
-        object.__setattr__(self, "hparams", AttributeDict(hparams))
-
-    wrapper._captures_hparams = True  # type: ignore[attr-defined]
-    return wrapper

@@ -1,0 +1,65 @@
+"""`hparams`: the `__init__` arguments of a Module (or DataModule), captured automatically and
+readable by attribute (Lightning's `save_hyperparameters` fills the same dict)."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any, Callable
+
+__all__ = ["AttributeDict"]
+
+
+class AttributeDict(dict):  # type: ignore[type-arg]
+    """A dict whose keys read as attributes too: `hparams.lr` is `hparams["lr"]`."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(f"hparams has no {name!r}. It holds: {', '.join(self) or 'nothing'}.") from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self[name] = value
+
+
+class _Captured(AttributeDict):
+    """The `hparams` Module.__init__ starts with: still empty means "capture the arguments"."""
+
+
+def _capturing_init(init: Callable[..., None]) -> Callable[..., None]:
+    """`init`, plus: the outermost call records its bound arguments as `self.hparams`.
+
+    Defaults are filled in; `**kwargs` are merged in by name. A subclass that fills
+    `self.hparams` itself keeps its own value. Capturing never fails the constructor and
+    costs one `Signature.bind` per instance.
+    """
+    try:
+        signature: inspect.Signature | None = inspect.signature(init)
+    except (TypeError, ValueError):
+        signature = None
+
+    @functools.wraps(init)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        current = self.__dict__.get("hparams")
+        if type(self).__init__ is not wrapper or not (type(current) is _Captured and not current) or signature is None:
+            return  # an inner super().__init__ call, hparams the user set (even {}), or no signature
+        try:
+            bound = signature.bind(self, *args, **kwargs)
+            bound.apply_defaults()
+        except TypeError:
+            return
+        hparams: dict[str, Any] = {}
+        for index, (name, value) in enumerate(bound.arguments.items()):
+            kind = signature.parameters[name].kind
+            if index == 0:
+                continue  # self
+            if kind is inspect.Parameter.VAR_KEYWORD:
+                hparams.update(value)
+            else:
+                hparams[name] = value
+        object.__setattr__(self, "hparams", AttributeDict(hparams))
+
+    wrapper._captures_hparams = True  # type: ignore[attr-defined]
+    return wrapper
