@@ -74,3 +74,22 @@ def test_a_strategy_instance_is_accepted_and_bound(monkeypatch):
     assert strategy.options["find_unused_parameters"] is True
     with pytest.raises(ValueError, match="needs CUDA devices with NCCL"):
         DDP(comm_hook="bf16").bind("cpu")
+
+
+def test_yaml_strategy_class_spec_reaches_the_trainer():
+    """`strategy: {class_path: trainer.distributed.DDP, init_args: {...}}` is built and handed
+    to the Trainer (which, outside torchrun, says to launch with torchrun)."""
+    from trainer.config import ConfigError, load_experiment, prepare_config
+
+    config = {
+        "model": {"class_path": "tests._cli_pkg.models.TinyClassifier"},
+        "data": {"class_path": "tests._cli_pkg.data.RandomData"},
+        "trainer": {"strategy": {"class_path": "trainer.distributed.DDP", "init_args": {"find_unused_parameters": True}}},
+    }
+    plain = prepare_config(config).plain["trainer"]["strategy"]
+    assert plain["class_path"] == "trainer.distributed.DDP" and plain["init_args"]["find_unused_parameters"] is True
+    with pytest.raises(ConfigError, match="torchrun"):  # built and given to the Trainer, which needs torchrun
+        load_experiment(config)
+    bad = dict(config, trainer={"strategy": {"class_path": "trainer.distributed.DDP", "init_args": {"bucket_cap_mb": -1}}})
+    with pytest.raises(ConfigError, match="bucket_cap_mb"):
+        load_experiment(bad)

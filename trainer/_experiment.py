@@ -185,6 +185,8 @@ def build(resolved: ResolvedConfig, *, stage: Stage = "fit", dry_run: bool = Fal
     precision = _construct("trainer.precision", resolved.precision) if isinstance(resolved.precision, ResolvedSpec) else resolved.precision
     logger = _construct("logger", resolved.logger) if isinstance(resolved.logger, ResolvedSpec) else resolved.logger
     arguments = dict(resolved.trainer)
+    if isinstance(arguments.get("strategy"), ResolvedSpec):
+        arguments["strategy"] = _construct("trainer.strategy", arguments["strategy"])
     if dry_run:
         arguments["root_dir"] = tempfile.mkdtemp(prefix="trainer-dry-run-")
     try:

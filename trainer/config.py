@@ -202,7 +202,10 @@ def resolve_config(config: Mapping[str, Any], stage: Stage = "fit", source: str 
         "seed": shape.seed,  # validated: `seed: "42"` is the int 42
         "model": model.as_plain(),
         "data": data.as_plain(),
-        "trainer": {"precision": precision.as_plain() if isinstance(precision, ResolvedSpec) else precision, **trainer},
+        "trainer": {
+            "precision": precision.as_plain() if isinstance(precision, ResolvedSpec) else precision,
+            **{k: v.as_plain() if isinstance(v, ResolvedSpec) else v for k, v in trainer.items()},
+        },
         "callbacks": [c.as_plain() for c in callbacks],
         "logger": logger.as_plain() if isinstance(logger, ResolvedSpec) else logger,
     }
@@ -264,11 +267,19 @@ def _check_trainer(section: Any) -> tuple[dict[str, Any], str | ResolvedSpec, li
         problems.append(Problem("trainer.precision", f"Expected one of {', '.join(map(repr, PRECISIONS))} or "
                                 f"{{class_path: ..., init_args: ...}} of a Precision subclass.{suggest(precision, PRECISIONS)} "
                                 f"{received(precision)}"))
+    strategy_spec: ResolvedSpec | None = None
+    if isinstance(values.get("strategy"), dict):  # strategy: {class_path: trainer.distributed.DDP, init_args: {...}}
+        from trainer.distributed import Strategy
+
+        strategy_spec, found = check_spec(values.pop("strategy"), "trainer.strategy", Strategy)
+        problems += found
     try:
         args = TrainerArgs.model_validate(values)
     except pydantic.ValidationError as error:
         return {}, precision, problems + _from_pydantic(error, "trainer.")
     plain = args.model_dump(mode="json", exclude={*TOP_LEVEL_ONLY, "precision"})
+    if strategy_spec is not None:
+        plain["strategy"] = strategy_spec  # built by build(), written back as its class spec
     return plain, precision, problems
 
 
