@@ -285,3 +285,12 @@ def test_several_config_files_and_model_help(workspace: Path, monkeypatch: pytes
     assert main(["fit", str(workspace / "exp.yaml"), "--model.help"]) == 0
     out = capsys.readouterr().out
     assert "model: mypkg.models.TinyClassifier" in out and "--model.init_args.hidden: int = 8" in out
+
+
+def test_a_bad_override_is_blamed_on_the_command_line(workspace: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    """issue 11: a mistake made on the command line says so, instead of blaming the YAML file."""
+    monkeypatch.syspath_prepend(str(workspace))
+    monkeypatch.chdir(workspace)
+    assert main(["fit", str(workspace / "exp.yaml"), "--trainer.max_epochs", "-3"]) == 2
+    error = capsys.readouterr().err
+    assert "trainer.max_epochs" in error and "(set on the command line: --trainer.max_epochs -3)" in error

@@ -294,12 +294,29 @@ def prepare_config(
     problems = apply_overrides(config, dict(overrides or {}))
     if problems:
         raise ConfigError(problems, name)
-    if dry_run:  # the real run's config must be valid too, before the dry run overrides parts of it
-        resolve_config(copy.deepcopy(config), stage, name)
-        problems = apply_overrides(config, DRY_RUN)
-        if problems:
-            raise ConfigError(problems, name)
-    return resolve_config(config, stage, name)
+    try:
+        if dry_run:  # the real run's config must be valid too, before the dry run overrides parts of it
+            resolve_config(copy.deepcopy(config), stage, name)
+            problems = apply_overrides(config, DRY_RUN)
+            if problems:
+                raise ConfigError(problems, name)
+        return resolve_config(config, stage, name)
+    except ConfigError as error:
+        raise _blame_overrides(error, overrides or {}) from None
+
+
+def _blame_overrides(error: ConfigError, overrides: Mapping[str, Any]) -> ConfigError:
+    """A problem at a path an override set came from the command line, not the file: say so."""
+    if not overrides:
+        return error
+    keys = [str(k) for k in overrides]
+    problems = []
+    for problem in error.problems:
+        source = next((k for k in keys if problem.path == k or problem.path.startswith(k + ".")
+                       or problem.path == f"trainer.{k}" or problem.path.replace(".init_args", "") == k), None)
+        note = f" (set on the command line: --{source} {overrides[source]!r})" if source is not None else ""
+        problems.append(Problem(problem.path, problem.message + note))
+    return ConfigError(problems, error.source)
 
 
 def load_experiment(
