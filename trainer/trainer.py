@@ -295,10 +295,9 @@ class Trainer(TrainerProperties):
                         "written (send SIGTERM to stop at a step boundary with one). Resume from last.ckpt.")
         elif isinstance(error, KeyboardInterrupt):
             self._io.save_last()
-            log.warning(
-                "Interrupted after optimizer step %d. Resume with trainer.fit(model, loader, "
-                "ckpt_path=%r).", self.global_step, str(self._io.last_path) if self._io.saves else None
-            )
+            how = ("`trainer fit CONFIG --ckpt_path last`" if self.experiment_config  # a YAML run (the CLI)
+                   else f"trainer.fit(model, loader, ckpt_path={str(self._io.last_path) if self._io.saves else None!r})")
+            log.warning("Interrupted after optimizer step %d. Resume with %s.", self.global_step, how)
         elif isinstance(error, Exception) and self.strategy.world_size == 1:
             try:  # keep the finished work; never hide the error behind a failed save
                 self._io.save_last()
