@@ -184,8 +184,8 @@ class Trainer(TrainerProperties):
             teardown(stage)
 
         With `automatic_optimization = False` the module steps its optimizers itself
-        (loops/manual.py).         Calling `fit` again on the same Trainer continues the same run (counters,
-        optimizer and scaler kept) until the limits are reached.
+        (loops/manual.py). Calling `fit` again on the same Trainer continues the same run
+        (counters, optimizer and scaler kept) until the limits are reached.
         """
         check_module(model)
         train_loader, val_loader = self._loaders(
