@@ -100,3 +100,56 @@ def test_a_run_shorter_than_log_every_n_steps_warns(tmp_path: Path, caplog):
     with caplog.at_level("WARNING", logger="trainer"):
         Trainer(max_epochs=2, root_dir=tmp_path, **QUIET).fit(Logs(), train)
     assert "fewer than log_every_n_steps=50" in caplog.text and "8 optimizer step(s)" in caplog.text
+
+
+class Forked(Logs):
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        self.log("acc", float(batch_idx), on_step=True, on_epoch=True, prog_bar=True)
+        self.log("quiet", 1.0, on_step=True, on_epoch=True, logger=False)
+        return super().training_step(batch, batch_idx)
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        (x,) = batch
+        self.log("val/f", x.mean(), on_step=True, on_epoch=True, prog_bar=True)
+
+
+def test_forked_metrics_follow_prog_bar_and_logger_false(tmp_path: Path):
+    """Lightning (test_train_loop_logging.py::test__training_step__log): with both flags,
+    `prog_bar=True` shows `name_step` during the epoch and `name_epoch` after it
+    (progress_bar_metrics == {"p_se_step", "p_se_epoch", ...}), and `logger=False` keeps
+    both `name_step` and `name_epoch` out of the logger (logged_metrics has neither)."""
+    train = DataLoader(TensorDataset(torch.ones(8, 1)), batch_size=2)
+    val = DataLoader(TensorDataset(torch.tensor([[1.0], [1.0], [1.0], [1.0], [0.0]])), batch_size=2)
+    trainer = Trainer(max_epochs=1, log_every_n_steps=1, root_dir=tmp_path, **QUIET)
+    trainer.fit(Forked(), train, val)
+    bar = trainer.progress_bar_metrics
+    assert bar["acc_step"] == 3.0 and bar["acc_epoch"] == 1.5 and bar["val/f_epoch"] == pytest.approx(0.8)
+    series = tags(trainer.log_dir)
+    assert not {"quiet", "quiet_step", "quiet_epoch"} & set(series) and "acc_step" in series
+    assert trainer.callback_metrics["quiet"] == 1.0
+
+
+@pytest.mark.parametrize("reduce_fx", [max, "MAX"])
+def test_reduce_fx_spellings_lightning_accepts(reduce_fx: Any):
+    """Lightning's _Metadata._parse_reduce_fx takes Python's max/min/sum and any case of the
+    names (its test_tqdm_progress_bar.py logs with `reduce_fx=max`)."""
+    class Peak(Logs):
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            self.log("top", float(batch_idx), on_step=False, on_epoch=True, reduce_fx=reduce_fx)
+            return super().training_step(batch, batch_idx)
+
+    trainer = Trainer(max_epochs=1, logger=False, **QUIET)
+    trainer.fit(Peak(), DataLoader(TensorDataset(torch.ones(8, 1)), batch_size=2))
+    assert trainer.callback_metrics["top"] == 3.0
+
+
+def test_log_with_neither_step_nor_epoch_is_refused():
+    """Lightning raises "`self.log(on_step=False, on_epoch=False)` is not useful"
+    (test_train_loop_logging.py and test_eval_loop_logging.py, `match="is not useful"`)."""
+    class Nothing(Logs):
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            self.log("x", 1.0, on_step=False, on_epoch=False)
+            return super().training_step(batch, batch_idx)
+
+    with pytest.raises(ValueError, match="on_step=False, on_epoch=False"):
+        Trainer(max_steps=1, logger=False, **QUIET).fit(Nothing(), DataLoader(TensorDataset(torch.ones(4, 1)), batch_size=2))

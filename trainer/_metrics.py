@@ -159,6 +159,11 @@ class MetricStore:
             raise ValueError(
                 f"self.log({name!r}, ..., batch_size=...) expected a positive int or None. Received: {batch_size!r}."
             )
+        if not on_step and not on_epoch:
+            raise ValueError(
+                f"self.log({name!r}, ..., on_step=False, on_epoch=False) would record nothing. Expected "
+                "on_step=True (per step), on_epoch=True (reduced over the epoch) or both."
+            )
         tensor = _as_tensor(name, value)
         if batch_size is None and on_epoch and reduce == "mean" and self.batch is not None:
             batch_size = batch_size_of(self.batch)  # tensor metadata only: no host read
@@ -190,13 +195,17 @@ class MetricStore:
                     "Expected one name and one reduce per epoch metric: rename one of them."
                 )
             current.add(tensor, weight)
-        if prog_bar:
+        if prog_bar:  # by the names it is written under: `name`, or `name_step` and `name_epoch`
             self.prog_bar.add(name)
+            if on_step:
+                self.prog_bar.add(name + STEP_SUFFIX if on_epoch else name)
+            if on_epoch:
+                self.prog_bar.add(key)
 
     def take_step_values(self) -> dict[str, torch.Tensor]:
         """The per-step values logged since the last call (device tensors), minus those
         logged with `logger=False`."""
-        values = {name: reduction.compute() for name, reduction in self.step.items() if name not in self.hidden}
+        values = {name: reduction.compute() for name, reduction in self.step.items() if reduction.source not in self.hidden}
         self.step = {}
         return values
 

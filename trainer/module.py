@@ -334,10 +334,13 @@ class Module(torch.nn.Module):
 
 def _reduce_name(name: str, reduce_fx: Any) -> Reduce:
     """Lightning's `reduce_fx` ("mean", torch.mean, ...) as one of our reduction names."""
-    if isinstance(reduce_fx, str) and reduce_fx in ("mean", "sum", "max", "min"):
-        return reduce_fx  # type: ignore[return-value]
+    if isinstance(reduce_fx, str):
+        spelled = "mean" if reduce_fx.lower() == "avg" else reduce_fx.lower()  # Lightning lower-cases, "avg" = mean
+        if spelled in ("mean", "sum", "max", "min"):
+            return spelled  # type: ignore[return-value]
+    builtins = {"sum": sum, "max": max, "min": min}  # Lightning accepts Python's too
     for known in ("mean", "sum", "max", "min"):
-        if reduce_fx is getattr(torch, known, None):
+        if reduce_fx is getattr(torch, known, None) or reduce_fx is builtins.get(known):
             return known  # type: ignore[return-value]
     raise ValueError(
         f"self.log({name!r}, ..., reduce_fx=...) expected 'mean', 'sum', 'max', 'min' or torch.mean/sum/max/min. "
