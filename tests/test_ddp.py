@@ -22,7 +22,7 @@ from torch.utils.data.distributed import DistributedSampler
 
 from tests.reference import DTYPES, make_data, make_model, reference_fit, weights
 from trainer import Trainer
-from trainer._sampler import _with_distributed_sampler
+from trainer.strategies.sampler import _with_distributed_sampler
 from trainer.distributed import DDP, SingleDevice, resolve_strategy
 
 ROOT = Path(__file__).resolve().parents[1]

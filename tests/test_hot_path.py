@@ -81,3 +81,6 @@ def test_imports_point_one_way():
     assert "trainer.trainer" not in module_imports
     for strategy_file in ("precision.py", "checkpoint.py", "loggers.py", "progress.py"):
         assert "trainer.trainer" not in _imports(ROOT / "trainer" / strategy_file), strategy_file
+    for path in (ROOT / "trainer" / "strategies").rglob("*.py"):  # strategies sit below the loop
+        above = [n for n in _imports(path) if n == "trainer.trainer" or n.startswith("trainer.loops")]
+        assert above == [], f"{path} imports the loop: {above}"

@@ -105,7 +105,7 @@ class TrainerArgs(BaseModel):
     @pydantic.field_validator("strategy")
     @classmethod
     def _check_strategy(cls, value: Any) -> Any:
-        from trainer.distributed import Strategy
+        from trainer.strategies import Strategy
 
         if isinstance(value, Strategy) or (isinstance(value, str) and value in ("auto", "ddp", "single")):
             return value

@@ -269,7 +269,7 @@ def _check_trainer(section: Any) -> tuple[dict[str, Any], str | ResolvedSpec, li
                                 f"{received(precision)}"))
     strategy_spec: ResolvedSpec | None = None
     if isinstance(values.get("strategy"), dict):  # strategy: {class_path: trainer.distributed.DDP, init_args: {...}}
-        from trainer.distributed import Strategy
+        from trainer.strategies import Strategy
 
         strategy_spec, found = check_spec(values.pop("strategy"), "trainer.strategy", Strategy)
         problems += found

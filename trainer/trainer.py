@@ -20,7 +20,7 @@ from trainer.loops.fit import FitLoop
 from trainer.loops.manual import ManualOptimization, check_manual_arguments
 from trainer.loops.schedule import batch_limit, fast_dev_run_args
 from trainer.callback import Callback, _Dispatcher
-from trainer.distributed import Strategy, resolve_strategy
+from trainer.strategies import Strategy, resolve_strategy
 from trainer.module import Module
 from trainer.precision import Precision, resolve_precision
 

@@ -1,5 +1,5 @@
-"""The DDP strategy: DistributedDataParallel under torchrun (re-exported as
-`trainer.distributed.DDP`, the name users and YAML configs use)."""
+"""The DDP strategy: DistributedDataParallel under torchrun (also importable as
+`trainer.distributed.DDP`, the name YAML configs use)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
-from trainer.distributed import _NO_SYNC, Reductions, Strategy, launched_by_torchrun
-from trainer._sampler import _with_distributed_sampler
+from trainer.strategies.base import _NO_SYNC, Reductions, Strategy, launched_by_torchrun
+from trainer.strategies.sampler import _with_distributed_sampler
 from trainer.module import step_caller
 
 __all__ = ["DDP"]

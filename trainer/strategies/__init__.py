@@ -1,0 +1,24 @@
+"""Execution strategies: where the model runs and how ranks cooperate.
+
+- `base.py`: the `Strategy` interface and its one-process case, `SingleDevice`;
+- `ddp.py`: `DDP`, PyTorch's DistributedDataParallel under torchrun;
+- `sampler.py`: each rank's share of a DataLoader;
+- `resolve.py`: `Trainer(strategy=...)` from a name or an instance.
+
+The loop only talks to the `Strategy` interface, so it knows nothing of torch.distributed.
+`trainer.distributed` re-exports the public names (YAML configs use
+`trainer.distributed.DDP`).
+
+Example:
+    >>> from trainer.strategies import resolve_strategy
+    >>> resolve_strategy("auto", "cpu")  # outside torchrun: one process
+    SingleDevice(device=cpu)
+"""
+
+from __future__ import annotations
+
+from trainer.strategies.base import SingleDevice, Strategy, launched_by_torchrun, resolve_device
+from trainer.strategies.ddp import DDP
+from trainer.strategies.resolve import resolve_strategy
+
+__all__ = ["Strategy", "SingleDevice", "DDP", "resolve_device", "resolve_strategy", "launched_by_torchrun"]

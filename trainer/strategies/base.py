@@ -1,0 +1,124 @@
+"""Execution strategies: where the model runs and how ranks cooperate.
+
+`SingleDevice` is the null strategy (one process). `DDP` is PyTorch's own
+`DistributedDataParallel` on a process group made from torchrun's environment. The loop
+only talks to the `Strategy` interface, so it knows nothing of torch.distributed.
+
+Example:
+    >>> from trainer.strategies import SingleDevice
+    >>> SingleDevice("cpu")
+    SingleDevice(device=cpu)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+from trainer.module import step_caller
+
+__all__ = ["Strategy", "SingleDevice", "resolve_device", "launched_by_torchrun"]
+
+_NO_SYNC = contextlib.nullcontext()  # stateless: one shared instance for every micro-batch
+
+log = logging.getLogger("trainer")
+
+#: How each epoch metric reduces ("mean", "sum", "max", "min") and the weight this rank saw.
+Reductions = Mapping[str, tuple[str, float]]
+
+
+def resolve_device(device: str) -> torch.device:
+    """`"auto"`: CUDA when available, else MPS when available, else CPU."""
+    if device != "auto":
+        return torch.device(device)
+    if torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+class Strategy:
+    """One process, one device: every method is the trivial case of its DDP meaning."""
+
+    world_size: int = 1
+    rank: int = 0
+
+    def __init__(self, device: str = "auto") -> None:
+        self.device = resolve_device(device)
+
+    @property
+    def is_global_zero(self) -> bool:
+        return self.rank == 0
+
+    def setup_module(self, module: torch.nn.Module) -> Callable[..., Any]:
+        """Move the module to the device; return the callable that runs a training step."""
+        module.to(self.device)
+        return step_caller(module, "training_step")
+
+    def setup_loader(self, loader: Any, *, train: bool) -> Any:
+        return loader
+
+    def manual_backward(self, loss: torch.Tensor, precision: Any, *args: Any, **kwargs: Any) -> None:
+        """`Module.manual_backward`: the precision's (scaled) backward; DDP adds its sync."""
+        precision.backward(loss, *args, **kwargs)
+
+    def manual_no_sync(self) -> contextlib.AbstractContextManager[Any]:
+        """Backward passes inside keep their gradients local (one process: nothing to skip)."""
+        return _NO_SYNC
+
+    def set_epoch(self, loader: Any, epoch: int) -> None:
+        """Tell a distributed sampler which epoch it is (nothing to do for one process)."""
+
+    def no_sync(self, last_micro_batch: bool) -> contextlib.AbstractContextManager[Any]:
+        """The context a micro-batch's backward runs in (DDP skips the all-reduce)."""
+        return _NO_SYNC
+
+    def all_agree(self, flag: bool) -> bool:
+        """True when every rank's `flag` is True (one process: the flag itself)."""
+        return flag
+
+    def any_rank(self, flag: bool) -> bool:
+        """True when some rank's `flag` is True (one process: the flag itself)."""
+        return flag
+
+    def check_epoch_lengths(self, batches: int | None) -> None:
+        """Every rank must run the same number of training batches (one process: nothing to check)."""
+
+    def fewest(self, count: int) -> int:
+        """The smallest `count` over the ranks (one process: `count`)."""
+        return count
+
+    def reduce_epoch(self, values: dict[str, torch.Tensor], reductions: Reductions) -> dict[str, torch.Tensor]:
+        """Combine epoch metrics over ranks: weighted mean, sum, max or min (one process: as is)."""
+        return values
+
+    def barrier(self) -> None:
+        """Wait for every rank."""
+
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        return [obj]
+
+    def broadcast_object(self, obj: Any) -> Any:
+        """Rank 0's `obj` on every rank."""
+        return obj
+
+    def teardown(self, failed: bool = False) -> None:
+        """Release what `setup_module` acquired (called when fit/validate/test/predict end)."""
+
+    def __repr__(self) -> str:
+        return f"SingleDevice(device={self.device})"
+
+
+SingleDevice = Strategy
+
+
+def launched_by_torchrun() -> bool:
+    """Whether torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK) is present."""
+    return all(name in os.environ for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))

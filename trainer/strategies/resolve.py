@@ -1,0 +1,39 @@
+"""`Trainer(strategy=...)`: from a name or an instance to the strategy object."""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+from trainer.strategies.base import SingleDevice, Strategy, launched_by_torchrun
+from trainer.strategies.ddp import DDP
+
+__all__ = ["resolve_strategy"]
+
+
+def resolve_strategy(strategy: str | Strategy, device: str) -> Strategy:
+    """Pick the strategy object for `Trainer(strategy=...)`.
+
+    "auto" is DDP when torchrun started more than one process, else one device; "single"
+    is always one device (each torchrun process then trains on its own); "ddp" requires
+    torchrun or an initialised process group. A `DDP(...)` instance carries DDP's options
+    and is bound here to this process's rank and `device`.
+    """
+    if isinstance(strategy, DDP):
+        return strategy.bind(device)
+    if isinstance(strategy, Strategy):
+        return strategy
+    if strategy == "ddp":
+        return DDP().bind(device)
+    if strategy == "auto" and launched_by_torchrun() and int(os.environ["WORLD_SIZE"]) > 1:
+        return DDP().bind(device)
+    if strategy in ("auto", "single"):
+        if strategy == "single" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            warnings.warn(
+                "Trainer(strategy='single') under torchrun with WORLD_SIZE > 1: every process trains "
+                "its own model on all the data and writes its own files. Use strategy='ddp' to train "
+                "one model together.",
+                stacklevel=3,
+            )
+        return SingleDevice(device)
+    raise ValueError(f"Trainer(strategy=...) expected 'auto', 'ddp', 'single' or a Strategy instance such as DDP(...). Received: {strategy!r}.")
