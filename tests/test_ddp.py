@@ -203,7 +203,10 @@ def test_strategy_resolution(monkeypatch):
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("LOCAL_RANK", "1")
-    strategy = resolve_strategy("auto", "auto")  # no group is made until it is needed
+    made = []  # the group is made when the strategy is bound (a DistributedSampler may follow)
+    monkeypatch.setattr(DDP, "_group", lambda self: made.append(self))
+    strategy = resolve_strategy("auto", "auto")
+    assert made == [strategy]
     assert isinstance(strategy, DDP) and (strategy.rank, strategy.world_size) == (1, 2)
     assert not strategy.is_global_zero and strategy.device == torch.device("cpu")
     with pytest.warns(UserWarning, match="every process trains its own model"):

@@ -3,32 +3,27 @@
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import datetime
 import logging
-import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 
-from trainer.strategies.base import _NO_SYNC, Reductions, Strategy, launched_by_torchrun
-from trainer.strategies.sampler import _with_distributed_sampler
 from trainer.module import step_caller
+from trainer.strategies.base import _NO_SYNC
+from trainer.strategies.parallel import ProcessGroupStrategy
 
 __all__ = ["DDP"]
 
 log = logging.getLogger("trainer")
 
 
-class DDP(Strategy):
+class DDP(ProcessGroupStrategy):
     """Data-parallel training with `torch.nn.parallel.DistributedDataParallel`.
 
-    One process per device, started by torchrun. The process group is made from torchrun's
-    environment the first time it is needed (NCCL for CUDA, Gloo otherwise) and destroyed
-    when the process exits (after a barrier), or at once when a run fails; one made by the
-    user beforehand is used and never destroyed. See docs/distributed.md.
+    One process per device, started by torchrun (or `devices=N`); the process group is
+    `ProcessGroupStrategy`'s. See docs/distributed.md.
     """
 
     def __init__(
@@ -54,10 +49,7 @@ class DDP(Strategy):
         Example:
             >>> DDP(find_unused_parameters=True, comm_hook="fp16")  # doctest: +SKIP
         """
-        from torch import distributed as dist
-
-        if not dist.is_available():
-            raise ValueError("Trainer(strategy='ddp') needs torch.distributed, which this PyTorch build lacks.")
+        self._check_available()
         if not (comm_hook is None or comm_hook in ("fp16", "bf16") or callable(comm_hook)):
             raise ValueError(
                 f"DDP(comm_hook=...) expected 'fp16', 'bf16', a callable hook(state, bucket) or None. "
@@ -73,30 +65,10 @@ class DDP(Strategy):
         if bucket_cap_mb is not None:
             self.options["bucket_cap_mb"] = float(bucket_cap_mb)
         self.comm_hook = comm_hook
-        self._bound = False
 
-    def bind(self, device: str = "auto") -> DDP:
-        """Read the rank from torchrun's environment (or the user's group) and pick the device.
+    name = "ddp"
 
-        `resolve_strategy` calls this with `Trainer(device=...)`; it raises outside torchrun.
-        """
-        from torch import distributed as dist
-
-        if dist.is_initialized():
-            self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
-            self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-        elif launched_by_torchrun():
-            self.rank, self.world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-            self.local_rank = int(os.environ["LOCAL_RANK"])
-        else:
-            raise ValueError(
-                "Trainer(strategy='ddp') expected to run under torchrun (RANK, WORLD_SIZE and LOCAL_RANK "
-                "in the environment) or with a process group already initialised. Received neither. "
-                "Launch with `torchrun --nproc_per_node=N script.py`, or use strategy='auto'."
-            )
-        self.device = self._local_device(device)
-        self._created_group = False
-        self._failed = False
+    def _bind_options(self) -> None:
         self._ddp: torch.nn.parallel.DistributedDataParallel | None = None
         self._manual = False
         self._manual_sync = True
@@ -105,77 +77,11 @@ class DDP(Strategy):
                 f"DDP(comm_hook='bf16') needs CUDA devices with NCCL (PyTorch's bf16 hook). Received: "
                 f"device {self.device}. Use comm_hook='fp16' on CPU/Gloo, or no hook."
             )
-        self._bound = True
-        return self
-
-    def _local_device(self, device: str) -> torch.device:
-        if device == "auto":
-            return torch.device("cuda", self.local_rank) if torch.cuda.is_available() else torch.device("cpu")
-        chosen = torch.device(device)
-        if chosen.type == "cuda" and chosen.index is None:
-            return torch.device("cuda", self.local_rank)
-        if chosen.type not in ("cuda", "cpu"):
-            raise ValueError(
-                f"Trainer(strategy='ddp', device={device!r}): expected a 'cuda' or 'cpu' device. "
-                f"Received: {chosen.type!r}, which DistributedDataParallel does not support."
-            )
-        return chosen
-
-    # ---------------------------------------------------------------- process group
-    def _group(self) -> Any:
-        """The default process group, made from torchrun's environment on first use."""
-        from torch import distributed as dist
-
-        if not dist.is_initialized():
-            backend = "nccl" if self.device.type == "cuda" else "gloo"
-            if self.device.type == "cuda":
-                torch.cuda.set_device(self.device)
-            dist.init_process_group(backend=backend, rank=self.rank, world_size=self.world_size)
-            self._created_group = True
-            atexit.register(self._destroy_group)  # process exit: release it cleanly (after a barrier)
-            log.info("Process group %s: rank %d of %d on %s.", backend, self.rank, self.world_size, self.device)
-        return dist.group.WORLD
-
-    def _destroy_group(self) -> None:
-        """At process exit: wait for every rank, then release the group we made.
-
-        Gloo aborts a rank whose peer tears down while still talking to it, so the ranks
-        meet first. After a failure a peer may be gone or stuck in another collective, so
-        the meeting is bounded (Gloo's monitored barrier) or skipped (NCCL) instead of
-        hanging the exit of a job torchrun is already ending.
-        """
-        from torch import distributed as dist
-
-        atexit.unregister(self._destroy_group)
-        if not (self._created_group and dist.is_initialized()):
-            return
-        self._created_group = False
-        if self._failed:
-            # This rank failed; a peer may be waiting for it inside a collective (DDP's
-            # all-reduce) that will never complete. Meeting it would hang (a Gloo
-            # monitored_barrier bounds only rank 0's wait), so release the group at once:
-            # the peer's collective then fails, and torchrun ends the job with this error.
-            dist.destroy_process_group()
-            return
-        try:
-            if dist.get_backend() == "gloo":
-                dist.monitored_barrier(timeout=datetime.timedelta(seconds=600))
-            else:
-                dist.barrier()
-        except RuntimeError as error:  # a peer is gone: nothing left to wait for
-            log.warning("Ranks did not all reach the exit barrier (%s); releasing the process group.", error)
-        dist.destroy_process_group()
 
     def teardown(self, failed: bool = False) -> None:
-        """Drop the DDP wrapper. The group stays for the next fit/validate/test in this process
-        (a new group on the same torchrun store is not reliable) and is released at exit.
-
-        After a failure nothing is destroyed at once: if every rank failed together (an agreed
-        decision such as a non-finite loss), the group still works; if one rank failed alone,
-        torchrun ends the others when this process exits.
-        """
+        """Drop the DDP wrapper (the process group stays; see ProcessGroupStrategy.teardown)."""
         self._ddp = None
-        self._failed = self._failed or failed
+        super().teardown(failed)
 
     # ------------------------------------------------------------------- the model
     def setup_module(self, module: torch.nn.Module) -> Callable[..., Any]:
@@ -184,7 +90,6 @@ class DDP(Strategy):
         DDP's gradient hooks fire only for a forward that goes through the wrapper, so the
         training step is run as the forward of a small module that DDP wraps.
         """
-        self._group()
         module.to(self.device)
         if not any(p.requires_grad for p in module.parameters()):
             self._ddp = None  # nothing to synchronise (e.g. evaluation of a frozen model)
@@ -243,108 +148,10 @@ class DDP(Strategy):
             return _NO_SYNC
         return self._ddp.no_sync()
 
-    # --------------------------------------------------------------------- loaders
-    def setup_loader(self, loader: Any, *, train: bool) -> Any:
-        return _with_distributed_sampler(loader, self.rank, self.world_size, self.broadcast_object)
-
-    def set_epoch(self, loader: Any, epoch: int) -> None:
-        for sampler in (getattr(loader, "sampler", None), getattr(getattr(loader, "batch_sampler", None), "sampler", None)):
-            set_epoch = getattr(sampler, "set_epoch", None)
-            if callable(set_epoch):
-                set_epoch(epoch)
-                return
-
-    # ----------------------------------------------------------------- collectives
-    def _flag_tensor(self, flag: bool) -> torch.Tensor:
-        return torch.tensor([int(flag)], dtype=torch.int32, device=self.device)
-
-    def check_epoch_lengths(self, batches: int | None) -> None:
-        """Once per epoch: equal known lengths on every rank, or one clear error on all of them.
-
-        A rank with fewer batches would end its epoch while the others wait in DDP's
-        all-reduce for it: a hang. Loaders without len() agree window by window instead
-        (`fewest`).
-        """
-        counts = self.all_gather_object(batches)
-        if len(set(counts)) > 1:
-            shown = ", ".join(f"rank {r}: {'unknown (no len())' if c is None else c}" for r, c in enumerate(counts))
-            raise ValueError(
-                f"The training loader yields a different number of batches on each rank ({shown}), so the "
-                "ranks would wait for each other forever. Expected the same number on every rank: give "
-                "each rank a DistributedSampler (the Trainer adds one to a DataLoader over a map-style "
-                "dataset), split the data evenly, or set limit_train_batches to the smallest count."
-            )
-
-    def fewest(self, count: int) -> int:
-        from torch import distributed as dist
-
-        tensor = torch.tensor([count], dtype=torch.int64, device=self.device)
-        dist.all_reduce(tensor, op=dist.ReduceOp.MIN, group=self._group())
-        return int(tensor.item())
-
-    def all_agree(self, flag: bool) -> bool:
-        from torch import distributed as dist
-
-        tensor = self._flag_tensor(flag)
-        dist.all_reduce(tensor, op=dist.ReduceOp.MIN, group=self._group())
-        return bool(tensor.item())
-
-    def any_rank(self, flag: bool) -> bool:
-        from torch import distributed as dist
-
-        tensor = self._flag_tensor(flag)
-        dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=self._group())
-        return bool(tensor.item())
-
-    def reduce_epoch(self, values: dict[str, torch.Tensor], reductions: Reductions) -> dict[str, torch.Tensor]:
-        """Weighted mean over all ranks' samples ("mean"), or sum / max / min over ranks.
-
-        A metric logged on some ranks only is combined over the ranks that logged it. The
-        epoch-end host read here is one small object exchange, not a per-step cost.
-        """
-        local = {name: (*reductions.get(name, ("mean", 1.0)), float(value)) for name, value in values.items()}
-        gathered: list[dict[str, tuple[str, float, float]]] = self.all_gather_object(local)
-        names = list(dict.fromkeys(name for per_rank in gathered for name in per_rank))
-        out: dict[str, torch.Tensor] = {}
-        for name in names:
-            entries = [per_rank[name] for per_rank in gathered if name in per_rank]
-            reduce = entries[0][0]
-            if reduce == "mean":
-                weight = sum(w for _, w, _ in entries)
-                result = sum(w * v for _, w, v in entries) / weight
-            elif reduce == "sum":
-                result = sum(v for _, _, v in entries)
-            elif reduce == "max":
-                result = max(v for _, _, v in entries)
-            else:
-                result = min(v for _, _, v in entries)
-            like = values.get(name)
-            out[name] = torch.tensor(result, dtype=torch.float32, device=like.device if like is not None else self.device)
-        return out
-
-    def barrier(self) -> None:
-        from torch import distributed as dist
-
-        dist.barrier(group=self._group())
-
-    def all_gather_object(self, obj: Any) -> list[Any]:
-        from torch import distributed as dist
-
-        gathered: list[Any] = [None] * self.world_size
-        dist.all_gather_object(gathered, obj, group=self._group())
-        return gathered
-
-    def broadcast_object(self, obj: Any) -> Any:
-        from torch import distributed as dist
-
-        holder = [obj]
-        dist.broadcast_object_list(holder, src=0, group=self._group())
-        return holder[0]
-
     def __repr__(self) -> str:
         if not self._bound:
             return f"DDP({', '.join(f'{k}={v!r}' for k, v in self.options.items())}, comm_hook={self.comm_hook!r})"
-        return f"DDP(rank={self.rank}, world_size={self.world_size}, device={self.device})"
+        return super().__repr__()
 
 
 class _TrainingStep(torch.nn.Module):
