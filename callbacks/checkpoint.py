@@ -17,6 +17,7 @@ import logging
 import math
 import os
 import re
+import shutil
 from pathlib import Path
 from typing import Any, Literal
 
@@ -201,7 +202,7 @@ class ModelCheckpoint(Callback):
             return
         for stale in evicted:  # only now that the new file is safely written
             if stale != path and stale != self.last_model_path:
-                Path(stale).unlink(missing_ok=True)
+                _remove(Path(stale))
 
     def _admit(self, path: str, score: float, evicted: list[str]) -> bool:
         """Update the top-k bookkeeping for a new file; list the files it pushes out."""
@@ -304,3 +305,11 @@ def _validate(
                 f"ModelCheckpoint(filename={filename!r}): the format spec {match.group(2)!r} of "
                 f"{{{match.group(1)}}} does not apply to a {type(sample).__name__}. Expected e.g. '{{val/loss:.3f}}'."
             ) from None
+
+
+def _remove(path: Path) -> None:
+    """Delete a checkpoint: a file, or an FSDP run's folder of shards."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)

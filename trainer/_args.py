@@ -35,7 +35,7 @@ class TrainerArgs(BaseModel):
     callbacks: list[Any] | None = None
     seed: int | None = Field(None, ge=0, le=2**32 - 1, description="seeds Python, NumPy and torch when fit starts")
     device: str = Field("auto", description='"auto", "cpu", "cuda", "cuda:N", "mps"')
-    strategy: Any = Field("auto", description='"auto", "ddp", "single" or a Strategy instance such as trainer.distributed.DDP(...)')
+    strategy: Any = Field("auto", description='"auto", "ddp", "fsdp", "single" or a Strategy instance such as trainer.distributed.DDP(...) or FSDP(...)')
     nonfinite_loss: Literal["error", "skip", "off"] = Field(
         "error", description="fp32/bf16: what a non-finite loss does (amp skips such steps); 'off': no guard"
     )
@@ -107,9 +107,9 @@ class TrainerArgs(BaseModel):
     def _check_strategy(cls, value: Any) -> Any:
         from trainer.strategies import Strategy
 
-        if isinstance(value, Strategy) or (isinstance(value, str) and value in ("auto", "ddp", "single")):
+        if isinstance(value, Strategy) or (isinstance(value, str) and value in ("auto", "ddp", "fsdp", "single")):
             return value
-        raise ValueError("expected 'auto', 'ddp', 'single' or a Strategy instance such as trainer.distributed.DDP(...)")
+        raise ValueError("expected 'auto', 'ddp', 'fsdp', 'single' or a Strategy instance such as trainer.distributed.DDP(...) or FSDP(...)")
 
     @pydantic.field_validator("logger")
     @classmethod

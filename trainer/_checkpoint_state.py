@@ -127,6 +127,11 @@ def collect_weights(trainer: Any, target: Any = None) -> dict[str, Any]:
 
 def restore_module(module: Any, checkpoint: dict[str, Any], source: str) -> None:
     """Load the weights; on a mismatch name every missing, unexpected and mis-shaped entry."""
+    if "_shards" in checkpoint:  # a sharded folder (FSDP): its tensors load from the shards
+        from trainer._sharded_checkpoint import restore_sharded
+
+        restore_sharded(module, None, checkpoint)
+        return
     saved = checkpoint["module"]
     own = module.state_dict()
     missing = sorted(set(own) - set(saved))
@@ -157,10 +162,18 @@ def _source(checkpoint: dict[str, Any]) -> str:
 def restore_state(trainer: Any, checkpoint: dict[str, Any]) -> None:
     """Put the Trainer back exactly where `collect_state` found it."""
     source = _source(checkpoint)
-    restore_module(trainer._module, checkpoint, source)
     opt = trainer._opt
+    if "_shards" in checkpoint:  # a sharded folder (FSDP): weights and optimizer states from the shards
+        from trainer._sharded_checkpoint import restore_sharded
+
+        optimizers = opt.optimizers if opt is not None else []
+        _check_classes(source, "optimizer", optimizers, _saved_list(checkpoint, "optimizer"))
+        restore_sharded(trainer._module, optimizers, checkpoint)
+    else:
+        restore_module(trainer._module, checkpoint, source)
+        if opt is not None:
+            _restore_list(source, "optimizer", opt.optimizers, _saved_list(checkpoint, "optimizer"))
     if opt is not None:
-        _restore_list(source, "optimizer", opt.optimizers, _saved_list(checkpoint, "optimizer"))
         _restore_list(source, "LR scheduler", [c.scheduler for c in opt.schedulers], _saved_list(checkpoint, "lr_scheduler"))
     _restore_precision(trainer, checkpoint["precision"], source)
     trainer.state.load_state_dict(checkpoint["loop"])
@@ -211,6 +224,19 @@ def _saved_list(checkpoint: dict[str, Any], kind: str) -> list[dict[str, Any]]:
 
 
 def _restore_list(source: str, what: str, targets: list[Any], saved: list[dict[str, Any]]) -> None:
+    _check_classes(source, what, targets, saved)
+    for index, (target, entry) in enumerate(zip(targets, saved)):
+        label = f"{what} {index}" if len(targets) > 1 else what
+        try:
+            target.load_state_dict(entry["state"])
+        except (ValueError, KeyError, TypeError, RuntimeError) as error:
+            raise CheckpointError(
+                f"{source}: its {label} state does not fit this run's {_class_name(target)} "
+                f"({_first_line(error)}). Expected the configure_optimizers of the saved run."
+            ) from None
+
+
+def _check_classes(source: str, what: str, targets: list[Any], saved: list[dict[str, Any]]) -> None:
     if len(saved) != len(targets):
         raise CheckpointError(
             f"{source} holds {len(saved)} {what}(s); this run's configure_optimizers returned "
@@ -224,13 +250,6 @@ def _restore_list(source: str, what: str, targets: list[Any], saved: list[dict[s
                 f"{source}: {label} was saved from a {saved_class}, but this run's is a "
                 f"{_class_name(target)}. Expected the configure_optimizers of the saved run."
             )
-        try:
-            target.load_state_dict(entry["state"])
-        except (ValueError, KeyError, TypeError, RuntimeError) as error:
-            raise CheckpointError(
-                f"{source}: its {label} state does not fit this run's {_class_name(target)} "
-                f"({_first_line(error)}). Expected the configure_optimizers of the saved run."
-            ) from None
 
 
 def _restore_precision(trainer: Any, saved: dict[str, Any], source: str) -> None:

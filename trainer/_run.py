@@ -16,6 +16,7 @@ import torch
 
 from trainer import checkpoint as ckpt
 from trainer._metrics import batch_size_of, fit_summary, to_floats
+from trainer._sharded_checkpoint import is_sharded, read_sharded, save_sharded
 from trainer._data import DataOrder
 from trainer.loggers import TensorBoardLogger, next_version_dir
 from trainer.progress import ProgressBar
@@ -250,10 +251,14 @@ class RunIO:
         else:
             state = ckpt.collect_state(self.trainer, allow_partial=allow_partial, target=target)
         failure: Exception | None = None
-        if self.writes:
+        sharded = self.trainer.strategy.sharded_checkpoints  # FSDP: every rank writes its shards
+        if self.writes or sharded:
             try:
-                ckpt.save_atomic(state, target)
-                self.saves += 1
+                if sharded:
+                    save_sharded(state, target, self.trainer)
+                else:
+                    ckpt.save_atomic(state, target)
+                self.saves += int(self.writes)
             except Exception as error:  # noqa: BLE001 - re-raised below, after the other ranks know
                 failure = error
         # Also the barrier: no rank goes on before the file is complete, and a failed write
@@ -288,6 +293,8 @@ class RunIO:
                     "the checkpoint's path."
                 )
             ckpt_path = found
+        if is_sharded(ckpt_path):
+            return read_sharded(ckpt_path)
         return ckpt.load_checkpoint(ckpt_path)
 
     def _best_path(self) -> Path:

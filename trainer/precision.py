@@ -47,10 +47,17 @@ def _total_norm(grads: list[torch.Tensor]) -> torch.Tensor:
     if any(g.is_sparse for g in grads):
         grads = [g.coalesce()._values() if g.is_sparse else g for g in grads]
     if hasattr(torch.nn.utils, "get_total_norm"):  # torch >= 2.6
-        return torch.nn.utils.get_total_norm(grads)
+        return _whole(torch.nn.utils.get_total_norm(grads))
     if not grads:
         return torch.tensor(0.0)
     return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+
+
+def _whole(norm: torch.Tensor) -> torch.Tensor:
+    """A norm over sharded gradients (FSDP's DTensors) is partial on each rank: the global
+    norm is its full tensor (one all-reduce; every rank computes it)."""
+    full = getattr(norm, "full_tensor", None)
+    return full() if callable(full) else norm
 
 
 class Precision:
@@ -103,7 +110,7 @@ class Precision:
         self.unscale_gradients(optimizer)
         params = list(parameters) if parameters is not None else _parameters(optimizer)
         if algorithm == "norm":
-            return torch.nn.utils.clip_grad_norm_(params, max_value)
+            return _whole(torch.nn.utils.clip_grad_norm_(params, max_value))
         torch.nn.utils.clip_grad_value_(params, max_value)
         return None
 
@@ -174,6 +181,8 @@ class AMP(Precision):
             growth_interval=growth_interval,
         )
         self.scaler: torch.amp.GradScaler | None = None
+        #: The GradScaler class `setup` builds (FSDP sets one that agrees on skips over ranks).
+        self.scaler_class: type[torch.amp.GradScaler] = torch.amp.GradScaler
         self.device_type: str | None = None
         self._steps_taken = 0
         # Weak: a new optimizer may reuse a freed one's id(), so ids can't mark "hooked".
@@ -183,11 +192,11 @@ class AMP(Precision):
 
     def setup(self, device: torch.device) -> None:
         super().setup(device)
-        if self.scaler is None or self.device_type != device.type:
+        if self.scaler is None or self.device_type != device.type or type(self.scaler) is not self.scaler_class:
             if self.scaler is not None:  # moving devices keeps the scale and tracker
                 self._pending_state = self.scaler.state_dict()
             self.device_type = device.type
-            self.scaler = torch.amp.GradScaler(device.type, **self._scaler_args)  # type: ignore[arg-type]
+            self.scaler = self.scaler_class(device.type, **self._scaler_args)  # type: ignore[arg-type]
             if self._pending_state is not None:
                 self.scaler.load_state_dict(self._pending_state)
                 self._pending_state = None

@@ -102,7 +102,7 @@ class Trainer(TrainerProperties):
             self.args = fast_dev_run_args(self.args)
         self._precision = resolve_precision(self.args.precision)
         self.strategy: Strategy = resolve_strategy(self.args.strategy, self.args.device)
-        self._precision.setup(self.strategy.device)  # AMP's scaler exists from the start
+        self.strategy.setup_precision(self._precision)  # AMP's scaler exists from the start
         self.state = LoopState()
         self.callbacks: list[Callback] = list(self.args.callbacks or [])
         self._metrics = MetricStore()

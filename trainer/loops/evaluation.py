@@ -9,7 +9,6 @@ import torch
 
 from trainer._metrics import to_floats
 from trainer._utils import length_of, move_to_device
-from trainer.module import step_caller
 
 __all__ = ["EvalLoop"]
 
@@ -36,7 +35,7 @@ class EvalLoop:
         trainer = self.trainer
         module = trainer._module
         device = trainer.strategy.device
-        step = step_caller(module, _STEP[stage])  # Lightning lets a step omit batch_idx
+        step = trainer.strategy.step_callable(module, _STEP[stage])  # Lightning lets a step omit batch_idx
         modes = {sub: sub.training for sub in module.modules()}
         predictions: list[Any] = []
         module.eval()

@@ -1,7 +1,9 @@
 """Execution strategies: where the model runs and how ranks cooperate.
 
 - `base.py`: the `Strategy` interface and its one-process case, `SingleDevice`;
+- `parallel.py`: the process group and collectives every multi-process strategy shares;
 - `ddp.py`: `DDP`, PyTorch's DistributedDataParallel under torchrun;
+- `fsdp.py`: `FSDP`, parameters, gradients and optimizer state sharded with FSDP2;
 - `sampler.py`: each rank's share of a DataLoader;
 - `resolve.py`: `Trainer(strategy=...)` from a name or an instance.
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 from trainer.strategies.base import SingleDevice, Strategy, launched_by_torchrun, resolve_device
 from trainer.strategies.ddp import DDP
+from trainer.strategies.fsdp import FSDP
 from trainer.strategies.resolve import resolve_strategy
 
-__all__ = ["Strategy", "SingleDevice", "DDP", "resolve_device", "resolve_strategy", "launched_by_torchrun"]
+__all__ = ["Strategy", "SingleDevice", "DDP", "FSDP", "resolve_device", "resolve_strategy", "launched_by_torchrun"]

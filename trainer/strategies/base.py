@@ -49,6 +49,8 @@ class Strategy:
 
     world_size: int = 1
     rank: int = 0
+    #: Checkpoints are folders of per-rank shards (FSDP) instead of one file from rank 0.
+    sharded_checkpoints: bool = False
 
     def __init__(self, device: str = "auto") -> None:
         self.device = resolve_device(device)
@@ -61,6 +63,14 @@ class Strategy:
         """Move the module to the device; return the callable that runs a training step."""
         module.to(self.device)
         return step_caller(module, "training_step")
+
+    def setup_precision(self, precision: Any) -> None:
+        """Ready the precision strategy for this device (FSDP first picks a sharded GradScaler)."""
+        precision.setup(self.device)
+
+    def step_callable(self, module: torch.nn.Module, name: str) -> Callable[[Any, int], Any]:
+        """The callable that runs `module.<name>` (a validation, test or predict step)."""
+        return step_caller(module, name)
 
     def setup_loader(self, loader: Any, *, train: bool) -> Any:
         return loader

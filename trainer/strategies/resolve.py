@@ -7,6 +7,8 @@ import warnings
 
 from trainer.strategies.base import SingleDevice, Strategy, launched_by_torchrun
 from trainer.strategies.ddp import DDP
+from trainer.strategies.fsdp import FSDP
+from trainer.strategies.parallel import ProcessGroupStrategy
 
 __all__ = ["resolve_strategy"]
 
@@ -16,15 +18,18 @@ def resolve_strategy(strategy: str | Strategy, device: str) -> Strategy:
 
     "auto" is DDP when torchrun started more than one process, else one device; "single"
     is always one device (each torchrun process then trains on its own); "ddp" requires
-    torchrun or an initialised process group. A `DDP(...)` instance carries DDP's options
-    and is bound here to this process's rank and `device`.
+    torchrun or an initialised process group, and so does "fsdp". A `DDP(...)` or
+    `FSDP(...)` instance carries its options and is bound here to this process's rank and
+    `device`.
     """
-    if isinstance(strategy, DDP):
+    if isinstance(strategy, ProcessGroupStrategy):
         return strategy.bind(device)
     if isinstance(strategy, Strategy):
         return strategy
     if strategy == "ddp":
         return DDP().bind(device)
+    if strategy == "fsdp":
+        return FSDP().bind(device)
     if strategy == "auto" and launched_by_torchrun() and int(os.environ["WORLD_SIZE"]) > 1:
         return DDP().bind(device)
     if strategy in ("auto", "single"):
@@ -36,4 +41,7 @@ def resolve_strategy(strategy: str | Strategy, device: str) -> Strategy:
                 stacklevel=3,
             )
         return SingleDevice(device)
-    raise ValueError(f"Trainer(strategy=...) expected 'auto', 'ddp', 'single' or a Strategy instance such as DDP(...). Received: {strategy!r}.")
+    raise ValueError(
+        f"Trainer(strategy=...) expected 'auto', 'ddp', 'fsdp', 'single' or a Strategy instance such as "
+        f"DDP(...) or FSDP(...). Received: {strategy!r}."
+    )

@@ -1,0 +1,180 @@
+"""Runs FSDP scenarios under `torchrun --nproc_per_node=2`; each rank saves its results.
+
+Usage: python -m torch.distributed.run --standalone --nproc_per_node=2 fsdp_worker.py PHASE OUT_DIR
+The test (tests/test_fsdp.py) reads OUT_DIR/PHASE_rank{r}.pt and compares with one process.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader
+from torch.utils.data.distributed import DistributedSampler
+
+from tests.reference import TinyNet, make_data
+from trainer import Callback, Trainer
+from trainer.distributed import FSDP
+from trainer.precision import AMP
+
+RANK = int(os.environ["RANK"])
+SCALER = {"init_scale": 2.0**10}
+#: (precision, accumulate, clip, optimizer) of each parity case
+CASES = [("fp32", 3, 0.5, "sgd"), ("bf16", 1, None, "adam"), ("amp", 2, 0.5, "adam")]
+
+
+def full(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The whole weights on every rank (sharded ones gathered)."""
+    out = {}
+    for key, value in model.state_dict().items():
+        gather = getattr(value, "full_tensor", None)
+        out[key] = (gather() if callable(gather) else value).detach().clone()
+    return out
+
+
+class Norms(Callback):
+    """The global gradient norm (unscaled) of every optimizer step, before clipping."""
+
+    def __init__(self) -> None:
+        self.norms: list[float] = []
+
+    def on_before_optimizer_step(self, trainer: Any, module: Any, optimizer: Any) -> None:
+        self.norms.append(float(trainer.precision.gradient_norm(optimizer, list(module.parameters()))))
+
+
+def model(optimizer: str, seed: int = 0) -> TinyNet:
+    torch.manual_seed(seed)
+    return TinyNet(dropout=0.0, optimizer=optimizer, lr=0.05)
+
+
+def trainer(strategy: Any, precision: str, accumulate: int, clip: float | None, **kwargs: Any) -> Trainer:
+    options: dict[str, Any] = dict(logger=False, enable_progress_bar=False, enable_checkpointing=False)
+    options.update(kwargs)
+    return Trainer(
+        strategy=strategy,
+        device="cpu",
+        precision=AMP(**SCALER) if precision == "amp" else precision,
+        accumulate_grad_batches=accumulate,
+        gradient_clip_val=clip,
+        **options,
+    )
+
+
+def parity(results: dict[str, Any]) -> None:
+    data = make_data(48)
+    for precision, accumulate, clip, optimizer in CASES:
+        for name in ("fsdp", "ddp"):
+            strategy = FSDP(shard_modules=["Linear"]) if name == "fsdp" else "ddp"
+            norms = Norms()
+            net = model(optimizer)
+            t = trainer(strategy, precision, accumulate, clip, max_epochs=2, callbacks=[norms])
+            t.fit(net, DataLoader(data, batch_size=4, shuffle=False))
+            results[f"{name}/{precision}"] = {
+                "weights": full(net),
+                "norms": norms.norms,
+                "global_step": t.global_step,
+                "scale": float(t.precision.scaler.get_scale()) if precision == "amp" else None,
+                "metrics": dict(t.callback_metrics),
+            }
+    # The size rule (no class names): the 16x6 and 1x16 layers hold 112 and 17 parameters.
+    net = model("sgd")
+    t = trainer(FSDP(min_shard_params=100), "fp32", 1, None, max_epochs=1)
+    t.fit(net, DataLoader(data, batch_size=4, shuffle=False))
+    results["size_rule"] = {"units": sorted(type(m).__name__ + ":" + str(m.weight.shape[1]) for m in net.modules() if type(m).__name__.startswith("FSDP"))}
+    # Validation through the sharded model, after fit, and a user DistributedSampler built
+    # before fit (the group exists once the Trainer does).
+    val = make_data(10, seed=1)
+    sampler = DistributedSampler(val, shuffle=False)
+    results["validate"] = t.validate(net, DataLoader(val, batch_size=5, sampler=sampler))
+    results["size_rule"]["weights"] = full(net)
+
+
+class Terminate(Callback):
+    """Sends this process SIGTERM after optimizer step `at` (every rank: a cluster's stop)."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+
+    def on_train_step_end(self, trainer: Any, module: Any, stepped: bool) -> None:
+        if trainer.global_step == self.at:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+class DropoutNet(TinyNet):
+    """Dropout draws differ per rank (seeded per rank by the Trainer), so an exact resume
+    needs every rank's own random state back."""
+
+
+def resume_trainer(out: Path, root: str, **kwargs: Any) -> Trainer:
+    return trainer(
+        FSDP(shard_modules=["Linear"]), "amp", 2, 0.5, max_epochs=3, seed=7, log_every_n_steps=1,
+        enable_checkpointing=True, root_dir=out / root, **kwargs,
+    )
+
+
+def resume_model() -> TinyNet:
+    torch.manual_seed(3)
+    return TinyNet(dropout=0.1, optimizer="adam", lr=0.01)
+
+
+def resume(results: dict[str, Any], out: Path) -> None:
+    data = make_data(40)
+    loader = lambda: DataLoader(data, batch_size=4, shuffle=True)  # noqa: E731
+    whole = resume_model()
+    resume_trainer(out, "whole").fit(whole, loader())
+    results["whole"] = full(whole)
+    cut = resume_model()
+    t = resume_trainer(out, "cut", callbacks=[Terminate(at=4)])  # mid-epoch 1 (5 steps an epoch)
+    t.fit(cut, loader())
+    results["stopped_at"] = t.global_step
+    results["cut"] = full(cut)
+    last = Path(t.log_dir) / "last.ckpt"
+    results["last_is_folder"] = last.is_dir()
+    results["last_files"] = sorted(p.name for p in last.iterdir()) if last.is_dir() else []
+    resumed = resume_model()
+    t2 = resume_trainer(out, "cut")
+    t2.fit(resumed, loader(), ckpt_path="last")
+    results["resumed"] = full(resumed)
+    results["resumed_step"] = t2.global_step
+    # Export: one ordinary file of the whole weights (rank 0 writes it; no process group needed).
+    if RANK == 0:
+        from trainer.checkpoint import export_weights
+
+        export_weights(last, out / "exported.pt")
+    t2.strategy.barrier()
+    results["at_stop"] = torch.load(out / "exported.pt", weights_only=True)
+
+
+def save_loop(results: dict[str, Any], out: Path) -> None:
+    """Saves the same folder over and over, so the test can kill the job mid-save."""
+    net = resume_model()
+    t = resume_trainer(out, "loop", max_steps=2)
+    t.fit(net, DataLoader(make_data(16), batch_size=4))
+    target = out / "loop.ckpt"
+    for number in range(1000):
+        with torch.no_grad():
+            for parameter in net.parameters():
+                parameter.fill_(float(number))  # every save holds one number throughout
+        t.save_checkpoint(target)
+        if RANK == 0:
+            (out / "saved.txt").write_text(str(number))
+
+
+def main() -> None:
+    phase, out = sys.argv[1], Path(sys.argv[2])
+    results: dict[str, Any] = {}
+    if phase == "parity":
+        parity(results)
+    elif phase == "resume":
+        resume(results, out)
+    elif phase == "save_loop":
+        save_loop(results, out)
+    torch.save(results, out / f"{phase}_rank{RANK}.pt")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,268 @@
+"""FSDP (FSDP2's fully_shard) on 2 CPU processes with Gloo, against one process.
+
+The 2-process runs are in tests/_ddp_scripts/fsdp_worker.py; each rank saves its results
+and the numbers are checked here against a one-process Trainer with the global batch.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from tests.reference import make_data
+from trainer import Trainer
+from trainer.checkpoint import CheckpointError, export_weights
+from trainer.distributed import FSDP
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKER = Path(__file__).parent / "_ddp_scripts" / "fsdp_worker.py"
+
+pytestmark = pytest.mark.skipif(not torch.distributed.is_available(), reason="needs torch.distributed")
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    return env
+
+
+def _command(phase: str, out: Path) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(WORKER), phase, str(out)]
+
+
+def torchrun(phase: str, out: Path) -> list[dict[str, Any]]:
+    done = subprocess.run(_command(phase, out), cwd=out, env=_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, f"torchrun {phase} failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+    return [torch.load(out / f"{phase}_rank{r}.pt", weights_only=False) for r in range(2)]  # our own files
+
+
+def max_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    assert a.keys() == b.keys()
+    return max(float((a[k].float() - b[k].float()).abs().max()) for k in a)
+
+
+@pytest.fixture(scope="module")
+def parity(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    return torchrun("parity", tmp_path_factory.mktemp("fsdp_parity"))
+
+
+def one_process(precision: str, accumulate: int, clip: float | None, optimizer: str) -> tuple[dict[str, torch.Tensor], list[float]]:
+    """The same job in one process: the global batch of 8 (both ranks' 4 samples)."""
+    os.environ.setdefault("RANK", "0")  # the worker module reads it at import
+    try:
+        from tests._ddp_scripts import fsdp_worker as worker
+    finally:
+        if os.environ.get("RANK") == "0" and "WORLD_SIZE" not in os.environ:
+            del os.environ["RANK"]
+    norms = worker.Norms()
+    net = worker.model(optimizer)
+    t = worker.trainer("single", precision, accumulate, clip, max_epochs=2, callbacks=[norms])
+    t.fit(net, DataLoader(make_data(48), batch_size=8, shuffle=False))
+    return worker.full(net), norms.norms
+
+
+@pytest.mark.parametrize(
+    "case, tolerance",
+    [
+        (("fp32", 3, 0.5, "sgd"), 1e-6),  # accumulation 3 and clipping by the global norm
+        (("bf16", 1, None, "adam"), 1e-2),  # bf16 compute on half the batch per rank: rounding differs
+        (("amp", 2, 0.5, "adam"), 2e-3),
+    ],
+)
+def test_fsdp_trains_like_one_process_with_the_global_batch(parity, case, tolerance):
+    precision = case[0]
+    reference, reference_norms = one_process(*case)
+    for rank in range(2):
+        got = parity[rank][f"fsdp/{precision}"]
+        assert max_difference(got["weights"], reference) <= tolerance
+        assert len(got["norms"]) == len(reference_norms) == got["global_step"]
+        relative = max(abs(a - b) / b for a, b in zip(got["norms"], reference_norms))
+        assert relative <= (1e-6 if precision == "fp32" else 5e-2)  # the global norm, not a shard's
+    # every rank holds the same model, and FSDP equals DDP on the same job
+    assert max_difference(parity[0][f"fsdp/{precision}"]["weights"], parity[1][f"fsdp/{precision}"]["weights"]) == 0.0
+    ddp = parity[0][f"ddp/{precision}"]["weights"]
+    assert max_difference(parity[0][f"fsdp/{precision}"]["weights"], ddp) <= (1e-6 if precision == "fp32" else tolerance)
+    if precision == "amp":  # the GradScaler's scale agrees with DDP's (same skips and growth)
+        assert parity[0]["fsdp/amp"]["scale"] == parity[0]["ddp/amp"]["scale"] == parity[1]["fsdp/amp"]["scale"]
+
+
+def test_size_rule_validation_and_a_sampler_made_before_fit(parity):
+    # min_shard_params=100: the 6->16 layer (112 parameters) is a unit, the 16->1 (17) is not
+    assert parity[0]["size_rule"]["units"] == ["FSDPLinear:6"]
+    # validate() after fit runs through the sharded model; a DistributedSampler(dataset)
+    # made before fit found the process group the Trainer made; metrics agree over ranks
+    assert parity[0]["validate"] == parity[1]["validate"]
+    net_weights = parity[0]["size_rule"]["weights"]
+    x, y = make_data(10, seed=1).tensors
+    hidden = torch.relu(x @ net_weights["net.0.weight"].T + net_weights["net.0.bias"])
+    expected = torch.nn.functional.mse_loss(hidden @ net_weights["net.3.weight"].T + net_weights["net.3.bias"], y)
+    assert parity[0]["validate"]["val/loss"] == pytest.approx(float(expected), rel=1e-5)
+
+
+@pytest.fixture(scope="module")
+def resumed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str, Any]]]:
+    out = tmp_path_factory.mktemp("fsdp_resume")
+    return out, torchrun("resume", out)
+
+
+def test_sigterm_mid_epoch_then_resume_is_exact_on_every_rank(resumed):
+    _, results = resumed
+    for rank in range(2):
+        r = results[rank]
+        assert r["stopped_at"] == 4 and r["resumed_step"] == 9  # stopped inside epoch 1 of 3
+        assert r["last_is_folder"] and r["last_files"] == [".metadata", "__0_0.distcp", "__1_0.distcp", "trainer_state.ckpt"]
+        for key in r["whole"]:
+            assert torch.equal(r["whole"][key], r["resumed"][key]), (rank, key)
+
+
+def test_export_gives_one_plain_file_that_loads_anywhere(resumed):
+    out, results = resumed
+    exported = torch.load(out / "exported.pt", weights_only=True)
+    assert set(exported) == set(results[0]["cut"])
+    for key, value in results[0]["cut"].items():
+        assert torch.equal(exported[key], value), key
+    # It loads into a plain one-process model, which then predicts as the sharded one did.
+    from tests._ddp_scripts.fsdp_worker import resume_model
+
+    os.environ.pop("RANK", None)
+    net = resume_model()
+    net.load_state_dict(exported)
+    x = make_data(5, seed=3).tensors[0]
+    w = results[0]["cut"]
+    expected = torch.relu(x @ w["net.0.weight"].T + w["net.0.bias"]) @ w["net.3.weight"].T + w["net.3.bias"]
+    net.eval()
+    assert torch.allclose(net(x), expected, atol=1e-6)
+
+
+def test_a_sharded_checkpoint_resumes_in_one_process(resumed):
+    """DCP reshards: the 2-process folder continues in a single process (not bit-exact: the
+    data is split differently, which the Trainer says)."""
+    out, results = resumed
+    from tests._ddp_scripts.fsdp_worker import resume_model
+
+    last = next((out / "cut").glob("**/version_0/last.ckpt"))
+    net = resume_model()
+    t = Trainer(max_epochs=3, logger=False, enable_checkpointing=False, enable_progress_bar=False, precision="amp",
+                accumulate_grad_batches=2, gradient_clip_val=0.5, seed=7)
+    with pytest.warns(UserWarning, match="written by 2 process"):
+        t.fit(net, DataLoader(make_data(40), batch_size=8, shuffle=True), ckpt_path=last)
+    assert t.global_step == 9  # continued from step 4 of the 2-process run
+
+
+def _folder_checkpoint(tmp_path: Path) -> Path:
+    """A real sharded folder written by one process (FSDP's format, without FSDP)."""
+    import torch.distributed.checkpoint as dcp
+
+    from tests.reference import make_model
+    from trainer.checkpoint import FORMAT, FORMAT_VERSION, save_atomic
+
+    folder = tmp_path / "x.ckpt"
+    model = make_model()
+    dcp.save({"module": model.state_dict(), "optimizers": {}}, checkpoint_id=folder, no_dist=True)
+    save_atomic({"format": FORMAT, "format_version": FORMAT_VERSION, "module": {}, "sharded": {"world_size": 1},
+                 "module_class": "TinyNet"}, folder / "trainer_state.ckpt")
+    return folder
+
+
+def test_a_folder_is_checked_before_anything_is_touched(tmp_path):
+    from tests.reference import make_model, weights
+
+    folder = _folder_checkpoint(tmp_path)
+    other = make_model(seed=5)
+    before = weights(other)
+    export_weights(folder, tmp_path / "w.pt")  # a good folder exports
+    assert set(torch.load(tmp_path / "w.pt", weights_only=True)) == set(before)
+
+    class Wider(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = torch.nn.Sequential(torch.nn.Linear(6, 32), torch.nn.ReLU(), torch.nn.Dropout(0.0), torch.nn.Linear(32, 1))
+
+    from trainer._sharded_checkpoint import read_sharded, restore_sharded
+
+    with pytest.raises(CheckpointError, match=r"does not fit Wider.*mis-shaped: net\.0\.bias: checkpoint \(16,\) vs model \(32,\)"):
+        restore_sharded(Wider(), None, read_sharded(folder))
+    (folder / ".metadata").unlink()
+    with pytest.raises(CheckpointError, match=r"without \.metadata.*not a complete sharded checkpoint"):
+        read_sharded(folder)
+    with pytest.raises(CheckpointError, match="does not exist"):
+        read_sharded(tmp_path / "missing.ckpt")
+    assert weights(other).keys() == before.keys() and all(torch.equal(weights(other)[k], before[k]) for k in before)
+
+
+def test_a_folder_whose_index_would_run_code_is_refused(tmp_path):
+    import pickle
+
+    folder = _folder_checkpoint(tmp_path)
+
+    class Evil:
+        def __reduce__(self):  # type: ignore[no-untyped-def]
+            return (os.system, ("echo pwned > " + str(tmp_path / "pwned"),))
+
+    (folder / ".metadata").write_bytes(pickle.dumps(Evil()))
+    from trainer._sharded_checkpoint import read_sharded
+
+    with pytest.raises(CheckpointError, match="refused without running any of it"):
+        read_sharded(folder)
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_kill_during_sharded_saves_never_leaves_a_checkpoint_that_loads_wrongly(tmp_path):
+    """SIGKILL the whole job at several moments while it saves one folder again and again:
+    the folder (or the copy set aside mid-swap) always loads, whole, from a single save."""
+    from trainer._sharded_checkpoint import export_weights as export
+
+    for delay in (0.0, 0.05, 0.13, 0.29):
+        out = tmp_path / f"kill{delay}"
+        out.mkdir()
+        job = subprocess.Popen(_command("save_loop", out), cwd=out, env=_env(), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 120
+            while not (out / "saved.txt").exists() and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert (out / "saved.txt").exists(), "the job never saved"
+            time.sleep(delay)
+        finally:
+            os.killpg(job.pid, signal.SIGKILL)  # torchrun and both ranks, mid-whatever
+            job.wait(timeout=30)
+        weights = export(out / "loop.ckpt", out / "w.pt")
+        values = {float(v) for t in torch.load(weights, weights_only=True).values() for v in t.flatten()}
+        assert len(values) == 1, f"a mix of saves: {sorted(values)[:5]}"
+        assert int(values.pop()) >= int((out / "saved.txt").read_text())  # never older than the last completed save
+
+
+def test_fsdp_options_are_checked_at_construction():
+    with pytest.raises(ValueError, match=r"expected a list of class names.*shard_modules=\['Block'\]"):
+        FSDP(shard_modules="Block")
+    with pytest.raises(ValueError, match="min_shard_params=...\\) expected a positive int"):
+        FSDP(min_shard_params=0)
+    with pytest.raises(ValueError, match="expected to run under torchrun"):
+        Trainer(strategy="fsdp", device="cpu")
+    assert "shard_modules=['Block']" in repr(FSDP(shard_modules=["Block"]))
+
+
+def test_a_checkpoint_set_aside_mid_swap_still_loads_and_is_put_back(tmp_path):
+    """A kill between the swap's two renames leaves the previous folder aside as
+    `.NAME.PID.old`: loading finds it, and the next save puts it back first."""
+    from trainer._sharded_checkpoint import _tidy, is_sharded
+
+    folder = _folder_checkpoint(tmp_path)
+    expected = {k: v.clone() for k, v in torch.load(export_weights(folder, tmp_path / "a.pt"), weights_only=True).items()}
+    aside = tmp_path / ".x.ckpt.4194305.old"  # above Linux's largest pid: a process that is gone
+    os.replace(folder, aside)
+    (tmp_path / ".x.ckpt.4194305.tmp").mkdir()  # and the new save's unfinished folder
+    assert is_sharded(folder)
+    got = torch.load(export_weights(folder, tmp_path / "b.pt"), weights_only=True)
+    assert all(torch.equal(got[k], expected[k]) for k in expected)
+    _tidy(folder)
+    assert folder.is_dir() and not aside.exists() and not (tmp_path / ".x.ckpt.4194305.tmp").exists()

@@ -1,0 +1,317 @@
+"""Sharded checkpoints (FSDP): a folder that every rank writes its shards into with
+torch.distributed.checkpoint (DCP), with the guarantees of the single file.
+
+Layout of `NAME.ckpt/`:
+
+- `.metadata`, `__R_0.distcp`: DCP's index and each rank's shards of
+  `{"module": state_dict, "optimizers": {"0": optimizer state by parameter name}}`;
+- `trainer_state.ckpt`: everything else (loop, schedulers, GradScaler, every rank's random
+  and data-order state, callbacks, config) in the single-file format, written last.
+
+Atomic: the ranks write into `.NAME.ckpt.PID.tmp/`; after DCP's own final barrier rank 0
+adds `trainer_state.ckpt` and swaps the folder into place (the previous one is renamed
+aside, then removed). A kill at any moment leaves the previous checkpoint whole: either at
+its name, or, between the two renames, aside as `.NAME.ckpt.PID.old`, which loading and
+the next save put back.
+
+Never runs code: DCP reads its index with `pickle` and non-tensor entries with
+`torch.load(weights_only=False)`; here both go through restricted readers that accept only
+DCP's own metadata classes and plain data.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trainer.checkpoint import CheckpointError, _alive, _fsync_directory, load_checkpoint, save_atomic
+
+__all__ = ["STATE_FILE", "is_sharded", "save_sharded", "read_sharded", "restore_sharded", "export_weights"]
+
+STATE_FILE = "trainer_state.ckpt"
+_DCP_INDEX = ".metadata"
+
+
+def is_sharded(path: str | os.PathLike[str]) -> bool:
+    """Whether `path` names a sharded checkpoint folder (or one set aside by a cut-short swap)."""
+    return _readable(Path(path)) is not None
+
+
+# ------------------------------------------------------------------------------ writing
+def save_sharded(state: dict[str, Any], target: Path, trainer: Any) -> None:
+    """Every rank: write `state` (from `collect_state`) as the folder `target`."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+    strategy, module = trainer.strategy, trainer._module
+    tensors: dict[str, Any] = {"module": state["module"], "optimizers": {}}
+    meta = dict(state, module={}, sharded={"world_size": strategy.world_size})
+    entries = []
+    optimizers = trainer._opt.optimizers if trainer._opt is not None and "optimizers" in state else []
+    for index, (optimizer, entry) in enumerate(zip(optimizers, state.get("optimizers", []))):
+        if optimizer.state:  # by parameter name, so DCP can reshard it onto another world size
+            tensors["optimizers"][str(index)] = get_optimizer_state_dict(module, optimizer)
+            entries.append({"class": entry["class"], "state": None, "sharded": True})
+        else:  # nothing stepped yet: DCP's templates would invent a step, so keep it as is
+            entries.append(entry)
+    if "optimizers" in state:
+        meta["optimizers"] = entries
+    token = strategy.broadcast_object(os.getpid())
+    temporary = target.with_name(f".{target.name}.{token}.tmp")
+    if strategy.is_global_zero:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        _tidy(target)
+        shutil.rmtree(temporary, ignore_errors=True)
+        temporary.mkdir()
+    strategy.barrier()
+    writer = dcp.FileSystemWriter(temporary, sync_files=True)
+    try:
+        dcp.save(tensors, storage_writer=writer)  # collective; ends after rank 0 wrote the index
+        if strategy.is_global_zero:
+            save_atomic(meta, temporary / STATE_FILE)
+            _fsync_directory(temporary)
+            _swap(temporary, target)
+    except BaseException:
+        if strategy.is_global_zero:
+            shutil.rmtree(temporary, ignore_errors=True)
+        raise
+
+
+def _swap(temporary: Path, target: Path) -> None:
+    """Put the complete folder `temporary` at `target`; the old one is set aside, then removed."""
+    if not target.exists() and not target.is_symlink():
+        os.replace(temporary, target)
+    else:
+        aside = target.with_name(f".{target.name}.{os.getpid()}.old")
+        _remove(aside)
+        os.replace(target, aside)
+        os.replace(temporary, target)
+        _fsync_directory(target.parent)
+        _remove(aside)
+    _fsync_directory(target.parent)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def _tidy(target: Path) -> None:
+    """Rank 0 before a save: put back a checkpoint a cut-short swap set aside, and remove
+    temporaries of saves whose process is gone."""
+    pattern = re.compile(re.escape(f".{target.name}.") + r"(\d+)\.(tmp|old)")
+    for candidate in target.parent.iterdir():
+        match = pattern.fullmatch(candidate.name)
+        if match is None or _alive(int(match.group(1))):
+            continue
+        if match.group(2) == "old" and not target.exists() and (candidate / STATE_FILE).is_file():
+            os.replace(candidate, target)
+        else:
+            _remove(candidate)
+
+
+# ------------------------------------------------------------------------------ reading
+def _readable(folder: Path) -> Path | None:
+    """`folder`, or the complete copy a cut-short swap set aside for it, or None."""
+    if folder.is_dir():
+        return folder
+    if not folder.parent.is_dir():
+        return None
+    pattern = re.compile(re.escape(f".{folder.name}.") + r"\d+\.old")
+    for candidate in sorted(folder.parent.iterdir()):
+        if pattern.fullmatch(candidate.name) and (candidate / STATE_FILE).is_file():
+            return candidate
+    return None
+
+
+def read_sharded(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The trainer state of a sharded checkpoint, checked; its tensors load in `restore_sharded`."""
+    named = Path(path)
+    folder = _readable(named)
+    if folder is None:
+        raise CheckpointError(f"Checkpoint {str(named)!r} does not exist. Expected a checkpoint folder written by an FSDP run.")
+    missing = [name for name in (STATE_FILE, _DCP_INDEX) if not (folder / name).is_file()]
+    if missing:
+        raise CheckpointError(
+            f"Checkpoint {str(named)!r} is a folder without {' and '.join(missing)}, so it is not a complete "
+            "sharded checkpoint (a save cut short never leaves one at the final name). Expected a folder "
+            "written by Trainer.save_checkpoint under strategy='fsdp'."
+        )
+    state = load_checkpoint(folder / STATE_FILE)
+    if not isinstance(state.get("sharded"), dict):
+        raise CheckpointError(f"Checkpoint {str(named)!r}: its {STATE_FILE} does not describe sharded tensors.")
+    state["_path"] = str(named)
+    state["_shards"] = _read_index(folder, str(named))  # in memory only
+    state["_folder"] = str(folder)
+    return state
+
+
+def _read_index(folder: Path, name: str) -> Any:
+    try:
+        return _SafeReader(folder).read_metadata()
+    except pickle.UnpicklingError as error:
+        raise CheckpointError(
+            f"Checkpoint {name!r}: its {_DCP_INDEX} holds objects other than DCP's index ({error}), so it was "
+            "refused without running any of it. Only folders written by Trainer.save_checkpoint load."
+        ) from None
+    except Exception as error:  # noqa: BLE001 - any failure to parse means a damaged index
+        raise CheckpointError(f"Checkpoint {name!r}: its {_DCP_INDEX} can't be read ({type(error).__name__}: {error}).") from None
+
+
+def _saved_tensors(shards: Any, prefix: str) -> dict[str, tuple[int, ...]]:
+    """Entry name -> global shape of the tensors saved under `prefix` (e.g. "module.")."""
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    return {
+        key[len(prefix):]: tuple(entry.size)
+        for key, entry in shards.state_dict_metadata.items()
+        if key.startswith(prefix) and isinstance(entry, TensorStorageMetadata)
+    }
+
+
+def _check_fits(module: torch.nn.Module, checkpoint: dict[str, Any], own: dict[str, Any]) -> None:
+    saved = _saved_tensors(checkpoint["_shards"], "module.")
+    own_shapes = {k: tuple(v.shape) for k, v in own.items() if isinstance(v, torch.Tensor)}
+    missing = sorted(set(own_shapes) - set(saved))
+    unexpected = sorted(set(saved) - set(own_shapes))
+    misshaped = sorted(
+        f"{k}: checkpoint {saved[k]} vs model {own_shapes[k]}" for k in set(saved) & set(own_shapes) if saved[k] != own_shapes[k]
+    )
+    if missing or unexpected or misshaped:
+        parts = [f"{label}: {', '.join(items)}" for label, items in (("missing", missing), ("unexpected", unexpected), ("mis-shaped", misshaped)) if items]
+        raise CheckpointError(
+            f"Checkpoint {checkpoint['_path']!r} does not fit {type(module).__name__} (it was saved from "
+            f"{checkpoint.get('module_class', 'an unknown class')}). " + "; ".join(parts) + "."
+        )
+
+
+def restore_sharded(module: torch.nn.Module, optimizers: list[torch.optim.Optimizer] | None, checkpoint: dict[str, Any]) -> None:
+    """Load the weights (and, given `optimizers`, their states) of a sharded checkpoint into
+    this run's model, sharded or not, on any number of processes (DCP reshards)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
+
+    own = module.state_dict()
+    _check_fits(module, checkpoint, own)
+    wanted: dict[str, Any] = {"module": own, "optimizers": {}}
+    saved_entries = checkpoint.get("optimizers") or []
+    for index, optimizer in enumerate(optimizers or []):
+        if saved_entries[index].get("sharded"):
+            wanted["optimizers"][str(index)] = get_optimizer_state_dict(module, optimizer)
+    folder = Path(checkpoint["_folder"])
+    try:
+        dcp.load(wanted, storage_reader=_SafeReader(folder), planner=_SafePlanner(allow_partial_load=not optimizers), no_dist=not _distributed())
+    except Exception as error:  # noqa: BLE001 - named, with the folder
+        raise CheckpointError(f"Checkpoint {checkpoint['_path']!r}: its shards could not be loaded ({type(error).__name__}: {error}).") from None
+    module.load_state_dict(own)
+    for index, optimizer in enumerate(optimizers or []):
+        entry = saved_entries[index]
+        if entry.get("sharded"):
+            set_optimizer_state_dict(module, optimizer, wanted["optimizers"][str(index)])
+        else:
+            optimizer.load_state_dict(entry["state"])
+
+
+def _distributed() -> bool:
+    from torch import distributed as dist
+
+    return dist.is_available() and dist.is_initialized()
+
+
+def export_weights(source: str | os.PathLike[str], target: str | os.PathLike[str]) -> Path:
+    """Write the model weights of a checkpoint (a sharded folder or a single file) as one
+    ordinary file: `{name: tensor}`, loadable with `torch.load(path, weights_only=True)` and
+    `model.load_state_dict(...)` on a machine without torch.distributed.
+
+    Example:
+        >>> export_weights("runs/fsdp/checkpoints/last.ckpt", "weights.pt")  # doctest: +SKIP
+    """
+    import torch.distributed.checkpoint as dcp
+
+    named = Path(source)
+    if _readable(named) is None:
+        weights = load_checkpoint(named)["module"]
+    else:
+        checkpoint = read_sharded(named)
+        shards = checkpoint["_shards"]
+        from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+        weights = {}
+        for key, entry in shards.state_dict_metadata.items():
+            if key.startswith("module.") and isinstance(entry, TensorStorageMetadata):
+                weights[key[len("module."):]] = torch.empty(entry.size, dtype=entry.properties.dtype)
+        dcp.load({"module": weights}, storage_reader=_SafeReader(Path(checkpoint["_folder"])), planner=_SafePlanner(allow_partial_load=True), no_dist=True)
+    return save_atomic({k: v.detach().clone().contiguous() for k, v in weights.items()}, target)
+
+
+# ------------------------------------------------------------------- safe DCP readers
+_METADATA_MODULES = ("torch.distributed.checkpoint.metadata", "torch.distributed.checkpoint.filesystem")
+
+
+class _IndexUnpickler(pickle.Unpickler):
+    """Unpickles DCP's index: its own metadata classes, torch's dtypes/layouts/Size and paths."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        import importlib
+
+        if module in _METADATA_MODULES and not name.startswith("__"):
+            value = getattr(importlib.import_module(module), name, None)
+            if isinstance(value, type):
+                return value
+        if module == "torch":
+            value = getattr(torch, name, None)
+            if value is torch.Size or isinstance(value, (torch.dtype, torch.layout, torch.memory_format)):
+                return value
+        if (module, name) in {("torch.serialization", "_get_layout"), ("collections", "OrderedDict")}:
+            return getattr(importlib.import_module(module), name)
+        if module == "pathlib" and name in ("PosixPath", "WindowsPath", "PurePosixPath", "PureWindowsPath", "Path"):
+            return getattr(importlib.import_module(module), name)
+        raise pickle.UnpicklingError(f"{module}.{name} is not part of a DCP index")
+
+
+def _reader_class() -> Any:
+    from torch.distributed.checkpoint import FileSystemReader
+
+    class SafeReader(FileSystemReader):
+        def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
+            from torch.distributed.checkpoint.metadata import StorageMeta
+
+            with open(Path(self.path) / _DCP_INDEX, "rb") as stream:
+                metadata = _IndexUnpickler(stream).load()
+            if getattr(metadata, "storage_meta", None) is None:
+                metadata.storage_meta = StorageMeta()
+            metadata.storage_meta.load_id = self.load_id
+            return metadata
+
+    return SafeReader
+
+
+def _SafeReader(folder: Path) -> Any:  # noqa: N802 - reads like the class it returns
+    return _reader_class()(folder)
+
+
+def _SafePlanner(**kwargs: Any) -> Any:  # noqa: N802
+    from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+
+    class SafePlanner(DefaultLoadPlanner):
+        """Non-tensor entries load with weights_only=True (DCP's default would run pickled code)."""
+
+        def load_bytes(self, read_item: Any, value: io.BytesIO) -> None:
+            loaded = torch.load(value, weights_only=True)
+            if self.flatten_state_dict:
+                from torch.distributed.checkpoint._traverse import set_element
+
+                set_element(self.original_state_dict, self.mappings[read_item.dest_index.fqn], loaded)
+            else:
+                self.state_dict[read_item.dest_index.fqn] = loaded
+
+    return SafePlanner(**kwargs)

@@ -1,0 +1,238 @@
+"""The FSDP strategy: parameters, gradients and optimizer state sharded over the ranks with
+PyTorch's FSDP2 (`torch.distributed.fsdp.fully_shard`), for models that no longer fit one
+device (also importable as `trainer.distributed.FSDP`).
+
+How it maps onto the loop (docs/distributed.md has the user's view):
+
+- the steps run as the forward of a small root module (`_Steps`) that FSDP shards last, so
+  its hooks gather the parameters the step needs; chosen submodules become their own FSDP
+  units first (gathered one at a time, so peak memory stays near one unit's full size);
+- accumulation: non-final micro-batches keep their gradients unsharded and local
+  (`set_requires_gradient_sync(False)`), the last one reduce-scatters them;
+- clipping and the logged norm use the global norm over all shards (trainer/precision.py);
+- amp: one `GradScaler` per rank whose found-inf flags are combined over the ranks, so every
+  rank skips the same steps; amp and bf16 gather parameters in the compute dtype and reduce
+  gradients in float32 (`MixedPrecisionPolicy`) unless `mixed_precision=False`;
+- checkpoints are folders written by every rank with torch.distributed.checkpoint
+  (trainer/_sharded_checkpoint.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+
+from trainer.module import step_caller
+from trainer.strategies.base import _NO_SYNC
+from trainer.strategies.parallel import ProcessGroupStrategy
+
+__all__ = ["FSDP"]
+
+_ROOT_ATTRIBUTE = "_trainer_fsdp_root"  # set on a sharded module: its root, reused by a later fit
+
+
+class FSDP(ProcessGroupStrategy):
+    """Fully sharded data parallel training with FSDP2.
+
+    Example:
+        >>> FSDP(shard_modules={"Block"}, reshard_after_forward=True)  # doctest: +SKIP
+    """
+
+    name = "fsdp"
+    sharded_checkpoints = True
+
+    def __init__(
+        self,
+        *,
+        shard_modules: Iterable[str] | None = None,
+        min_shard_params: int = 1_000_000,
+        reshard_after_forward: bool = True,
+        mixed_precision: bool = True,
+        cpu_offload: bool = False,
+    ) -> None:
+        """Options of the sharding (see docs/distributed.md).
+
+        Args:
+            shard_modules: class names of the submodules that become their own FSDP unit (a
+                transformer's block class, say). None: every submodule whose parameters,
+                not counting those of units inside it, number at least `min_shard_params`.
+                The rest of the model's parameters form the root unit.
+            min_shard_params: the size rule's threshold when `shard_modules` is None.
+            reshard_after_forward: free each unit's gathered parameters after its forward
+                (and gather again for backward): less memory, more communication.
+            mixed_precision: under amp/bf16, gather parameters in the compute dtype and
+                reduce gradients in float32 (FSDP2's `MixedPrecisionPolicy`); False gathers
+                float32 parameters (autocast still computes in the low precision).
+            cpu_offload: keep sharded parameters, gradients and optimizer state in CPU memory
+                between uses (FSDP2's `CPUOffloadPolicy`; CUDA devices only).
+        """
+        self._check_available()
+        names = None if shard_modules is None else sorted({str(n) for n in shard_modules})
+        if isinstance(shard_modules, str):
+            raise ValueError(
+                f"FSDP(shard_modules=...) expected a list of class names. Received the string "
+                f"{shard_modules!r}: write shard_modules=[{shard_modules!r}]."
+            )
+        if isinstance(min_shard_params, bool) or not isinstance(min_shard_params, int) or min_shard_params < 1:
+            raise ValueError(f"FSDP(min_shard_params=...) expected a positive int. Received: {min_shard_params!r}.")
+        self.options: dict[str, Any] = {
+            "shard_modules": names,
+            "min_shard_params": min_shard_params,
+            "reshard_after_forward": bool(reshard_after_forward),
+            "mixed_precision": bool(mixed_precision),
+            "cpu_offload": bool(cpu_offload),
+        }
+
+    def _bind_options(self) -> None:
+        self._root: Any = None
+        self._sync: bool | None = None
+        self._compute_dtype: torch.dtype | None = None
+        if self.options["cpu_offload"] and self.device.type != "cuda":
+            raise ValueError(
+                f"FSDP(cpu_offload=True) moves shards off a CUDA device between uses. Received: device "
+                f"{self.device}, whose memory already is the CPU's. Set cpu_offload=False."
+            )
+
+    # ------------------------------------------------------------------ precision
+    def setup_precision(self, precision: Any) -> None:
+        """amp: a GradScaler whose skip decision every rank shares; amp/bf16: the compute dtype
+        the parameters are gathered in."""
+        if hasattr(precision, "scaler_class"):
+            precision.scaler_class = _ShardedGradScaler
+        autocast = {"amp": torch.float16, "bf16": torch.bfloat16}
+        self._compute_dtype = autocast.get(getattr(precision, "name", ""))
+        super().setup_precision(precision)
+
+    # ------------------------------------------------------------------- the model
+    def setup_module(self, module: torch.nn.Module) -> Callable[..., Any]:
+        """Shard `module` (once: a later fit/validate reuses its shards); return the callable
+        that runs a training step."""
+        if not getattr(module, "automatic_optimization", True):
+            raise ValueError(
+                f"Trainer(strategy='fsdp') runs automatic optimization only; {type(module).__name__} sets "
+                "automatic_optimization = False. Expected automatic optimization, or strategy='ddp' for "
+                "manual optimization (docs/distributed.md)."
+            )
+        root = getattr(module, _ROOT_ATTRIBUTE, None)
+        if root is None:
+            root = self._shard(module)
+            object.__setattr__(module, _ROOT_ATTRIBUTE, root)  # a reference, not a submodule
+        elif root.world_size != self.world_size:
+            raise ValueError(
+                f"{type(module).__name__} was sharded over {root.world_size} processes by an earlier "
+                f"Trainer; this one has {self.world_size}. Expected the same processes, or a new model."
+            )
+        self._root, self._sync = root, None
+        return self.step_callable(module, "training_step")
+
+    def _shard(self, module: torch.nn.Module) -> _Steps:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+
+        module.to(self.device)
+        mesh = init_device_mesh(self.device.type, (self.world_size,))
+        policy = MixedPrecisionPolicy()
+        if self.options["mixed_precision"] and self._compute_dtype is not None:
+            policy = MixedPrecisionPolicy(param_dtype=self._compute_dtype, reduce_dtype=torch.float32)
+        offload = CPUOffloadPolicy() if self.options["cpu_offload"] else OffloadPolicy()
+        settings: dict[str, Any] = dict(
+            mesh=mesh, reshard_after_forward=self.options["reshard_after_forward"], mp_policy=policy, offload_policy=offload
+        )
+        for unit in self._units(module):
+            fully_shard(unit, **settings)
+        root = _Steps(module, self.world_size)
+        fully_shard(root, **settings)
+        return root
+
+    def _units(self, module: torch.nn.Module) -> list[torch.nn.Module]:
+        """The submodules that become FSDP units, innermost first (as fully_shard needs)."""
+        names = self.options["shard_modules"]
+        if names is not None:
+            found = [m for m in module.modules() if m is not module and type(m).__name__ in names]
+            missing = set(names) - {type(m).__name__ for m in found}
+            if missing:
+                raise ValueError(
+                    f"FSDP(shard_modules={names}): {type(module).__name__} has no submodule of class "
+                    f"{', '.join(sorted(missing))}. Expected class names among its submodules' "
+                    f"({', '.join(sorted({type(m).__name__ for m in module.modules() if m is not module}))})."
+                )
+            return list(reversed(found))  # modules() is outermost first
+        units: list[torch.nn.Module] = []
+        claimed: set[int] = set()
+
+        def visit(sub: torch.nn.Module) -> None:
+            for child in sub.children():
+                visit(child)
+            if sub is module:
+                return
+            own = [p for p in sub.parameters() if id(p) not in claimed]
+            if sum(p.numel() for p in own) >= self.options["min_shard_params"]:
+                units.append(sub)
+                claimed.update(id(p) for p in own)
+
+        visit(module)
+        return units
+
+    def step_callable(self, module: torch.nn.Module, name: str) -> Callable[[Any, int], Any]:
+        root = self._root
+        assert root is not None, "FSDP.setup_module must run before a step"
+        return lambda batch, batch_idx: root(name, batch, batch_idx)
+
+    def no_sync(self, last_micro_batch: bool) -> contextlib.AbstractContextManager[Any]:
+        """Non-final micro-batches keep gradients local and unsharded; the last reduce-scatters."""
+        if self._sync is not last_micro_batch and self._root is not None:
+            self._root.set_requires_gradient_sync(last_micro_batch)
+            self._sync = last_micro_batch
+        return _NO_SYNC
+
+    def teardown(self, failed: bool = False) -> None:
+        """The model stays sharded (its root is reused by a later fit or evaluation)."""
+        if self._root is not None and self._sync is False:
+            self._root.set_requires_gradient_sync(True)
+        self._root, self._sync = None, None
+        super().teardown(failed)
+
+    def __repr__(self) -> str:
+        if not self._bound:
+            return f"FSDP({', '.join(f'{k}={v!r}' for k, v in self.options.items())})"
+        return super().__repr__()
+
+
+class _Steps(torch.nn.Module):
+    """The FSDP root: its forward runs one of the module's steps, so the root unit's
+    parameters are gathered around every step (training and evaluation alike)."""
+
+    def __init__(self, module: torch.nn.Module, world_size: int) -> None:
+        super().__init__()
+        self.module = module
+        self.world_size = world_size
+        self._callers: dict[str, Callable[[Any, int], Any]] = {}
+
+    def forward(self, name: str, batch: Any, batch_idx: int) -> Any:
+        caller = self._callers.get(name)
+        if caller is None:
+            caller = self._callers[name] = step_caller(self.module, name)
+        return caller(batch, batch_idx)
+
+
+class _ShardedGradScaler(torch.amp.GradScaler):
+    """A GradScaler for sharded gradients: each rank checks its own shards for inf/nan, then
+    the ranks combine their flags, so they all skip (and back off) on the same steps."""
+
+    def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
+        super().unscale_(optimizer)
+        if not self.is_enabled():
+            return
+        from torch import distributed as dist
+
+        found = list(self._per_optimizer_states[id(optimizer)]["found_inf_per_device"].values())
+        assert self._scale is not None
+        combined = torch.zeros(1, dtype=torch.float32, device=self._scale.device)
+        for flag in found:
+            combined = torch.maximum(combined, flag.reshape(1).to(combined.device))
+        dist.all_reduce(combined, op=dist.ReduceOp.MAX)
+        for flag in found:
+            flag.copy_(combined.reshape(flag.shape))
