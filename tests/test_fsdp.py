@@ -266,3 +266,24 @@ def test_a_checkpoint_set_aside_mid_swap_still_loads_and_is_put_back(tmp_path):
     assert all(torch.equal(got[k], expected[k]) for k in expected)
     _tidy(folder)
     assert folder.is_dir() and not aside.exists() and not (tmp_path / ".x.ckpt.4194305.tmp").exists()
+
+
+def test_cli_export_from_a_folder_and_from_a_file(tmp_path, capsys):
+    from tests.reference import make_model, weights
+    from trainer.cli import main
+
+    folder = _folder_checkpoint(tmp_path)
+    assert main(["export", str(folder), str(tmp_path / "a.pt")]) == 0
+    expected = weights(make_model())
+    got = torch.load(tmp_path / "a.pt", weights_only=True)
+    assert got.keys() == expected.keys() and all(torch.equal(got[k], expected[k]) for k in expected)
+    model = make_model(seed=4)
+    trainer = Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    trainer.fit(model, DataLoader(make_data(8), batch_size=4))
+    trainer.save_checkpoint(tmp_path / "one.ckpt")
+    assert main(["export", str(tmp_path / "one.ckpt"), str(tmp_path / "b.pt")]) == 0
+    got = torch.load(tmp_path / "b.pt", weights_only=True)
+    assert all(torch.equal(got[k], v) for k, v in weights(model).items())
+    assert main(["export", str(tmp_path / "nothing.ckpt"), str(tmp_path / "c.pt")]) == 2
+    assert "'" + str(tmp_path / "nothing.ckpt") + "' does not exist" in capsys.readouterr().err
+    assert not (tmp_path / "c.pt").exists()

@@ -76,6 +76,13 @@ def build_parser() -> argparse.ArgumentParser:
             if field not in TOP_LEVEL_ONLY:
                 default = info.default if not isinstance(info.default, Path) else str(info.default)
                 group.add_argument(f"--trainer.{field}", metavar="VALUE", help=f"{info.description or ''} (default: {default!r})".lstrip())
+    export = commands.add_parser(
+        "export", help="write a checkpoint's model weights as one plain file (from an FSDP folder too)",
+        description="trainer export: write the model weights of CHECKPOINT (a file, or the folder of shards an FSDP "
+        "run writes) as one file of {name: tensor}, for model.load_state_dict(torch.load(OUTPUT, weights_only=True)).",
+    )
+    export.add_argument("checkpoint", metavar="CHECKPOINT", help="a checkpoint file or sharded checkpoint folder")
+    export.add_argument("output", metavar="OUTPUT", help="the weights file to write")
     return root
 
 
@@ -143,6 +150,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(argv: list[str]) -> int:
+    if argv[:1] == ["export"]:  # no config: checkpoint in, weights file out
+        return _export(build_parser().parse_args(argv))
     rest, overrides, problems = split_overrides(argv)
     args = build_parser().parse_args(rest)
     if problems:
@@ -155,9 +164,9 @@ def _run(argv: list[str]) -> int:
         return _print_help(config, overrides, helps)
     args.config = config
     stage = args.command
-    if args.ckpt_path is not None and args.ckpt_path != "last" and not Path(args.ckpt_path).is_file():
+    if args.ckpt_path not in (None, "last", "best") and not Path(args.ckpt_path).exists():
         raise ConfigError([Problem("--ckpt_path", f"{args.ckpt_path!r} does not exist. Expected a checkpoint file "
-                                   "written by the trainer (or 'last' for the newest under root_dir).")])
+                                   "(or an FSDP run's folder) written by the trainer, or 'last' for the newest under root_dir.")])
     output = getattr(args, "output", None)
     if output is not None and (Path(output).is_dir() or not Path(output).resolve().parent.is_dir()):
         what = "is a folder" if Path(output).is_dir() else "is in a folder that does not exist"
@@ -190,6 +199,18 @@ def _run(argv: list[str]) -> int:
             log.info("fit finished after %d optimizer steps (%d epochs).", experiment.trainer.global_step,
                      experiment.trainer.current_epoch)
         sys.stdout.write(json.dumps(metrics, sort_keys=True) + "\n")
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from trainer.checkpoint import export_weights
+
+    output = Path(args.output)
+    if output.is_dir() or not output.resolve().parent.is_dir():
+        what = "is a folder" if output.is_dir() else "is in a folder that does not exist"
+        raise ConfigError([Problem("OUTPUT", f"{args.output!r} {what}. Expected a file path in an existing folder.")])
+    written = export_weights(args.checkpoint, output)
+    log.info("export: the weights of %s are in %s.", args.checkpoint, written)
     return 0
 
 
