@@ -61,3 +61,26 @@ def test_checkpoints_move_between_compiled_and_eager_runs(tmp_path: Path):
 def test_unknown_compile_options_are_refused():
     with pytest.raises(ValueError, match="unknown torch.compile option"):
         Trainer(compile={"modes": "max-autotune"})
+
+
+@pytest.mark.slow
+def test_compile_under_ddp_equals_a_compiled_ddp_module(tmp_path: Path):
+    """compile=True with strategy='ddp' (2 Gloo processes): the step runs inside DDP's
+    forward, so dynamo splits the compiled graph at DDP's buckets exactly as it does for
+    `torch.compile(DistributedDataParallel(model))`; the weights are equal."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(root))
+    worker = root / "tests" / "_ddp_scripts" / "compile_worker.py"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(worker), str(tmp_path)]
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-5000:]
+    for rank in range(2):
+        result = torch.load(tmp_path / f"compile_rank{rank}.pt", weights_only=True)
+        assert result["steps"] == 8
+        for key, value in result["reference"].items():
+            assert torch.equal(result["trainer"][key], value), (rank, key)
