@@ -22,7 +22,9 @@ def move_to_device(batch: Any, device: torch.device) -> Any:
     if cls is tuple or cls is list:  # the common case first: a plain tuple/list of tensors
         return cls([move_to_device(item, device) for item in batch])
     if isinstance(batch, torch.Tensor):
-        return batch if batch.device == device else batch.to(device, non_blocking=True)
+        # non_blocking only towards an accelerator: a non-blocking copy *to* the CPU may be
+        # read before it has landed
+        return batch if batch.device == device else batch.to(device, non_blocking=device.type != "cpu")
     if isinstance(batch, (list, tuple)):
         moved = [move_to_device(item, device) for item in batch]
         if hasattr(batch, "_fields"):  # namedtuple
