@@ -45,6 +45,13 @@ def test_a_model_with_an_unused_parameter_trains_with_find_unused_parameters(ran
         assert torch.equal(ranks[0]["unused"]["weights"][key], ranks[1]["unused"]["weights"][key])
 
 
+def test_an_unused_parameter_without_the_option_names_it_and_the_fix(ranks):
+    for result in ranks:
+        message = result["unused_without_option"]
+        assert "parameters of WithUnused got no gradient in the previous training step (unused.weight, unused.bias)" in message
+        assert "Trainer(strategy=DDP(find_unused_parameters=True))" in message
+
+
 @pytest.mark.parametrize("hook, tolerance", [("fp16", 1e-3)])  # bf16's hook needs NCCL
 def test_a_compression_hook_trains_close_to_the_uncompressed_run(ranks, hook, tolerance):
     plain = ranks[0]["plain"]["weights"]

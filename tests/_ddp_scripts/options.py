@@ -61,6 +61,11 @@ def main() -> None:
         "fp16": fit(DDP(comm_hook="fp16")),
         "unused": fit(DDP(find_unused_parameters=True), WithUnused()),
     }
+    try:  # last: both ranks fail at the same point, the group stays usable but this model is done
+        fit(DDP(), WithUnused())
+        results["unused_without_option"] = "no error"
+    except RuntimeError as error:
+        results["unused_without_option"] = str(error)
     torch.save(results, out / f"options_rank{RANK}.pt")
 
 

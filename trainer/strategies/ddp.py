@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -122,8 +123,29 @@ class DDP(ProcessGroupStrategy):
         assert self._ddp is not None, "DDP.setup_module must run before a training step"
         try:
             return self._ddp(batch, batch_idx)
+        except RuntimeError as error:
+            if "Expected to have finished reduction in the prior iteration" in str(error):
+                raise RuntimeError(self._unused_parameters_message(error)) from error
+            raise
         finally:
             self._ddp.require_backward_grad_sync = True  # manual mode turned it off after the step
+
+    def _unused_parameters_message(self, error: RuntimeError) -> str:
+        """DDP's error for a parameter without a gradient, with the parameters' names."""
+        assert self._ddp is not None
+        names = [name.removeprefix("module.") for name, p in self._ddp.module.named_parameters() if p.requires_grad]
+        found = re.search(r"did not receive grad for rank \d+: ([\d ,]+)", str(error))
+        indices = [int(i) for i in re.findall(r"\d+", found.group(1))] if found else []
+        which = ", ".join(names[i] for i in indices if i < len(names)) or "see DDP's message below"
+        module = type(self._ddp.module.module).__name__
+        return (
+            f"DDP: parameters of {module} got no gradient in the previous training step ({which}), so "
+            "DistributedDataParallel waited for them and can't start the next step. Expected every "
+            "parameter that requires grad to take part in every step's loss. Fix: "
+            "Trainer(strategy=DDP(find_unused_parameters=True)) (YAML: strategy: {class_path: "
+            "trainer.distributed.DDP, init_args: {find_unused_parameters: true}}), or freeze the parameters "
+            "that are not used (requires_grad_(False))."
+        )
 
     def manual_backward(self, loss: torch.Tensor, precision: Any, *args: Any, **kwargs: Any) -> None:
         ddp = self._ddp
