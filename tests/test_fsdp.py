@@ -287,3 +287,15 @@ def test_cli_export_from_a_folder_and_from_a_file(tmp_path, capsys):
     assert main(["export", str(tmp_path / "nothing.ckpt"), str(tmp_path / "c.pt")]) == 2
     assert "'" + str(tmp_path / "nothing.ckpt") + "' does not exist" in capsys.readouterr().err
     assert not (tmp_path / "c.pt").exists()
+
+
+def test_one_process_evaluates_a_sharded_folder(tmp_path):
+    """validate(ckpt_path=folder) without FSDP: DCP loads the shards into the plain model."""
+    from tests.reference import make_model, weights
+
+    folder = _folder_checkpoint(tmp_path)  # holds make_model()'s weights
+    model = make_model(seed=9)
+    t = Trainer(logger=False, enable_progress_bar=False, enable_checkpointing=False)
+    t.validate(model, DataLoader(make_data(8), batch_size=4), ckpt_path=folder)
+    expected = weights(make_model())
+    assert all(torch.equal(weights(model)[k], expected[k]) for k in expected)
