@@ -70,12 +70,12 @@ class FSDP(ProcessGroupStrategy):
                 between uses (FSDP2's `CPUOffloadPolicy`; CUDA devices only).
         """
         self._check_available()
-        names = None if shard_modules is None else sorted({str(n) for n in shard_modules})
         if isinstance(shard_modules, str):
             raise ValueError(
                 f"FSDP(shard_modules=...) expected a list of class names. Received the string "
                 f"{shard_modules!r}: write shard_modules=[{shard_modules!r}]."
             )
+        names = None if shard_modules is None else sorted({str(n) for n in shard_modules})
         if isinstance(min_shard_params, bool) or not isinstance(min_shard_params, int) or min_shard_params < 1:
             raise ValueError(f"FSDP(min_shard_params=...) expected a positive int. Received: {min_shard_params!r}.")
         self.options: dict[str, Any] = {
@@ -132,7 +132,8 @@ class FSDP(ProcessGroupStrategy):
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
-        module.to(self.device)
+        # No module.to(device) first: fully_shard moves each unit's parameters as it shards
+        # them, so a model bigger than one device never has to be there whole.
         mesh = init_device_mesh(self.device.type, (self.world_size,))
         policy = MixedPrecisionPolicy()
         if self.options["mixed_precision"] and self._compute_dtype is not None:
