@@ -299,3 +299,18 @@ def test_one_process_evaluates_a_sharded_folder(tmp_path):
     t.validate(model, DataLoader(make_data(8), batch_size=4), ckpt_path=folder)
     expected = weights(make_model())
     assert all(torch.equal(weights(model)[k], expected[k]) for k in expected)
+
+
+@pytest.mark.slow
+def test_memory_benchmark_runs_tiny_and_fsdp_holds_half():
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "fsdp_memory.py"), "--layers", "2", "--width", "64", "--steps", "2"],
+        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    import json
+
+    rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    ddp, fsdp = rows[0]["ddp"]["bytes"], rows[0]["fsdp"]["bytes"]
+    assert all(fsdp[k] * 2 == ddp[k] for k in ("parameters", "gradients")), (ddp, fsdp)
+    assert rows[1]["fsdp_over_ddp_memory"] == pytest.approx(0.5, abs=1e-3)
