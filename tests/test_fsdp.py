@@ -314,3 +314,29 @@ def test_memory_benchmark_runs_tiny_and_fsdp_holds_half():
     ddp, fsdp = rows[0]["ddp"]["bytes"], rows[0]["fsdp"]["bytes"]
     assert all(fsdp[k] * 2 == ddp[k] for k in ("parameters", "gradients")), (ddp, fsdp)
     assert rows[1]["fsdp_over_ddp_memory"] == pytest.approx(0.5, abs=1e-3)
+
+
+def test_yaml_fsdp_class_spec_is_built_and_checked():
+    from trainer.config import ConfigError, load_experiment
+
+    config = {
+        "model": {"class_path": "tests._cli_pkg.models.TinyClassifier"},
+        "data": {"class_path": "tests._cli_pkg.data.RandomData"},
+        "trainer": {"strategy": {"class_path": "trainer.distributed.FSDP", "init_args": {"shard_modules": ["Linear"]}}},
+    }
+    with pytest.raises(ConfigError, match="torchrun"):  # built, then bound: it needs torchrun's processes
+        load_experiment(config)
+    bad = dict(config, trainer={"strategy": {"class_path": "trainer.distributed.FSDP", "init_args": {"min_shard_params": 0}}})
+    with pytest.raises(ConfigError, match="min_shard_params"):
+        load_experiment(bad)
+
+
+def test_manual_optimization_under_fsdp_says_to_use_ddp(monkeypatch):
+    from tests._gan import GAN
+
+    for name, value in dict(RANK="0", WORLD_SIZE="2", LOCAL_RANK="0").items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(FSDP, "_group", lambda self: None)  # no peer in this test: fails before any collective
+    trainer = Trainer(strategy=FSDP(), device="cpu", logger=False, enable_progress_bar=False, enable_checkpointing=False)
+    with pytest.raises(ValueError, match="runs automatic optimization only.*strategy='ddp' for manual optimization"):
+        trainer.fit(GAN(), DataLoader(make_data(8), batch_size=4))
