@@ -135,3 +135,23 @@ def test_trainer_properties_lightning_users_read(tmp_path, capsys):
     assert "val/acc=0.5" in bars  # validation metrics with prog_bar=True show in the kept epoch bar
     trainer.should_stop = True
     assert trainer.should_stop
+
+
+def test_lightning_strategy_names(monkeypatch):
+    from trainer.distributed import DDP, FSDP
+
+    with pytest.raises(ValueError, match=r"'ddp_spawn' is Lightning's.*strategy='ddp'"):
+        Trainer(strategy="ddp_spawn")
+    with pytest.raises(ValueError, match=r"'deepspeed_stage_3' is Lightning's.*strategy='fsdp'"):
+        Trainer(strategy="deepspeed_stage_3")
+    for name, value in dict(RANK="0", WORLD_SIZE="2", LOCAL_RANK="0").items():
+        monkeypatch.setenv(name, value)
+    from trainer.strategies.parallel import ProcessGroupStrategy
+
+    monkeypatch.setattr(ProcessGroupStrategy, "_group", lambda self: None)  # no peer to meet here
+    strategy = Trainer(strategy="ddp_find_unused_parameters_true", device="cpu", logger=False).strategy
+    assert isinstance(strategy, DDP) and strategy.options["find_unused_parameters"] is True
+    assert type(Trainer(strategy="ddp_find_unused_parameters_false", device="cpu", logger=False).strategy) is DDP
+    with pytest.raises(ValueError, match="cpu_offload=True.*CUDA"):  # Lightning's name, our FSDP's check
+        Trainer(strategy="fsdp_cpu_offload", device="cpu", logger=False)
+    assert FSDP in type(Trainer(strategy="fsdp", device="cpu", logger=False).strategy).__mro__
