@@ -43,7 +43,7 @@ def test_one_callback_alone_is_taken():
 @pytest.mark.parametrize(
     ("kwargs", "text"),
     [
-        ({"devices": 4}, "torchrun --nproc_per_node=N"),
+        ({"devices": [0, 1]}, "devices=N (N processes"),
         ({"accelerator": "tpu"}, "accelerator='tpu'"),
         ({"enable_model_summary": False}, "is Lightning's"),
         ({"deterministic": True}, "torch.use_deterministic_algorithms"),

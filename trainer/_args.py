@@ -36,6 +36,7 @@ class TrainerArgs(BaseModel):
     seed: int | None = Field(None, ge=0, le=2**32 - 1, description="seeds Python, NumPy and torch when fit starts")
     device: str = Field("auto", description='"auto", "cpu", "cuda", "cuda:N", "mps"')
     strategy: Any = Field("auto", description='"auto", "ddp", "fsdp", "single" or a Strategy instance such as trainer.distributed.DDP(...) or FSDP(...)')
+    devices: int = Field(1, ge=1, description="processes on this machine: N > 1 outside torchrun starts N-1 more running the same script")
     nonfinite_loss: Literal["error", "skip", "off"] = Field(
         "error", description="fp32/bf16: what a non-finite loss does (amp skips such steps); 'off': no guard"
     )
@@ -115,6 +116,17 @@ class TrainerArgs(BaseModel):
             if translated is not None:
                 return translated
         raise ValueError("expected 'auto', 'ddp', 'fsdp', 'single' or a Strategy instance such as trainer.distributed.DDP(...) or FSDP(...)")
+
+    @pydantic.field_validator("devices", mode="before")
+    @classmethod
+    def _check_devices(cls, value: Any) -> Any:
+        if value == "auto" or value is None:  # Lightning's default: one process here unless torchrun says more
+            return 1
+        if isinstance(value, str) and value.strip().isdigit():
+            return int(value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError("expected a number of processes (an int >= 1) or 'auto'; to pick GPU i write device='cuda:i'")
+        return value
 
     @pydantic.field_validator("logger")
     @classmethod

@@ -94,17 +94,17 @@ def translate(arguments: dict[str, Any], lightning: dict[str, Any]) -> dict[str,
 
 
 def _check_devices(value: Any, out: dict[str, Any]) -> None:
-    if value in (1, "1", "auto", None) or value == [0]:
-        return
+    """`devices=N`: N processes (started here unless torchrun did); `devices=[i]`: GPU i."""
     if isinstance(value, list) and len(value) == 1 and isinstance(value[0], int):
         if out.get("device", "auto") in ("auto", "cuda"):
             out["device"] = f"cuda:{value[0]}"
         return
-    raise ValueError(
-        f"Trainer(devices={value!r}): one process trains on one device here. Expected devices=1 (or "
-        "device='cuda:N'); for several devices launch `torchrun --nproc_per_node=N script.py` with "
-        "strategy='ddp' (docs/distributed.md)."
-    )
+    if isinstance(value, list):
+        raise ValueError(
+            f"Trainer(devices={value!r}): a list picks one GPU here. Expected devices=N (N processes, one GPU "
+            "each: choose which with CUDA_VISIBLE_DEVICES) or devices=[i] for GPU i alone."
+        )
+    out["devices"] = value  # checked with the other arguments (TrainerArgs.devices)
 
 
 def _unknown(name: str) -> str:

@@ -21,6 +21,7 @@ from trainer.loops.manual import ManualOptimization, check_manual_arguments
 from trainer.loops.schedule import batch_limit, fast_dev_run_args
 from trainer.callback import Callback, _Dispatcher
 from trainer.strategies import Strategy, resolve_strategy
+from trainer.strategies.launch import launch_processes
 from trainer.module import Module
 from trainer.precision import Precision, resolve_precision
 
@@ -101,6 +102,7 @@ class Trainer(TrainerProperties):
         if self.args.fast_dev_run:  # validated first, then overridden (writes nothing)
             self.args = fast_dev_run_args(self.args)
         self._precision = resolve_precision(self.args.precision)
+        launch_processes(self.args.devices, self.args.strategy)  # devices=N outside torchrun: this process is rank 0
         self.strategy: Strategy = resolve_strategy(self.args.strategy, self.args.device)
         self.strategy.setup_precision(self._precision)  # AMP's scaler exists from the start
         self.state = LoopState()

@@ -5,7 +5,8 @@
 - `ddp.py`: `DDP`, PyTorch's DistributedDataParallel under torchrun;
 - `fsdp.py`: `FSDP`, parameters, gradients and optimizer state sharded with FSDP2;
 - `sampler.py`: each rank's share of a DataLoader;
-- `resolve.py`: `Trainer(strategy=...)` from a name or an instance.
+- `resolve.py`: `Trainer(strategy=...)` from a name or an instance;
+- `launch.py`: `devices=N` without torchrun (this process is rank 0, it starts the others).
 
 The loop only talks to the `Strategy` interface, so it knows nothing of torch.distributed.
 `trainer.distributed` re-exports the public names (YAML configs use
