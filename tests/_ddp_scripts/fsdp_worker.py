@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
 from tests.reference import TinyNet, make_data
+from callbacks import ModelCheckpoint
 from trainer import Callback, Trainer
 from trainer.distributed import FSDP
 from trainer.precision import AMP
@@ -125,8 +126,11 @@ def resume(results: dict[str, Any], out: Path) -> None:
     data = make_data(40)
     loader = lambda: DataLoader(data, batch_size=4, shuffle=True)  # noqa: E731
     whole = resume_model()
-    resume_trainer(out, "whole").fit(whole, loader())
+    # ModelCheckpoint's folders: saves must not change the run, and top-k removes folders
+    keep = ModelCheckpoint(every_n_train_steps=2, save_top_k=1)
+    resume_trainer(out, "whole", callbacks=[keep]).fit(whole, loader())
     results["whole"] = full(whole)
+    results["kept"] = sorted(p.name for p in Path(keep.dirpath).iterdir()) if RANK == 0 else None
     cut = resume_model()
     t = resume_trainer(out, "cut", callbacks=[Terminate(at=4)])  # mid-epoch 1 (5 steps an epoch)
     t.fit(cut, loader())
