@@ -57,12 +57,7 @@ def parity(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
 
 def one_process(precision: str, accumulate: int, clip: float | None, optimizer: str) -> tuple[dict[str, torch.Tensor], list[float]]:
     """The same job in one process: the global batch of 8 (both ranks' 4 samples)."""
-    os.environ.setdefault("RANK", "0")  # the worker module reads it at import
-    try:
-        from tests._ddp_scripts import fsdp_worker as worker
-    finally:
-        if os.environ.get("RANK") == "0" and "WORLD_SIZE" not in os.environ:
-            del os.environ["RANK"]
+    from tests._ddp_scripts import fsdp_worker as worker
     norms = worker.Norms()
     net = worker.model(optimizer)
     t = worker.trainer("single", precision, accumulate, clip, max_epochs=2, callbacks=[norms])
@@ -135,7 +130,6 @@ def test_export_gives_one_plain_file_that_loads_anywhere(resumed):
     # It loads into a plain one-process model, which then predicts as the sharded one did.
     from tests._ddp_scripts.fsdp_worker import resume_model
 
-    os.environ.pop("RANK", None)
     net = resume_model()
     net.load_state_dict(exported)
     x = make_data(5, seed=3).tensors[0]
@@ -158,6 +152,30 @@ def test_a_sharded_checkpoint_resumes_in_one_process(resumed):
     with pytest.warns(UserWarning, match="written by 2 process"):
         t.fit(net, DataLoader(make_data(40), batch_size=8, shuffle=True), ckpt_path=last)
     assert t.global_step == 9  # continued from step 4 of the 2-process run
+
+
+def test_a_one_process_checkpoint_file_continues_under_fsdp(tmp_path):
+    """Whole weights and Adam state of a single file are sharded as they load: FSDP then
+    continues as one process would (within 1e-6), and evaluates the file's weights."""
+    from tests._ddp_scripts.fsdp_worker import full, model, trainer
+    from tests.reference import weights
+
+    net = model("adam")
+    first = trainer("single", "fp32", 1, 0.5, max_steps=3, max_epochs=1)
+    first.fit(net, DataLoader(make_data(48), batch_size=8, shuffle=False))
+    first.save_checkpoint(tmp_path / "single.ckpt")
+    at_save = weights(net)
+    later = trainer("single", "fp32", 1, 0.5, max_steps=6, max_epochs=1)
+    later.fit(net, DataLoader(make_data(48), batch_size=8, shuffle=False), ckpt_path=tmp_path / "single.ckpt")
+    ranks = torchrun("from_file", tmp_path)
+    for result in ranks:
+        assert result["global_step"] == 6
+        assert max_difference(result["weights"], full(net)) <= 1e-6
+    # validate(ckpt_path=file) under FSDP scores the file's weights (evaluated here by hand)
+    x, y = make_data(10, seed=1).tensors
+    hidden = torch.relu(x @ at_save["net.0.weight"].T + at_save["net.0.bias"])
+    expected = torch.nn.functional.mse_loss(hidden @ at_save["net.3.weight"].T + at_save["net.3.bias"], y)
+    assert ranks[0]["validate"]["val/loss"] == pytest.approx(float(expected), rel=1e-5)
 
 
 def _folder_checkpoint(tmp_path: Path) -> Path:

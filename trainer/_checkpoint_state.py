@@ -125,8 +125,11 @@ def collect_weights(trainer: Any, target: Any = None) -> dict[str, Any]:
     return plain_state(state, target)
 
 
-def restore_module(module: Any, checkpoint: dict[str, Any], source: str) -> None:
-    """Load the weights; on a mismatch name every missing, unexpected and mis-shaped entry."""
+def restore_module(module: Any, checkpoint: dict[str, Any], source: str, strategy: Any = None) -> None:
+    """Load the weights; on a mismatch name every missing, unexpected and mis-shaped entry.
+
+    `strategy` loads whole weights into its model (FSDP shards them); None: `load_state_dict`.
+    """
     if "_shards" in checkpoint:  # a sharded folder (FSDP): its tensors load from the shards
         from trainer._sharded_checkpoint import restore_sharded
 
@@ -151,7 +154,10 @@ def restore_module(module: Any, checkpoint: dict[str, Any], source: str) -> None
             f"{source} does not fit {type(module).__name__} (it was saved from "
             f"{checkpoint.get('module_class', 'an unknown class')}). " + "; ".join(parts) + "."
         )
-    module.load_state_dict(saved)
+    if strategy is not None:
+        strategy.load_module_state(module, saved)
+    else:
+        module.load_state_dict(saved)
 
 
 def _source(checkpoint: dict[str, Any]) -> str:
@@ -170,9 +176,10 @@ def restore_state(trainer: Any, checkpoint: dict[str, Any]) -> None:
         _check_classes(source, "optimizer", optimizers, _saved_list(checkpoint, "optimizer"))
         restore_sharded(trainer._module, optimizers, checkpoint)
     else:
-        restore_module(trainer._module, checkpoint, source)
+        restore_module(trainer._module, checkpoint, source, trainer.strategy)
         if opt is not None:
-            _restore_list(source, "optimizer", opt.optimizers, _saved_list(checkpoint, "optimizer"))
+            load = lambda optimizer, state: trainer.strategy.load_optimizer_state(trainer._module, optimizer, state)  # noqa: E731
+            _restore_list(source, "optimizer", opt.optimizers, _saved_list(checkpoint, "optimizer"), load)
     if opt is not None:
         _restore_list(source, "LR scheduler", [c.scheduler for c in opt.schedulers], _saved_list(checkpoint, "lr_scheduler"))
     _restore_precision(trainer, checkpoint["precision"], source)
@@ -223,12 +230,15 @@ def _saved_list(checkpoint: dict[str, Any], kind: str) -> list[dict[str, Any]]:
     return [] if single is None else [{"class": None, "state": single}]
 
 
-def _restore_list(source: str, what: str, targets: list[Any], saved: list[dict[str, Any]]) -> None:
+def _restore_list(source: str, what: str, targets: list[Any], saved: list[dict[str, Any]], load: Any = None) -> None:
     _check_classes(source, what, targets, saved)
     for index, (target, entry) in enumerate(zip(targets, saved)):
         label = f"{what} {index}" if len(targets) > 1 else what
         try:
-            target.load_state_dict(entry["state"])
+            if load is not None:
+                load(target, entry["state"])
+            else:
+                target.load_state_dict(entry["state"])
         except (ValueError, KeyError, TypeError, RuntimeError) as error:
             raise CheckpointError(
                 f"{source}: its {label} state does not fit this run's {_class_name(target)} "

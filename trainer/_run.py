@@ -323,7 +323,8 @@ class RunIO:
 
     def restore_weights(self, checkpoint: dict[str, Any]) -> None:
         path = checkpoint.get("_path")
-        ckpt.restore_module(self.trainer._module, checkpoint, source=f"Checkpoint {path!r}" if path else "The checkpoint")
+        source = f"Checkpoint {path!r}" if path else "The checkpoint"
+        ckpt.restore_module(self.trainer._module, checkpoint, source, self.trainer.strategy)
 
     # -------------------------------------------------------------------- data order
     def epoch_iterator(self, loader: Any, skip: int) -> Any:

@@ -22,7 +22,7 @@ from trainer import Callback, Trainer
 from trainer.distributed import FSDP
 from trainer.precision import AMP
 
-RANK = int(os.environ["RANK"])
+RANK = int(os.environ.get("RANK", "0"))  # 0 when the test imports this module
 SCALER = {"init_scale": 2.0**10}
 #: (precision, accumulate, clip, optimizer) of each parity case
 CASES = [("fp32", 3, 0.5, "sgd"), ("bf16", 1, None, "adam"), ("amp", 2, 0.5, "adam")]
@@ -168,6 +168,17 @@ def save_loop(results: dict[str, Any], out: Path) -> None:
             (out / "saved.txt").write_text(str(number))
 
 
+def from_file(results: dict[str, Any], out: Path) -> None:
+    """A single-file checkpoint (written by one process, tests/test_fsdp.py) continues under
+    FSDP: whole weights and optimizer state are sharded as they load."""
+    net = model("adam")
+    t = trainer(FSDP(shard_modules=["Linear"]), "fp32", 1, 0.5, max_steps=6, max_epochs=1)
+    t.fit(net, DataLoader(make_data(48), batch_size=4, shuffle=False), ckpt_path=out / "single.ckpt")
+    results["weights"] = full(net)
+    results["global_step"] = t.global_step
+    results["validate"] = t.validate(net, DataLoader(make_data(10, seed=1), batch_size=5), ckpt_path=out / "single.ckpt")
+
+
 def main() -> None:
     phase, out = sys.argv[1], Path(sys.argv[2])
     results: dict[str, Any] = {}
@@ -175,6 +186,8 @@ def main() -> None:
         parity(results)
     elif phase == "resume":
         resume(results, out)
+    elif phase == "from_file":
+        from_file(results, out)
     elif phase == "save_loop":
         save_loop(results, out)
     torch.save(results, out / f"{phase}_rank{RANK}.pt")

@@ -75,6 +75,14 @@ class Strategy:
     def setup_loader(self, loader: Any, *, train: bool) -> Any:
         return loader
 
+    def load_module_state(self, module: torch.nn.Module, state: dict[str, Any]) -> None:
+        """Load whole (unsharded) weights from a single-file checkpoint into `module`."""
+        module.load_state_dict(state)
+
+    def load_optimizer_state(self, module: torch.nn.Module, optimizer: Any, state: dict[str, Any]) -> None:
+        """Load an optimizer's whole `state_dict()` from a single-file checkpoint."""
+        optimizer.load_state_dict(state)
+
     def manual_backward(self, loss: torch.Tensor, precision: Any, *args: Any, **kwargs: Any) -> None:
         """`Module.manual_backward`: the precision's (scaled) backward; DDP adds its sync."""
         precision.backward(loss, *args, **kwargs)

@@ -177,6 +177,27 @@ class FSDP(ProcessGroupStrategy):
         visit(module)
         return units
 
+    # ------------------------------------------------ single-file checkpoints (DDP's, one process's)
+    def load_module_state(self, module: torch.nn.Module, state: dict[str, Any]) -> None:
+        """Whole weights into the sharded model: each rank keeps its shard."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+        # a copy: set_model_state_dict replaces the dict's values with this rank's shards
+        set_model_state_dict(module, dict(state), options=StateDictOptions(full_state_dict=True))
+
+    def load_optimizer_state(self, module: torch.nn.Module, optimizer: Any, state: dict[str, Any]) -> None:
+        """A whole `optimizer.state_dict()` (keyed by parameter index) into the sharded
+        optimizer: the indices become parameter names, then each rank keeps its shards."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+        names = {id(p): name for name, p in module.named_parameters()}
+        order = [names[id(p)] for group in optimizer.param_groups for p in group["params"]]
+        by_name: dict[str, Any] = {
+            "state": {order[int(index)]: dict(values) for index, values in state["state"].items()},
+            "param_groups": [dict(group, params=[order[int(i)] for i in group["params"]]) for group in state["param_groups"]],
+        }
+        set_optimizer_state_dict(module, optimizer, by_name, options=StateDictOptions(full_state_dict=True))
+
     def step_callable(self, module: torch.nn.Module, name: str) -> Callable[[Any, int], Any]:
         root = self._root
         assert root is not None, "FSDP.setup_module must run before a step"
