@@ -65,12 +65,19 @@ def save_sharded(state: dict[str, Any], target: Path, trainer: Any) -> None:
         meta["optimizers"] = entries
     token = strategy.broadcast_object(os.getpid())
     temporary = target.with_name(f".{target.name}.{token}.tmp")
+    prepared: OSError | None = None
     if strategy.is_global_zero:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        _tidy(target)
-        shutil.rmtree(temporary, ignore_errors=True)
-        temporary.mkdir()
-    strategy.barrier()
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            _tidy(target)
+            shutil.rmtree(temporary, ignore_errors=True)
+            temporary.mkdir()
+        except OSError as error:
+            prepared = error
+    if not strategy.all_agree(prepared is None):  # also the barrier before any rank writes
+        if prepared is not None:
+            raise prepared
+        raise RuntimeError(f"Checkpoint {str(target)!r}: rank 0 could not make the folder (see its error).")
     writer = dcp.FileSystemWriter(temporary, sync_files=True)
     try:
         dcp.save(tensors, storage_writer=writer)  # collective; ends after rank 0 wrote the index

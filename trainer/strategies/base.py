@@ -66,6 +66,8 @@ class Strategy:
 
     def setup_precision(self, precision: Any) -> None:
         """Ready the precision strategy for this device (FSDP first picks a sharded GradScaler)."""
+        if getattr(getattr(precision, "scaler_class", None), "combines_ranks", False):
+            precision.scaler_class = torch.amp.GradScaler  # an AMP() an FSDP run used before
         precision.setup(self.device)
 
     def step_callable(self, module: torch.nn.Module, name: str) -> Callable[[Any, int], Any]:

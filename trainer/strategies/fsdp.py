@@ -100,11 +100,11 @@ class FSDP(ProcessGroupStrategy):
     def setup_precision(self, precision: Any) -> None:
         """amp: a GradScaler whose skip decision every rank shares; amp/bf16: the compute dtype
         the parameters are gathered in."""
-        if hasattr(precision, "scaler_class"):
-            precision.scaler_class = _ShardedGradScaler
         autocast = {"amp": torch.float16, "bf16": torch.bfloat16}
         self._compute_dtype = autocast.get(getattr(precision, "name", ""))
-        super().setup_precision(precision)
+        if hasattr(precision, "scaler_class"):
+            precision.scaler_class = _ShardedGradScaler
+        precision.setup(self.device)
 
     # ------------------------------------------------------------------- the model
     def setup_module(self, module: torch.nn.Module) -> Callable[..., Any]:
@@ -243,6 +243,8 @@ class _Steps(torch.nn.Module):
 class _ShardedGradScaler(torch.amp.GradScaler):
     """A GradScaler for sharded gradients: each rank checks its own shards for inf/nan, then
     the ranks combine their flags, so they all skip (and back off) on the same steps."""
+
+    combines_ranks = True
 
     def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
         super().unscale_(optimizer)
