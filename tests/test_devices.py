@@ -39,6 +39,8 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.slow
 def test_devices_2_from_a_plain_script_equals_torchrun(tmp_path):
+    """The worker also builds a DistributedSampler(dataset) before fit: the Trainer made the
+    process group when it was built."""
     plain = _run([sys.executable, str(WORKER), str(tmp_path), "plain"], tmp_path)
     assert plain.returncode == 0, plain.stderr[-4000:]
     launched = _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(WORKER),

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 from torch.utils.data import DataLoader
+from torch.utils.data.distributed import DistributedSampler
 
 from tests.reference import TinyNet, make_data, weights
 from trainer import Trainer
@@ -32,6 +33,8 @@ trainer = Trainer(devices=2, strategy="ddp", device="cpu", max_epochs=2, seed=3,
                   enable_progress_bar=False, enable_checkpointing=False)
 torch.manual_seed(0)
 net = Net(dropout=0.1)
-trainer.fit(net, DataLoader(make_data(32), batch_size=4, shuffle=True))
+data = make_data(32)
+sampler = DistributedSampler(data, shuffle=True, seed=5)  # before fit: the Trainer made the group
+trainer.fit(net, DataLoader(data, batch_size=4, sampler=sampler))
 torch.save({"weights": weights(net), "pid": os.getpid(), "rank": trainer.global_rank, "world": trainer.world_size},
            out / f"{run}_rank{os.environ['RANK']}.pt")
