@@ -32,7 +32,7 @@ QUIET = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False
         ({"device": "gpu7"}, ["device", "'gpu7'"]),
         ({"callbacks": [object()]}, ["callbacks", "Callback"]),
         ({"logger": "tensorboard"}, ["logger", "'tensorboard'"]),
-        ({"strategy": "deepspeed"}, ["strategy", "'ddp'", "'fsdp'", "deepspeed"]),
+        ({"strategy": "zero3"}, ["strategy", "'ddp'", "'fsdp'", "zero3"]),
         ({"nonfinite_loss": "ignore"}, ["nonfinite_loss", "'skip'"]),
     ],
 )
