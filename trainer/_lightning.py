@@ -73,6 +73,8 @@ def translate(arguments: dict[str, Any], lightning: dict[str, Any]) -> dict[str,
     callbacks = out.get("callbacks")
     if callbacks is not None and not isinstance(callbacks, (list, tuple)):
         out["callbacks"] = [callbacks]  # Lightning takes one callback alone too
+    if isinstance(out.get("devices"), list):  # Lightning's devices=[i]: GPU i, one process
+        _check_devices(out.pop("devices"), out)
     for name, value in lightning.items():
         if name == "default_root_dir":
             out["root_dir"] = value
@@ -84,8 +86,6 @@ def translate(arguments: dict[str, Any], lightning: dict[str, Any]) -> dict[str,
                 )
             if out.get("device", "auto") == "auto":
                 out["device"] = _ACCELERATORS[value]
-        elif name == "devices":
-            _check_devices(value, out)
         elif name in _INSTEAD:
             raise ValueError(f"Trainer({name}=...) is Lightning's; it is not an argument here: {_INSTEAD[name]}.")
         else:
@@ -93,18 +93,16 @@ def translate(arguments: dict[str, Any], lightning: dict[str, Any]) -> dict[str,
     return out
 
 
-def _check_devices(value: Any, out: dict[str, Any]) -> None:
-    """`devices=N`: N processes (started here unless torchrun did); `devices=[i]`: GPU i."""
-    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], int):
+def _check_devices(value: list[Any], out: dict[str, Any]) -> None:
+    """Lightning's `devices=[i]`: GPU i alone (`devices=N` is our own argument)."""
+    if len(value) == 1 and isinstance(value[0], int):
         if out.get("device", "auto") in ("auto", "cuda"):
             out["device"] = f"cuda:{value[0]}"
         return
-    if isinstance(value, list):
-        raise ValueError(
-            f"Trainer(devices={value!r}): a list picks one GPU here. Expected devices=N (N processes, one GPU "
-            "each: choose which with CUDA_VISIBLE_DEVICES) or devices=[i] for GPU i alone."
-        )
-    out["devices"] = value  # checked with the other arguments (TrainerArgs.devices)
+    raise ValueError(
+        f"Trainer(devices={value!r}): a list picks one GPU here. Expected devices=N (N processes, one GPU "
+        "each: choose which with CUDA_VISIBLE_DEVICES) or devices=[i] for GPU i alone."
+    )
 
 
 def _unknown(name: str) -> str:
@@ -112,7 +110,7 @@ def _unknown(name: str) -> str:
 
     from trainer._args import TrainerArgs
 
-    known = list(TrainerArgs.model_fields) + ["accelerator", "devices", "default_root_dir"]
+    known = list(TrainerArgs.model_fields) + ["accelerator", "default_root_dir"]
     close = difflib.get_close_matches(name, known, n=1)
     hint = f" Did you mean {close[0]!r}?" if close else ""
     return f"Trainer() got an unknown argument {name!r}.{hint} Expected one of: {', '.join(known)}."

@@ -75,6 +75,7 @@ class Trainer(TrainerProperties):
         seed: int | None = None,
         device: str = "auto",
         strategy: str | Strategy = "auto",
+        devices: int | str | list[int] = 1,
         nonfinite_loss: str = "error",
         val_check_interval: int | float | None = None,
         check_val_every_n_epoch: int | None = 1,
