@@ -54,6 +54,12 @@ class RunIO:
         return self.trainer.strategy.is_global_zero
 
     @property
+    def logging_on(self) -> bool:
+        """Whether the run logs at all: the same answer on every rank (only rank 0 has the
+        logger), so work that needs every rank (FSDP's global gradient norm) agrees."""
+        return self._logger_arg is not False and self._logger_arg is not None
+
+    @property
     def logger(self) -> Any:
         if self._logger is None and self.writes and self._logger_arg is not False:
             if self._logger_arg is True:

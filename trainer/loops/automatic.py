@@ -130,7 +130,8 @@ class AutomaticOptimization:
         opt, precision, args, signals, state = trainer._opt, trainer._precision, trainer.args, trainer._signals, trainer.state
         optimizer = self.optimizer
         log_now = (state.global_step + 1) % args.log_every_n_steps == 0
-        norm_wanted = log_now and trainer._io.logger is not None  # computed only to be written
+        # computed only to be written; decided alike on every rank: under FSDP it is a collective
+        norm_wanted = log_now and trainer._io.logging_on
         if self.want_before_step:
             trainer._call("on_before_optimizer_step", optimizer)
         signals.in_critical = True  # SIGINT now waits for the end of the step (see _signals.py)
