@@ -236,6 +236,18 @@ def test_a_folder_whose_index_would_run_code_is_refused(tmp_path):
     assert not (tmp_path / "pwned").exists()
 
 
+def _reap(pid: int) -> None:
+    """Wait until a killed rank (not our child: torchrun's) is gone."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"rank process {pid} survived SIGKILL")
+
+
 def test_kill_during_sharded_saves_never_leaves_a_checkpoint_that_loads_wrongly(tmp_path):
     """SIGKILL the whole job at several moments while it saves one folder again and again:
     the folder (or the copy set aside mid-swap) always loads, whole, from a single save."""
@@ -246,15 +258,21 @@ def test_kill_during_sharded_saves_never_leaves_a_checkpoint_that_loads_wrongly(
         out.mkdir()
         job = subprocess.Popen(_command("save_loop", out), cwd=out, env=_env(), stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, start_new_session=True)
+        ranks: list[int] = []
         try:
             deadline = time.monotonic() + 120
             while not (out / "saved.txt").exists() and time.monotonic() < deadline:
                 time.sleep(0.02)
             assert (out / "saved.txt").exists(), "the job never saved"
+            ranks = [int((out / f"pid_rank{r}").read_text()) for r in range(2)]
             time.sleep(delay)
         finally:
-            os.killpg(job.pid, signal.SIGKILL)  # torchrun and both ranks, mid-whatever
+            for pid in ranks:  # both ranks, mid-whatever (rank 0 first: it alone renames folders)
+                os.kill(pid, signal.SIGKILL)
+            os.killpg(job.pid, signal.SIGKILL)  # and torchrun
             job.wait(timeout=30)
+            for pid in ranks:
+                _reap(pid)
         weights = export(out / "loop.ckpt", out / "w.pt")
         values = {float(v) for t in torch.load(weights, weights_only=True).values() for v in t.flatten()}
         assert len(values) == 1, f"a mix of saves: {sorted(values)[:5]}"

@@ -155,6 +155,7 @@ def resume(results: dict[str, Any], out: Path) -> None:
 
 def save_loop(results: dict[str, Any], out: Path) -> None:
     """Saves the same folder over and over, so the test can kill the job mid-save."""
+    (out / f"pid_rank{RANK}").write_text(str(os.getpid()))  # torchrun starts ranks in their own sessions
     net = resume_model()
     t = resume_trainer(out, "loop", max_steps=2)
     t.fit(net, DataLoader(make_data(16), batch_size=4))
