@@ -101,6 +101,12 @@ def test_size_rule_validation_and_a_sampler_made_before_fit(parity):
     hidden = torch.relu(x @ net_weights["net.0.weight"].T + net_weights["net.0.bias"])
     expected = torch.nn.functional.mse_loss(hidden @ net_weights["net.3.weight"].T + net_weights["net.3.bias"], y)
     assert parity[0]["validate"]["val/loss"] == pytest.approx(float(expected), rel=1e-5)
+    # predict through the sharded model: each rank gets its share (5 of 10 samples)
+    for rank in range(2):
+        outputs = parity[rank]["predict"]
+        assert sum(len(o) for o in outputs) == 5
+    for rank in range(2):
+        assert "different number of batches on each rank (rank 0: 3, rank 1: 7)" in parity[rank]["uneven"]
 
 
 @pytest.fixture(scope="module")

@@ -47,6 +47,16 @@ class Norms(Callback):
         self.norms.append(float(trainer.precision.gradient_norm(optimizer, list(module.parameters()))))
 
 
+class Uneven(DistributedSampler):
+    """Rank 0 reads 3 samples, rank 1 reads 7."""
+
+    def __iter__(self) -> Any:
+        return iter([0, 1, 2] if self.rank == 0 else [3, 4, 5, 6, 7, 8, 9])
+
+    def __len__(self) -> int:
+        return 3 if self.rank == 0 else 7
+
+
 def model(optimizer: str, seed: int = 0) -> TinyNet:
     torch.manual_seed(seed)
     return TinyNet(dropout=0.0, optimizer=optimizer, lr=0.05)
@@ -92,6 +102,13 @@ def parity(results: dict[str, Any]) -> None:
     sampler = DistributedSampler(val, shuffle=False)
     results["validate"] = t.validate(net, DataLoader(val, batch_size=5, sampler=sampler))
     results["size_rule"]["weights"] = full(net)
+    inputs = torch.utils.data.TensorDataset(val.tensors[0])  # predict_step's default: self(batch)
+    results["predict"] = t.predict(net, DataLoader(inputs, batch_size=5, collate_fn=lambda rows: torch.stack([r[0] for r in rows])))
+    try:  # a sampler with uneven shares: one clear error on every rank, not a hang
+        t.validate(net, DataLoader(val, batch_size=1, sampler=Uneven(val)))
+        results["uneven"] = "no error"
+    except ValueError as error:
+        results["uneven"] = str(error)
 
 
 class Terminate(Callback):

@@ -46,6 +46,7 @@ class EvalLoop:
         if limit is not None:  # limit_<stage>_batches / num_sanity_val_steps
             total = limit if total is None else min(total, limit)
             loader = itertools.islice(loader, limit)
+        trainer.strategy.check_eval_lengths(total, stage)  # FSDP: every step is a collective
         with trainer._bookkeeping():
             trainer._io.progress_start_eval(stage, total)
         grad_mode = torch.inference_mode() if stage == "predict" else torch.no_grad()

@@ -111,6 +111,10 @@ class Strategy:
     def check_epoch_lengths(self, batches: int | None) -> None:
         """Every rank must run the same number of training batches (one process: nothing to check)."""
 
+    def check_eval_lengths(self, batches: int | None, stage: str) -> None:
+        """Whether every rank must run the same number of evaluation batches (FSDP: each
+        step gathers parameters from all ranks); one process, or DDP: nothing to check."""
+
     def fewest(self, count: int) -> int:
         """The smallest `count` over the ranks (one process: `count`)."""
         return count

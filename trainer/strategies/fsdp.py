@@ -203,6 +203,19 @@ class FSDP(ProcessGroupStrategy):
         assert root is not None, "FSDP.setup_module must run before a step"
         return lambda batch, batch_idx: root(name, batch, batch_idx)
 
+    def check_eval_lengths(self, batches: int | None, stage: str) -> None:
+        """Each evaluation step gathers parameters from every rank, so a rank with fewer
+        batches would leave the others waiting: one clear error on every rank instead."""
+        counts = self.all_gather_object(batches)
+        if None not in counts and len(set(counts)) > 1:
+            shown = ", ".join(f"rank {r}: {c}" for r, c in enumerate(counts))
+            raise ValueError(
+                f"The {stage} loader yields a different number of batches on each rank ({shown}). Under FSDP "
+                "every step gathers parameters from all ranks, so they must run the same number of steps. "
+                "Expected equal shares: let the Trainer add a DistributedSampler (it pads the last share), "
+                "or give your sampler equal lengths."
+            )
+
     def no_sync(self, last_micro_batch: bool) -> contextlib.AbstractContextManager[Any]:
         """Non-final micro-batches keep gradients local and unsharded; the last reduce-scatters."""
         if self._sync is not last_micro_batch and self._root is not None:
