@@ -90,6 +90,15 @@ def test_fsdp_trains_like_one_process_with_the_global_batch(parity, case, tolera
         assert parity[0]["fsdp/amp"]["scale"] == parity[0]["ddp/amp"]["scale"] == parity[1]["fsdp/amp"]["scale"]
 
 
+def test_reshard_after_forward_and_mixed_precision_options(parity):
+    # keeping parameters gathered until backward changes memory, not numbers
+    assert max_difference(parity[0]["keep_gathered/fp32"]["weights"], parity[0]["fsdp/fp32"]["weights"]) == 0.0
+    # float32 parameters under bf16: DDP's numbers exactly (both gather nothing in bf16)
+    fp32_params = parity[0]["fp32_params/bf16"]["weights"]
+    assert max_difference(fp32_params, parity[0]["ddp/bf16"]["weights"]) <= 1e-6
+    assert max_difference(fp32_params, parity[0]["fsdp/bf16"]["weights"]) > 0.0  # bf16 gathering is a real change
+
+
 def test_size_rule_validation_and_a_sampler_made_before_fit(parity):
     # min_shard_params=100: the 6->16 layer (112 parameters) is a unit, the 16->1 (17) is not
     assert parity[0]["size_rule"]["units"] == ["FSDPLinear:6"]

@@ -91,6 +91,15 @@ def parity(results: dict[str, Any]) -> None:
                 "scale": float(t.precision.scaler.get_scale()) if precision == "amp" else None,
                 "metrics": dict(t.callback_metrics),
             }
+    # The other options: parameters kept gathered between forward and backward; float32
+    # parameters gathered under bf16 (autocast still computes in bfloat16).
+    for key, strategy, (precision, accumulate, clip, optimizer) in (
+        ("keep_gathered/fp32", FSDP(shard_modules=["Linear"], reshard_after_forward=False), CASES[0]),
+        ("fp32_params/bf16", FSDP(shard_modules=["Linear"], mixed_precision=False), CASES[1]),
+    ):
+        net = model(optimizer)
+        trainer(strategy, precision, accumulate, clip, max_epochs=2).fit(net, DataLoader(data, batch_size=4, shuffle=False))
+        results[key] = {"weights": full(net)}
     # The size rule (no class names): the 16x6 and 1x16 layers hold 112 and 17 parameters.
     net = model("sgd")
     t = trainer(FSDP(min_shard_params=100), "fp32", 1, None, max_epochs=1)
