@@ -239,7 +239,7 @@ def _restore_list(source: str, what: str, targets: list[Any], saved: list[dict[s
                 load(target, entry["state"])
             else:
                 target.load_state_dict(entry["state"])
-        except (ValueError, KeyError, TypeError, RuntimeError) as error:
+        except (ValueError, LookupError, TypeError, RuntimeError) as error:
             raise CheckpointError(
                 f"{source}: its {label} state does not fit this run's {_class_name(target)} "
                 f"({_first_line(error)}). Expected the configure_optimizers of the saved run."
