@@ -393,3 +393,21 @@ def test_manual_optimization_under_fsdp_says_to_use_ddp(monkeypatch):
     trainer = Trainer(strategy=FSDP(), device="cpu", logger=False, enable_progress_bar=False, enable_checkpointing=False)
     with pytest.raises(ValueError, match="runs automatic optimization only.*strategy='ddp' for manual optimization"):
         trainer.fit(GAN(), DataLoader(make_data(8), batch_size=4))
+
+
+def test_tied_weights_are_named_or_left_to_the_root():
+    """A parameter used from outside its FSDP unit (a language model's tied embedding and
+    output layer) would meet a shard: named at setup; the size rule leaves both to the root."""
+
+    class TiedLM(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = torch.nn.Embedding(50, 8)
+            self.body = torch.nn.Linear(8, 8)
+            self.head = torch.nn.Linear(8, 50, bias=False)
+            self.head.weight = self.emb.weight
+
+    model = TiedLM()
+    with pytest.raises(ValueError, match=r"'head.weight' of TiedLM is the same tensor as 'emb.weight' inside the FSDP unit 'emb'"):
+        FSDP(shard_modules=["Embedding"])._units(model)
+    assert FSDP(min_shard_params=50)._units(model) == [model.body]  # emb (400) and head are tied: root

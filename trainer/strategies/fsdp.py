@@ -160,9 +160,10 @@ class FSDP(ProcessGroupStrategy):
                     f"{', '.join(sorted(missing))}. Expected class names among its submodules' "
                     f"({', '.join(sorted({type(m).__name__ for m in module.modules() if m is not module}))})."
                 )
-            return list(reversed(found))  # modules() is outermost first
+            return _untied(module, list(reversed(found)))  # modules() is outermost first
         units: list[torch.nn.Module] = []
         claimed: set[int] = set()
+        tied = _tied_parameters(module)  # used from two places: left to the root unit
 
         def visit(sub: torch.nn.Module) -> None:
             for child in sub.children():
@@ -170,12 +171,14 @@ class FSDP(ProcessGroupStrategy):
             if sub is module:
                 return
             own = [p for p in sub.parameters() if id(p) not in claimed]
+            if any(id(p) in tied for p in own):
+                return
             if sum(p.numel() for p in own) >= self.options["min_shard_params"]:
                 units.append(sub)
                 claimed.update(id(p) for p in own)
 
         visit(module)
-        return units
+        return _untied(module, units)
 
     # ------------------------------------------------ single-file checkpoints (DDP's, one process's)
     def load_module_state(self, module: torch.nn.Module, state: dict[str, Any]) -> None:
@@ -234,6 +237,39 @@ class FSDP(ProcessGroupStrategy):
         if not self._bound:
             return f"FSDP({', '.join(f'{k}={v!r}' for k, v in self.options.items())})"
         return super().__repr__()
+
+
+def _tied_parameters(module: torch.nn.Module) -> set[int]:
+    """Ids of the parameters registered under more than one name (tied weights)."""
+    seen: dict[int, int] = {}
+    for _, parameter in module.named_parameters(remove_duplicate=False):
+        seen[id(parameter)] = seen.get(id(parameter), 0) + 1
+    return {key for key, count in seen.items() if count > 1}
+
+
+def _untied(module: torch.nn.Module, units: list[torch.nn.Module]) -> list[torch.nn.Module]:
+    """`units`, after checking that no parameter of a unit is also used from outside it (tied
+    weights): FSDP frees a unit's gathered parameters after its forward, so the other user
+    would meet a shard. Raises a ValueError that names both places."""
+    paths = {id(m): path for path, m in module.named_modules()}
+    owner: dict[int, torch.nn.Module] = {}
+    for unit in units:
+        for parameter in unit.parameters():
+            owner.setdefault(id(parameter), unit)
+    names = list(module.named_parameters(remove_duplicate=False))
+    inside = {id(p): n for n, p in names if id(p) in owner and n.startswith(paths[id(owner[id(p)])] + ".")}
+    for name, parameter in names:
+        holder = owner.get(id(parameter))
+        if holder is None or name.startswith(paths[id(holder)] + "."):
+            continue
+        raise ValueError(
+            f"FSDP: parameter {name!r} of {type(module).__name__} is the same tensor as "
+            f"{inside.get(id(parameter), '?')!r} inside the FSDP unit {paths[id(holder)]!r} ({type(holder).__name__}), "
+            "so it would be used while that unit holds only its shard (tied weights). Expected both users "
+            "in one unit: list their common parent in shard_modules, or leave both out of the units (the "
+            "root unit holds them)."
+        )
+    return units
 
 
 class _Steps(torch.nn.Module):
