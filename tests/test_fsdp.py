@@ -99,6 +99,15 @@ def test_reshard_after_forward_and_mixed_precision_options(parity):
     assert max_difference(fp32_params, parity[0]["fsdp/bf16"]["weights"]) > 0.0  # bf16 gathering is a real change
 
 
+def test_a_tied_language_model_trains_like_one_process(parity):
+    from tests._ddp_scripts.fsdp_worker import tied
+
+    reference = tied(8, "single")
+    for rank in range(2):
+        assert max_difference(parity[rank]["tied"], reference) <= 1e-6
+    assert torch.equal(parity[0]["tied"]["emb.weight"], parity[0]["tied"]["head.weight"])  # still one tensor
+
+
 def test_size_rule_validation_and_a_sampler_made_before_fit(parity):
     # min_shard_params=100: the 6->16 layer (112 parameters) is a unit, the 16->1 (17) is not
     assert parity[0]["size_rule"]["units"] == ["FSDPLinear:6"]

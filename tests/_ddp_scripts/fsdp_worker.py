@@ -18,7 +18,7 @@ from torch.utils.data.distributed import DistributedSampler
 
 from tests.reference import TinyNet, make_data
 from callbacks import ModelCheckpoint
-from trainer import Callback, Trainer
+from trainer import Callback, Module, Trainer
 from trainer.distributed import FSDP
 from trainer.precision import AMP
 
@@ -45,6 +45,36 @@ class Norms(Callback):
 
     def on_before_optimizer_step(self, trainer: Any, module: Any, optimizer: Any) -> None:
         self.norms.append(float(trainer.precision.gradient_norm(optimizer, list(module.parameters()))))
+
+
+class TiedLM(Module):
+    """A language model whose output layer is its embedding (tied weights)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = torch.nn.Embedding(50, 8)
+        self.body = torch.nn.Linear(8, 8)
+        self.head = torch.nn.Linear(8, 50, bias=False)
+        self.head.weight = self.emb.weight
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        (tokens,) = batch
+        logits = self.head(torch.tanh(self.body(self.emb(tokens[:, :-1]))))
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, 50), tokens[:, 1:].reshape(-1))
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=0.5)
+
+
+def tokens() -> Any:
+    return torch.utils.data.TensorDataset(torch.randint(0, 50, (32, 6), generator=torch.Generator().manual_seed(1)))
+
+
+def tied(global_batch: int, strategy: Any) -> dict[str, torch.Tensor]:
+    torch.manual_seed(0)
+    net = TiedLM()
+    trainer(strategy, "fp32", 1, None, max_epochs=1).fit(net, DataLoader(tokens(), batch_size=global_batch, shuffle=False))
+    return full(net)
 
 
 class Uneven(DistributedSampler):
@@ -100,6 +130,8 @@ def parity(results: dict[str, Any]) -> None:
         net = model(optimizer)
         trainer(strategy, precision, accumulate, clip, max_epochs=2).fit(net, DataLoader(data, batch_size=4, shuffle=False))
         results[key] = {"weights": full(net)}
+    # Tied weights: the size rule leaves the embedding and the output layer to the root
+    results["tied"] = tied(4, FSDP(min_shard_params=50))
     # The size rule (no class names): the 16x6 and 1x16 layers hold 112 and 17 parameters.
     net = model("sgd")
     t = trainer(FSDP(min_shard_params=100), "fp32", 1, None, max_epochs=1)
