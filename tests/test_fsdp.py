@@ -99,6 +99,19 @@ def test_reshard_after_forward_and_mixed_precision_options(parity):
     assert max_difference(fp32_params, parity[0]["fsdp/bf16"]["weights"]) > 0.0  # bf16 gathering is a real change
 
 
+def test_amp_skips_a_step_on_every_rank_when_one_shard_overflows(parity):
+    """The overflowing element's gradient lands in rank 1's shard only; both ranks must still
+    skip the same steps and back off alike (torch's DTensor unscale combines the found-inf
+    flags, and the Trainer's scaler combines them again, so neither rule alone is relied on)."""
+    fsdp = [parity[rank]["overflow/fsdp"] for rank in range(2)]
+    assert fsdp[0]["skipped"] >= 2 and fsdp[0]["scale"] <= 256.0  # it did overflow and back off
+    assert (fsdp[0]["skipped"], fsdp[0]["scale"], fsdp[0]["global_step"]) == (fsdp[1]["skipped"], fsdp[1]["scale"], fsdp[1]["global_step"])
+    assert max_difference(fsdp[0]["weights"], fsdp[1]["weights"]) == 0.0
+    # DDP pre-divides gradients before summing them and FSDP divides after, so at the float32
+    # limit FSDP overflows at one more scale (3 skips against DDP's 2): same rule, one step apart.
+    assert parity[0]["overflow/ddp"]["skipped"] == 2 and fsdp[0]["skipped"] == 3
+
+
 def test_a_tied_language_model_trains_like_one_process(parity):
     from tests._ddp_scripts.fsdp_worker import tied
 

@@ -77,6 +77,21 @@ def tied(global_batch: int, strategy: Any) -> dict[str, torch.Tensor]:
     return full(net)
 
 
+class Overflowing(TinyNet):
+    """Under amp, one element of `probe` gets a gradient of 1e36 x scale, beyond float32
+    until the scale has backed off a few times. Sharded, that element lives on rank 1 only,
+    so the ranks must combine their found-inf flags to skip the same steps (float32
+    parameters, as under DDP: `mixed_precision=False`)."""
+
+    def __init__(self) -> None:
+        super().__init__(dropout=0.0, optimizer="adam", lr=0.01)
+        self.probe = torch.nn.Parameter(torch.zeros(4))
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        loss = super().training_step(batch, batch_idx)
+        return loss + (self.probe * torch.tensor([0.0, 0.0, 0.0, 1e36])).sum()
+
+
 class Uneven(DistributedSampler):
     """Rank 0 reads 3 samples, rank 1 reads 7."""
 
@@ -130,6 +145,15 @@ def parity(results: dict[str, Any]) -> None:
         net = model(optimizer)
         trainer(strategy, precision, accumulate, clip, max_epochs=2).fit(net, DataLoader(data, batch_size=4, shuffle=False))
         results[key] = {"weights": full(net)}
+    # amp: an overflow in one rank's shard only
+    for name in ("fsdp", "ddp"):
+        torch.manual_seed(0)
+        net = Overflowing()
+        strategy = FSDP(shard_modules=["Linear"], mixed_precision=False) if name == "fsdp" else "ddp"
+        t = trainer(strategy, "amp", 1, None, max_epochs=2)
+        t.fit(net, DataLoader(data, batch_size=4, shuffle=False))
+        results[f"overflow/{name}"] = {"weights": full(net), "scale": float(t.precision.scaler.get_scale()),
+                                       "skipped": t.state.skipped_steps, "global_step": t.global_step}
     # Tied weights: the size rule leaves the embedding and the output layer to the root
     results["tied"] = tied(4, FSDP(min_shard_params=50))
     # The size rule (no class names): the 16x6 and 1x16 layers hold 112 and 17 parameters.

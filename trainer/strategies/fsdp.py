@@ -70,6 +70,13 @@ class FSDP(ProcessGroupStrategy):
                 between uses (FSDP2's `CPUOffloadPolicy`; CUDA devices only).
         """
         self._check_available()
+        from torch.distributed import fsdp
+
+        if not hasattr(fsdp, "fully_shard"):  # public since torch 2.6
+            raise ValueError(
+                f"Trainer(strategy='fsdp') uses FSDP2 (torch.distributed.fsdp.fully_shard), public since torch "
+                f"2.6. Received: torch {torch.__version__}. Upgrade torch, or use strategy='ddp'."
+            )
         if isinstance(shard_modules, str):
             raise ValueError(
                 f"FSDP(shard_modules=...) expected a list of class names. Received the string "
@@ -291,7 +298,8 @@ class _Steps(torch.nn.Module):
 
 class _ShardedGradScaler(torch.amp.GradScaler):
     """A GradScaler for sharded gradients: each rank checks its own shards for inf/nan, then
-    the ranks combine their flags, so they all skip (and back off) on the same steps."""
+    the ranks combine their flags, so they all skip (and back off) on the same steps.
+    (torch 2.13's DTensor unscale already combines them; this does not rely on that.)"""
 
     combines_ranks = True
 
