@@ -63,11 +63,7 @@ def test_unknown_compile_options_are_refused():
         Trainer(compile={"modes": "max-autotune"})
 
 
-@pytest.mark.slow
-def test_compile_under_ddp_equals_a_compiled_ddp_module(tmp_path: Path):
-    """compile=True with strategy='ddp' (2 Gloo processes): the step runs inside DDP's
-    forward, so dynamo splits the compiled graph at DDP's buckets exactly as it does for
-    `torch.compile(DistributedDataParallel(model))`; the weights are equal."""
+def _torchrun_compile_worker(out: Path, *extra: str) -> None:
     import os
     import subprocess
     import sys
@@ -76,9 +72,28 @@ def test_compile_under_ddp_equals_a_compiled_ddp_module(tmp_path: Path):
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
     env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(root))
     worker = root / "tests" / "_ddp_scripts" / "compile_worker.py"
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(worker), str(tmp_path)]
-    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(worker), str(out), *extra]
+    done = subprocess.run(command, cwd=out, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-5000:]
+
+
+@pytest.mark.slow
+def test_compile_under_fsdp_equals_eager_fsdp(tmp_path: Path):
+    """compile=True with strategy=FSDP (2 Gloo processes): the module is compiled before it is
+    sharded; the weights equal the eager FSDP run's."""
+    _torchrun_compile_worker(tmp_path, "fsdp")
+    for rank in range(2):
+        result = torch.load(tmp_path / f"fsdp_rank{rank}.pt", weights_only=True)
+        for key, value in result["eager"].items():
+            assert torch.equal(result["compiled"][key], value), (rank, key)
+
+
+@pytest.mark.slow
+def test_compile_under_ddp_equals_a_compiled_ddp_module(tmp_path: Path):
+    """compile=True with strategy='ddp' (2 Gloo processes): the step runs inside DDP's
+    forward, so dynamo splits the compiled graph at DDP's buckets exactly as it does for
+    `torch.compile(DistributedDataParallel(model))`; the weights are equal."""
+    _torchrun_compile_worker(tmp_path)
     for rank in range(2):
         result = torch.load(tmp_path / f"compile_rank{rank}.pt", weights_only=True)
         assert result["steps"] == 8

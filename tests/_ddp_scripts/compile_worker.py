@@ -29,8 +29,26 @@ class Net(TinyNet):
         return torch.nn.functional.mse_loss(self(x).float(), y)
 
 
+def fsdp(out: Path) -> None:
+    """compile=True under FSDP against the same FSDP run eager."""
+    from trainer.distributed import FSDP
+
+    results: dict[str, Any] = {}
+    for compile in (False, True):
+        torch.manual_seed(0)
+        net = Net(dropout=0.0)
+        trainer = Trainer(strategy=FSDP(shard_modules=["Linear"]), device="cpu", compile=compile, max_epochs=2,
+                          logger=False, enable_progress_bar=False, enable_checkpointing=False)
+        trainer.fit(net, DataLoader(make_data(32), batch_size=4, shuffle=False))
+        results["compiled" if compile else "eager"] = {k: v.full_tensor() for k, v in net.state_dict().items()}
+    torch.save(results, out / f"fsdp_rank{os.environ['RANK']}.pt")
+
+
 def main() -> None:
     out = Path(sys.argv[1])
+    if sys.argv[2:] == ["fsdp"]:
+        fsdp(out)
+        return
     data = make_data(32)
     torch.manual_seed(0)
     model = Net(dropout=0.0)
