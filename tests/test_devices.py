@@ -5,6 +5,7 @@ under torchrun nothing changes."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -61,7 +62,8 @@ def test_a_failing_rank_ends_the_job_with_an_error(tmp_path):
     done = _run([sys.executable, str(WORKER), str(tmp_path), "fail", "1"], tmp_path)  # bounded by the timeout
     assert done.returncode != 0
     assert "rank 1 fails on purpose" in done.stderr
-    assert "devices=N: rank 1 (exit code 1) failed" in done.stderr
+    # its exit code is 1, or -6 when Gloo aborts it as rank 0 tears down the group first
+    assert re.search(r"devices=N: rank 1 \(exit code (1|-6)\) failed", done.stderr), done.stderr[-2000:]
 
 
 def test_devices_without_a_script_says_what_to_do(tmp_path):
