@@ -17,7 +17,8 @@ __all__ = ["LearningRateMonitor"]
 
 
 class LearningRateMonitor(Callback):
-    """Writes `lr-epoch/groupN` (and `momentum-epoch/groupN`) at the start of every training epoch.
+    """Writes `lr-epoch/groupN` (and `momentum-epoch/groupN`) at the start of every training epoch;
+    with several optimizers, optimizer K > 0 writes `lr-epoch/optK/groupN`.
 
     Values go to the Trainer's logger at `global_step` and are kept in `self.records`
     (one dict per epoch), so they are available with `logger=False` too.
@@ -60,16 +61,17 @@ class LearningRateMonitor(Callback):
             self._record(trainer, "step", {"step": float(trainer.global_step)})
 
     def _record(self, trainer: Any, interval: str, where: dict[str, float]) -> None:
-        optimizer = trainer.optimizer
-        if optimizer is None:
+        if not trainer.optimizers:
             return
         values: dict[str, float] = {}
-        for i, group in enumerate(optimizer.param_groups):
-            values[f"lr-{interval}/group{i}"] = _number(group["lr"])
-            if self.log_momentum:
-                momentum = group.get("momentum", (group.get("betas") or (None,))[0])
-                if momentum is not None:
-                    values[f"momentum-{interval}/group{i}"] = _number(momentum)
+        for k, optimizer in enumerate(trainer.optimizers):  # optimizer k > 0: `.../optK/groupN`
+            prefix = f"opt{k}/" if k else ""
+            for i, group in enumerate(optimizer.param_groups):
+                values[f"lr-{interval}/{prefix}group{i}"] = _number(group["lr"])
+                if self.log_momentum:
+                    momentum = group.get("momentum", (group.get("betas") or (None,))[0])
+                    if momentum is not None:
+                        values[f"momentum-{interval}/{prefix}group{i}"] = _number(momentum)
         self.records.append({**where, **values})
         if trainer.logger is not None:
             trainer.logger.log_metrics(values, step=trainer.global_step)

@@ -118,3 +118,31 @@ def test_lr_monitor_logging_interval_step(tmp_path: Path):
     assert [r["lr-step/group0"] for r in monitor.records] == pytest.approx([0.05, 0.025, 0.0125])
     with pytest.raises(ValueError, match="logging_interval"):
         callbacks.LearningRateMonitor(logging_interval="batch")
+
+
+def test_every_optimizers_learning_rate_is_logged(tmp_path):
+    """Manual optimization with two optimizers: the automatic logging and LearningRateMonitor
+    record the second one too (`train/lr-opt1-group0`, `lr-step/opt1/group0`)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from callbacks import LearningRateMonitor
+    from tests._gan import GAN, make_points, points_loader
+
+    class TwoRates(GAN):
+        def configure_optimizers(self):
+            optimizers, schedulers = super().configure_optimizers()
+            for group in optimizers[1].param_groups:
+                group["lr"] = group["initial_lr"] = 1e-3
+            return optimizers, schedulers
+
+    torch.manual_seed(0)
+    monitor = LearningRateMonitor(logging_interval="step")
+    trainer = Trainer(max_epochs=1, root_dir=tmp_path, log_every_n_steps=2, enable_progress_bar=False,
+                      enable_checkpointing=False, num_sanity_val_steps=0, callbacks=[monitor])
+    trainer.fit(TwoRates(), points_loader(make_points(16)))
+    assert monitor.records[0]["lr-step/group0"] == pytest.approx(2e-3)
+    assert monitor.records[0]["lr-step/opt1/group0"] == pytest.approx(1e-3)
+    events = EventAccumulator(str(trainer.log_dir))
+    events.Reload()
+    assert events.Scalars("train/lr-group0")[0].value == pytest.approx(2e-3)
+    assert events.Scalars("train/lr-opt1-group0")[0].value == pytest.approx(1e-3)

@@ -33,7 +33,7 @@ __all__ = ["MetricStore", "to_floats", "EPOCH_SUFFIX", "STEP_SUFFIX", "AUTOMATIC
 _REDUCTIONS = ("mean", "sum", "max", "min")
 EPOCH_SUFFIX = "_epoch"
 STEP_SUFFIX = "_step"
-# Written by the Trainer at every logging step (plus `train/lr-groupN`).
+# Written by the Trainer at every logging step (plus `train/lr-groupN`, `train/lr-optK-groupN`).
 AUTOMATIC = (
     "train/loss", "train/grad_norm", "train/loss_scale", "train/skipped_steps",
     "train/steps_per_sec", "train/samples_per_sec",
@@ -41,7 +41,7 @@ AUTOMATIC = (
 
 
 def _written_per_step(name: str) -> bool:
-    return name in AUTOMATIC or name.startswith("train/lr-group")
+    return name in AUTOMATIC or name.startswith(("train/lr-group", "train/lr-opt"))
 
 
 def _as_tensor(name: str, value: Any) -> torch.Tensor:

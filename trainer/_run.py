@@ -160,10 +160,10 @@ class RunIO:
         automatic: dict[str, float] = {}
         if scale is not None or trainer.args.nonfinite_loss == "skip":
             automatic["train/skipped_steps"] = float(trainer.state.skipped_steps)
-        if trainer.optimizer is not None:
-            for i, group in enumerate(trainer.optimizer.param_groups):
+        for k, optimizer in enumerate(trainer.optimizers):  # optimizer k > 0 (manual optimization): lr-optK-groupN
+            for i, group in enumerate(optimizer.param_groups):
                 lr = group["lr"]
-                automatic[f"train/lr-group{i}"] = float(lr.item() if isinstance(lr, torch.Tensor) else lr)
+                automatic[f"train/lr-{f'opt{k}-' if k else ''}group{i}"] = float(lr.item() if isinstance(lr, torch.Tensor) else lr)
         now = time.perf_counter()
         if self._last_log_time is not None and now > self._last_log_time:
             elapsed = now - self._last_log_time
