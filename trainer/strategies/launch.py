@@ -6,6 +6,12 @@ uses to start its workers) with torchrun's environment (RANK, LOCAL_RANK, WORLD_
 MASTER_ADDR, MASTER_PORT). Each of them builds the same Trainer, finds that environment
 and, like a process torchrun started, joins the group. Under torchrun (or an initialised
 process group) nothing is started. See docs/distributed.md ("devices=N").
+
+Ending together: rank 0 waits for the others when it exits (bounded) and ends them at once
+when it exits on an uncaught exception (they would wait for it in a collective); the others
+are started in their own session (torch's choice), so on Linux each asks the kernel to end
+it should rank 0 die without running its exit handlers (SIGKILL, a crash). The signal
+handlers torch's launcher installs in its caller are put back as they were.
 """
 
 from __future__ import annotations
@@ -13,10 +19,13 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import shutil
+import signal
 import socket
 import sys
+import tempfile
 import time
-from typing import Any
+from typing import Any, Callable, Union
 
 from trainer.strategies.base import launched_by_torchrun
 
@@ -26,15 +35,29 @@ log = logging.getLogger("trainer")
 
 #: How long rank 0, at exit, waits for the other ranks to finish before ending them.
 EXIT_WAIT_S = 120.0
+#: The same when rank 0 exits on an uncaught exception: the others are then usually stuck
+#: in a collective waiting for it, so they get a short while to end by themselves.
+FAILED_WAIT_S = 5.0
+#: Set in the other ranks' environment: the pid of rank 0, which started them.
+PARENT_ENV = "TRAINER_LAUNCHER_PID"
+#: What torch's launcher installs handlers for in its caller (TORCHELASTIC_SIGNALS_TO_HANDLE).
+_TORCH_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
+
+_Handler = Union[Callable[[int, Any], Any], int, None]
 
 
 def launch_processes(devices: int, strategy: Any = "auto") -> None:
     """Start ranks 1..`devices`-1 unless this process already is one of several.
 
+    Args:
+        devices: the number of processes on this machine (`Trainer(devices=...)`).
+        strategy: `Trainer(strategy=...)`, checked against `devices` only.
+
     Raises:
         ValueError: strategy 'single' with several devices, under torchrun with another
             world size, or when there is no script to run again (a notebook, `python -c`),
             before anything is started.
+        RuntimeError: in a rank that a devices=N rank 0 started, when rank 0 is already gone.
     """
     if devices <= 1:
         return
@@ -53,6 +76,8 @@ def launch_processes(devices: int, strategy: Any = "auto") -> None:
                 f"to match: devices={world} (or leave it out: torchrun already decides), or launch with "
                 f"--nproc_per_node={devices}."
             )
+        if os.environ.get(PARENT_ENV, "").isdigit():  # one of the ranks a devices=N rank 0 started
+            _end_with_parent(int(os.environ[PARENT_ENV]))
         return
     if not dist.is_available():
         raise ValueError(f"Trainer(devices={devices}) needs torch.distributed, which this PyTorch build lacks.")
@@ -68,15 +93,25 @@ def launch_processes(devices: int, strategy: Any = "auto") -> None:
         "TORCHELASTIC_RUN_ID": f"trainer-{os.getpid()}",
     }
     others = range(1, devices)
-    context = start_processes(
-        name="trainer",
-        entrypoint=command[0],
-        args={index: tuple(command[1:]) for index, _ in enumerate(others)},
-        envs={index: {**common, "RANK": str(rank), "LOCAL_RANK": str(rank)} for index, rank in enumerate(others)},
-        logs_specs=DefaultLogsSpecs(redirects=Std.NONE, tee=Std.NONE),  # their output goes to this terminal
-    )
+    handlers = _signal_handlers()  # empty outside the main thread
+    # The kernel's "parent died" signal follows the starting thread: only the main one lives as long as rank 0.
+    child = {**common, PARENT_ENV: str(os.getpid())} if handlers else common
+    logs = tempfile.mkdtemp(prefix="trainer-devices-")  # torch's per-rank folders (error.json); removed at exit
+    try:
+        context = start_processes(
+            name="trainer",
+            entrypoint=command[0],
+            args={index: tuple(command[1:]) for index, _ in enumerate(others)},
+            envs={index: {**child, "RANK": str(rank), "LOCAL_RANK": str(rank)} for index, rank in enumerate(others)},
+            logs_specs=DefaultLogsSpecs(log_dir=logs, redirects=Std.NONE, tee=Std.NONE),  # output: this terminal
+        )
+    except BaseException:
+        shutil.rmtree(logs, ignore_errors=True)
+        raise
+    finally:
+        _restore_signal_handlers(handlers)  # torch's raise SignalException (Ctrl-C would not be KeyboardInterrupt)
     os.environ.update(common, RANK="0", LOCAL_RANK="0")
-    atexit.register(_finish, context)
+    atexit.register(_finish, context, logs)
     log.info("devices=%d: this process is rank 0; started ranks 1..%d (%s).", devices, devices - 1, " ".join(command))
 
 
@@ -111,16 +146,82 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def _finish(context: Any) -> None:
-    """At rank 0's exit: wait (bounded) for the other ranks, end any that are left, and say
-    which failed."""
-    deadline = time.monotonic() + EXIT_WAIT_S
+def _signal_handlers() -> dict[signal.Signals, _Handler]:
+    """This process's handlers for the signals torch's launcher takes over (main thread only:
+    elsewhere torch does not touch them)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    names = (name for name in _TORCH_SIGNALS if hasattr(signal, name))
+    return {sig: signal.getsignal(sig) for sig in (signal.Signals[name] for name in names)}
+
+
+def _restore_signal_handlers(handlers: dict[signal.Signals, _Handler]) -> None:
+    for sig, handler in handlers.items():
+        if handler is not None:  # None: installed outside Python, cannot be put back
+            signal.signal(sig, handler)
+
+
+def _end_with_parent(parent: int) -> None:
+    """In a rank that rank 0 started: have the kernel end this process when rank 0 dies
+    (Linux), so a rank 0 killed without running its exit handlers leaves nothing behind.
+
+    Raises:
+        RuntimeError: rank 0 is already gone (there is no group left to join).
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGKILL))
+    except (OSError, AttributeError):  # no prctl: rank 0's exit handlers still end this process
+        return
+    if os.getppid() != parent:
+        raise RuntimeError(
+            f"devices=N: rank 0 (pid {parent}), which started this process (rank {os.environ.get('RANK')}), "
+            "has already exited, so there is no group to join. Expected rank 0 to still be running: its output "
+            "above says why it stopped."
+        )
+
+
+def _exiting_on_error() -> bool:
+    """True at exit when the program ends on an uncaught exception (Python sets
+    `sys.last_value` when it prints the traceback, before running the exit handlers)."""
+    return getattr(sys, "last_value", None) is not None
+
+
+def _finish(context: Any, logs: str) -> None:
+    """At rank 0's exit: wait (bounded) for the other ranks, end any that are left, say
+    which failed, and remove torch's log folder. When rank 0 itself failed, the others are
+    ended after a few seconds."""
+    try:
+        _wait_and_end(context)
+    finally:
+        shutil.rmtree(logs, ignore_errors=True)
+
+
+def _wait_and_end(context: Any) -> None:
+    failed_here = _exiting_on_error()
+    wait_s = FAILED_WAIT_S if failed_here else EXIT_WAIT_S
+    deadline = time.monotonic() + wait_s
     result = None
-    while result is None and time.monotonic() < deadline:
-        result = context.wait(timeout=1.0, period=0.2)
-    if result is None:
+    try:
+        while result is None and time.monotonic() < deadline:
+            result = context.wait(timeout=1.0, period=0.2)
+    except KeyboardInterrupt:  # Ctrl-C while waiting: end them now
+        log.error("devices=N: interrupted while waiting for ranks 1..; ending them.")
+        context.close(death_sig=signal.SIGKILL)
+        return
+    if result is None and failed_here:
+        log.error("devices=N: rank 0 failed (its error is printed above); ending ranks 1.. .")
+    elif result is None:
         log.error("devices=N: ranks 1.. did not finish within %.0f s of rank 0's exit; ending them.", EXIT_WAIT_S)
     elif result.is_failed():
         failed = ", ".join(f"rank {index + 1} (exit code {failure.exitcode})" for index, failure in result.failures.items())
         log.error("devices=N: %s failed; its error is printed above.", failed)
-    context.close()
+    # A rank stuck in a collective only notes SIGTERM (the Trainer stops at a step boundary)
+    # and is killed after the grace period; once rank 0 has failed there is nothing to wait for.
+    context.close(death_sig=signal.SIGKILL if failed_here else signal.SIGTERM)

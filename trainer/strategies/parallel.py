@@ -8,6 +8,7 @@ import atexit
 import datetime
 import logging
 import os
+import sys
 from typing import Any
 
 import torch
@@ -112,7 +113,7 @@ class ProcessGroupStrategy(Strategy):
         if not (self._created_group and dist.is_initialized()):
             return
         self._created_group = False
-        if self._failed:
+        if self._failed or getattr(sys, "last_value", None) is not None:  # or exiting on an uncaught exception
             # This rank failed; a peer may be waiting for it inside a collective (DDP's
             # all-reduce) that will never complete. Meeting it would hang (a Gloo
             # monitored_barrier bounds only rank 0's wait), so release the group at once:
