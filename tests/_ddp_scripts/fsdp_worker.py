@@ -247,8 +247,9 @@ def save_loop(results: dict[str, Any], out: Path) -> None:
             for parameter in net.parameters():
                 parameter.fill_(float(number))  # every save holds one number throughout
         t.save_checkpoint(target)
-        if RANK == 0:
-            (out / "saved.txt").write_text(str(number))
+        if RANK == 0:  # atomically: the kill may land while this is written
+            (out / "saved.tmp").write_text(str(number))
+            os.replace(out / "saved.tmp", out / "saved.txt")
 
 
 def from_file(results: dict[str, Any], out: Path) -> None:
