@@ -421,13 +421,7 @@ def test_tied_weights_are_named_or_left_to_the_root():
     """A parameter used from outside its FSDP unit (a language model's tied embedding and
     output layer) would meet a shard: named at setup; the size rule leaves both to the root."""
 
-    class TiedLM(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.emb = torch.nn.Embedding(50, 8)
-            self.body = torch.nn.Linear(8, 8)
-            self.head = torch.nn.Linear(8, 50, bias=False)
-            self.head.weight = self.emb.weight
+    from tests._ddp_scripts.fsdp_worker import TiedLM
 
     model = TiedLM()
     with pytest.raises(ValueError, match=r"'head.weight' of TiedLM is the same tensor as 'emb.weight' inside the FSDP unit 'emb'"):

@@ -27,7 +27,7 @@ import torch
 
 from trainer.module import step_caller
 from trainer.strategies.base import _NO_SYNC
-from trainer.strategies.parallel import ProcessGroupStrategy
+from trainer.strategies.parallel import ProcessGroupStrategy, unequal_counts
 
 __all__ = ["FSDP"]
 
@@ -217,8 +217,8 @@ class FSDP(ProcessGroupStrategy):
         """Each evaluation step gathers parameters from every rank, so a rank with fewer
         batches would leave the others waiting: one clear error on every rank instead."""
         counts = self.all_gather_object(batches)
-        if None not in counts and len(set(counts)) > 1:
-            shown = ", ".join(f"rank {r}: {c}" for r, c in enumerate(counts))
+        shown = unequal_counts(counts) if None not in counts else None  # no len(): nothing to compare
+        if shown is not None:
             raise ValueError(
                 f"The {stage} loader yields a different number of batches on each rank ({shown}). Under FSDP "
                 "every step gathers parameters from all ranks, so they must run the same number of steps. "

@@ -16,7 +16,7 @@ import torch
 from trainer.strategies.base import Reductions, Strategy, launched_by_torchrun
 from trainer.strategies.sampler import _with_distributed_sampler
 
-__all__ = ["ProcessGroupStrategy"]
+__all__ = ["ProcessGroupStrategy", "unequal_counts"]
 
 log = logging.getLogger("trainer")
 
@@ -151,9 +151,8 @@ class ProcessGroupStrategy(Strategy):
         all-reduce for it: a hang. Loaders without len() agree window by window instead
         (`fewest`).
         """
-        counts = self.all_gather_object(batches)
-        if len(set(counts)) > 1:
-            shown = ", ".join(f"rank {r}: {'unknown (no len())' if c is None else c}" for r, c in enumerate(counts))
+        shown = unequal_counts(self.all_gather_object(batches))
+        if shown is not None:
             raise ValueError(
                 f"The training loader yields a different number of batches on each rank ({shown}), so the "
                 "ranks would wait for each other forever. Expected the same number on every rank: give "
@@ -239,3 +238,10 @@ class ProcessGroupStrategy(Strategy):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(rank={self.rank}, world_size={self.world_size}, device={self.device})"
+
+
+def unequal_counts(counts: list[int | None]) -> str | None:
+    """`"rank 0: 3, rank 1: 7"` when the ranks' batch counts differ, else None."""
+    if len(set(counts)) <= 1:
+        return None
+    return ", ".join(f"rank {r}: {'unknown (no len())' if c is None else c}" for r, c in enumerate(counts))
