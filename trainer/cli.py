@@ -164,7 +164,7 @@ def _run(argv: list[str]) -> int:
         return _print_help(config, overrides, helps)
     args.config = config
     stage = args.command
-    if args.ckpt_path not in (None, "last", "best") and not Path(args.ckpt_path).exists():
+    if args.ckpt_path not in (None, "last") and not Path(args.ckpt_path).exists():
         raise ConfigError([Problem("--ckpt_path", f"{args.ckpt_path!r} does not exist. Expected a checkpoint file "
                                    "(or an FSDP run's folder) written by the trainer, or 'last' for the newest under root_dir.")])
     output = getattr(args, "output", None)
