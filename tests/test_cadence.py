@@ -1,7 +1,8 @@
 """Lightning's validation cadence and limits (val_check_interval, check_val_every_n_epoch,
-num_sanity_val_steps, limit_*_batches, fast_dev_run, min/max epochs, steps and time), with
-our guarantee on top: validation never moves the training's random streams, so it changes
-no weight, and a run stopped right after a mid-epoch validation resumes exactly."""
+num_sanity_val_steps, limit_*_batches, fast_dev_run, min/max epochs, steps and time), and
+exact resume around validation: a run stopped during or right after a validation resumes to
+the weights of one that never stopped (with validation drawing from the random streams, the
+default, and with `isolate_validation_rng=True`)."""
 
 from __future__ import annotations
 
@@ -57,8 +58,9 @@ def fit(epochs: int = 2, val: bool = True, **kwargs: Any) -> tuple[Counting, Tra
 
 
 @pytest.mark.parametrize("precision", ["fp32", "amp"])
-def test_validation_changes_no_weight(precision):
-    with_val, _ = fit(precision=precision, val_check_interval=3, num_sanity_val_steps=2, limit_val_batches=0.5)
+def test_isolated_validation_changes_no_weight(precision):
+    with_val, _ = fit(precision=precision, val_check_interval=3, num_sanity_val_steps=2, limit_val_batches=0.5,
+                      isolate_validation_rng=True)
     without, _ = fit(precision=precision, val=False)
     assert_same_weights(with_val, without)
     assert with_val.validated_at == [(0, 3), (0, 6), (0, 9), (1, 13), (1, 16), (1, 19)]
@@ -172,19 +174,20 @@ class StopAfterValidation(Callback):
             raise KeyboardInterrupt
 
 
-def test_resume_right_after_a_mid_epoch_validation_is_exact(tmp_path: Path):
-    reference, ref_trainer = fit(epochs=2, val_check_interval=3)
+@pytest.mark.parametrize("isolate", [False, True], ids=["shared-rng", "isolated-rng"])
+def test_resume_right_after_a_mid_epoch_validation_is_exact(tmp_path: Path, isolate: bool):
+    reference, ref_trainer = fit(epochs=2, val_check_interval=3, isolate_validation_rng=isolate)
 
     torch.manual_seed(0)
     model = Counting()
     torch.manual_seed(1)
     first = Trainer(max_epochs=2, val_check_interval=3, callbacks=[StopAfterValidation(6)], root_dir=tmp_path,
-                    logger=False, enable_progress_bar=False)
+                    logger=False, enable_progress_bar=False, isolate_validation_rng=isolate)
     with pytest.raises(KeyboardInterrupt):
         first.fit(model, train_loader(), val_loader())
     torch.manual_seed(42)  # the checkpoint's random streams must win
     resumed = Counting()
-    second = Trainer(max_epochs=2, val_check_interval=3, **QUIET)
+    second = Trainer(max_epochs=2, val_check_interval=3, isolate_validation_rng=isolate, **QUIET)
     second.fit(resumed, train_loader(), val_loader(), ckpt_path=first.log_dir / "last.ckpt")
     assert_same_weights(reference, resumed)
     assert resumed.validated_at == [(0, 9), (1, 13), (1, 16), (1, 19)]  # not 6 again
@@ -209,10 +212,12 @@ def test_ckpt_path_best_and_the_resume_message(tmp_path: Path, caplog):
         Trainer(**QUIET).fit(Counting(), train_loader(), ckpt_path="best")
 
 
+@pytest.mark.parametrize("isolate", [False, True], ids=["shared-rng", "isolated-rng"])
 @pytest.mark.parametrize("where", ["epoch-end", "mid-epoch"])
-def test_ctrl_c_during_validation_resumes_exactly(tmp_path: Path, where: str):
-    """issue 15: an interrupt inside validation leaves a clean cut (validation's random draws
-    are rolled back), and resuming re-runs that validation without shifting anything."""
+def test_ctrl_c_during_validation_resumes_exactly(tmp_path: Path, where: str, isolate: bool):
+    """An interrupt inside validation leaves a clean cut (the checkpoint holds the random
+    state the validation began with), and resuming runs that validation again, so its random
+    draws happen exactly once."""
     interval, at_step = (5, 15) if where == "mid-epoch" else (None, 10)
 
     class CtrlC(Callback):
@@ -220,22 +225,23 @@ def test_ctrl_c_during_validation_resumes_exactly(tmp_path: Path, where: str):
             if trainer.global_step == at_step and batch_idx == 1 and not trainer.sanity_checking:
                 raise KeyboardInterrupt
 
-    reference, ref_trainer = fit(epochs=2, val_check_interval=interval)
+    reference, ref_trainer = fit(epochs=2, val_check_interval=interval, isolate_validation_rng=isolate)
     torch.manual_seed(0)
     model = Counting()
     torch.manual_seed(1)
     first = Trainer(max_epochs=2, val_check_interval=interval, callbacks=[CtrlC()], root_dir=tmp_path, logger=False,
-                    enable_progress_bar=False)
+                    enable_progress_bar=False, isolate_validation_rng=isolate)
     with pytest.raises(KeyboardInterrupt):
         first.fit(model, train_loader(), val_loader())
     import warnings
 
     resumed = Counting()
-    second = Trainer(max_epochs=2, val_check_interval=interval, **QUIET)
+    second = Trainer(max_epochs=2, val_check_interval=interval, isolate_validation_rng=isolate, **QUIET)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a clean cut: no "not bit-identical" warning
         second.fit(resumed, train_loader(), val_loader(), ckpt_path=first.log_dir / "last.ckpt")
     assert_same_weights(reference, resumed)
+    assert resumed.validated_at[0][1] == at_step  # the interrupted validation ran again, once
     assert second.callback_metrics["val/loss"] == ref_trainer.callback_metrics["val/loss"]
 
 

@@ -174,15 +174,20 @@ def reference_weights(seed: int, epochs: int, hidden: int = 6) -> dict[str, torc
     data = RandomData(batch_size=8)
     model = TinyClassifier(hidden=hidden)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    loader = data.train_dataloader()
+    loader, val_loader = data.train_dataloader(), data.val_dataloader()
     for _ in range(epochs):
+        model.train()
         for x, y in loader:
             loss = F.cross_entropy(model(x).float(), y)
             loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-        # No validation here: the Trainer's validation leaves the training's random streams
-        # untouched (README), so its weights equal this loop's with or without it.
+        # The epoch's evaluation, as the user's loop runs it: iterating its DataLoader draws
+        # from torch's generator, and the Trainer's validation draws alike.
+        model.eval()
+        with torch.no_grad():
+            for x, _ in val_loader:
+                model(x)
     return model.state_dict()
 
 

@@ -45,6 +45,11 @@ class TrainerArgs(BaseModel):
     )
     check_val_every_n_epoch: int | None = Field(1, ge=1, description="validate in every n-th epoch; None: count val_check_interval over the run")
     num_sanity_val_steps: int = Field(2, ge=-1, description="validation batches run before training (-1: all)")
+    isolate_validation_rng: bool = Field(
+        False,
+        description="True: validation inside fit restores every random stream afterwards, so validating never "
+        "changes training (not a hand-written loop's weights); False: it draws from them as such a loop does",
+    )
     limit_train_batches: Annotated[int, Field(ge=0)] | Annotated[float, Field(ge=0, le=1)] | None = None
     limit_val_batches: Annotated[int, Field(ge=0)] | Annotated[float, Field(ge=0, le=1)] | None = None
     limit_test_batches: Annotated[int, Field(ge=0)] | Annotated[float, Field(ge=0, le=1)] | None = None

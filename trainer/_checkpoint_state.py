@@ -93,7 +93,7 @@ def collect_state(trainer: Any, *, allow_partial: bool = False, target: Any = No
         ],
         "precision": {"name": trainer.precision.name, "state": trainer.precision.state_dict()},
         "loop": trainer.state.state_dict(),
-        "rng": strategy.all_gather_object(rng_state()),
+        "rng": strategy.all_gather_object(_rng_to_save(loop)),
         "data": strategy.all_gather_object(trainer._io.data_order.state_dict()),
         "cut": {"clean": problem is None, "reason": problem},
         "callbacks": {
@@ -108,6 +108,13 @@ def collect_state(trainer: Any, *, allow_partial: bool = False, target: Any = No
         state["datamodule"] = datamodule.state_dict()
     trainer._dispatch.call("on_save_checkpoint", trainer, module, state)
     return plain_state(state, target)
+
+
+def _rng_to_save(loop: Any) -> dict[str, Any]:
+    """The random state a resume must start from: during a validation inside fit, the one it
+    began with (the resume runs that validation again); otherwise the current one."""
+    pending = loop.rng_for_checkpoint() if loop is not None else None
+    return pending if pending is not None else rng_state()
 
 
 def collect_weights(trainer: Any, target: Any = None) -> dict[str, Any]:

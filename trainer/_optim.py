@@ -211,6 +211,10 @@ class LoopState:
     batches_before_epoch: int = 0  # training batches of the finished epochs (val_check_interval)
     elapsed: float = 0.0  # seconds of training so far, over resumes (max_time)
     stop_requested: bool = False
+    # A validation inside fit that began and has not reached on_validation_end: a resume runs
+    # it again, from the random state it began with (so its draws happen exactly once).
+    validation_pending: bool = False
+    epoch_end_validated: bool = False  # this epoch's end-of-epoch validation already ran
     clock_start: float | None = dataclasses.field(default=None, repr=False)  # set while fit runs
 
     def start_clock(self) -> None:
@@ -231,6 +235,8 @@ class LoopState:
             "skipped_steps": self.skipped_steps,
             "batches_before_epoch": self.batches_before_epoch,
             "elapsed": self.elapsed_now(),
+            "validation_pending": self.validation_pending,
+            "epoch_end_validated": self.epoch_end_validated,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -240,4 +246,6 @@ class LoopState:
         self.skipped_steps = int(state.get("skipped_steps", 0))
         self.batches_before_epoch = int(state.get("batches_before_epoch", 0))
         self.elapsed = float(state.get("elapsed", 0.0))
+        self.validation_pending = bool(state.get("validation_pending", False))
+        self.epoch_end_validated = bool(state.get("epoch_end_validated", False))
         self.stop_requested = False

@@ -80,6 +80,7 @@ class Trainer(TrainerProperties):
         val_check_interval: int | float | None = None,
         check_val_every_n_epoch: int | None = 1,
         num_sanity_val_steps: int = 2,
+        isolate_validation_rng: bool = False,
         limit_train_batches: int | float | None = None,
         limit_val_batches: int | float | None = None,
         limit_test_batches: int | float | None = None,
@@ -117,6 +118,7 @@ class Trainer(TrainerProperties):
         self._train_loader: Any = None
         self.experiment_config: dict[str, Any] | None = None  # a YAML run's resolved config (trainer.config)
         self._stop_request = False  # this rank's own request; see request_stop
+        self._preempted = False  # SIGTERM: the stop does not wait for min_epochs/min_steps
         self._in_train_batches = False  # where `self.log` defaults to per-step values
         self._sanity_checking = False
         self._at_run_start: list[Any] = []  # callables the YAML layer runs once a run starts
@@ -152,10 +154,20 @@ class Trainer(TrainerProperties):
         if self.strategy.world_size == 1:
             self.state.stop_requested = True
 
+    def _preempt(self) -> None:
+        """SIGTERM: stop at the next step boundary even before min_epochs/min_steps (a
+        cluster's grace period is short; the checkpoint written then resumes exactly)."""
+        self._preempted = True
+        self.request_stop()
+
     def _agree_stop(self) -> None:
         """At a point every rank passes together: stop everywhere when some rank asked to."""
-        if self.strategy.world_size > 1 and self.strategy.any_rank(self._stop_request):
-            self.state.stop_requested = True
+        if self.strategy.world_size > 1:
+            level = 2 if self._preempted else int(self._stop_request)
+            agreed = -self.strategy.fewest(-level)  # the largest over ranks, in one collective
+            if agreed:
+                self.state.stop_requested = True
+            self._preempted = agreed == 2
 
     # ------------------------------------------------------------------------- fit
     def fit(
@@ -208,7 +220,7 @@ class Trainer(TrainerProperties):
         try:
             if checkpoint is not None:
                 self._io.restore(checkpoint)
-            self.state.stop_requested = self._stop_request = False
+            self.state.stop_requested = self._stop_request = self._preempted = False
             self._train_loader = train_loader = self.strategy.setup_loader(train_loader, train=True)
             if checkpoint is not None:
                 self._io.warn_inexact_resume(train_loader)
@@ -230,7 +242,7 @@ class Trainer(TrainerProperties):
         return resolve_loaders(stage, datamodule, *loaders)
 
     def _fit_with_signals(self, train_loader: Any, val_loader: Any) -> None:
-        with SignalGuard(self.request_stop) as signals:
+        with SignalGuard(self._preempt) as signals:
             self._signals = signals
             try:
                 self._call("on_fit_start")
@@ -385,8 +397,9 @@ class Trainer(TrainerProperties):
     def _log_metric(self, name: str, value: Any, *, on_step: bool | None, on_epoch: bool | None, prog_bar: bool,
                     reduce: str, batch_size: int | None, logger: bool = True) -> None:
         # Defaults: per step inside the training batch loop, per epoch everywhere else
-        # (validation/test steps, epoch-end hooks).
-        per_step = self._in_train_batches
+        # (validation/test steps, epoch-end hooks), including a validation that runs inside
+        # the training batch loop (val_check_interval): it reduces like the epoch-end one.
+        per_step = self._in_train_batches and not self._metrics.evaluating
         if not logger:
             self._metrics.hidden.add(name)
         self._metrics.log(

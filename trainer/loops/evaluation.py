@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -26,8 +27,13 @@ class EvalLoop:
         self.trainer = trainer
         self.stage: str | None = None  # None while training: `self.log` then defaults to per-step
 
-    def run(self, loader: Any, stage: str, limit: int | None = None) -> dict[str, float] | list[Any]:
+    def run(
+        self, loader: Any, stage: str, limit: int | None = None, before_end: Callable[[], None] | None = None
+    ) -> dict[str, float] | list[Any]:
         """One pass: on_<stage>_start, the epoch (its batch hooks), on_<stage>_end.
+
+        `before_end` runs once the pass's results are in, just before `on_<stage>_end`
+        (the fit loop marks the validation complete there).
 
         The module's `on_<stage>_epoch_end` runs before the callbacks' (see docs/hooks.md):
         what it logs joins the epoch's results, which every callback then sees.
@@ -78,6 +84,8 @@ class EvalLoop:
             if not trainer._sanity_checking:  # the sanity check's numbers are never written
                 trainer._io.log_eval(results)
             trainer._dispatch.call_callbacks(f"on_{stage}_epoch_end", trainer, module)
+            if before_end is not None:
+                before_end()
             trainer._call(f"on_{stage}_end")
             return results
         finally:

@@ -40,8 +40,11 @@ log = logging.getLogger("trainer")
 
 @contextlib.contextmanager
 def isolated_rng() -> Iterator[None]:
-    """Run a block (validation inside fit) without touching the training's random streams:
-    a run that validates every n steps has the weights of one that never validates."""
+    """Run a block without touching the training's random streams: the sanity check always,
+    every validation with `isolate_validation_rng=True` (then a run that validates every n
+    steps has the weights of one that never validates, but not those of a hand-written
+    `for epoch: train(); evaluate()` loop, whose evaluation `DataLoader` draws its base seed
+    from torch's generator)."""
     saved = rng_state()
     try:
         yield
@@ -66,6 +69,7 @@ class FitLoop:
         self.validate_at_end = False
         self.val_limit: int | None = None
         self.profiler = StepProfiler.from_arg(args.profiler)
+        self.rng_before_validation: dict[str, Any] | None = None  # while a validation is pending
 
     # ------------------------------------------------------------------------ epochs
     def finished(self) -> bool:
@@ -78,10 +82,13 @@ class FitLoop:
         return max_epochs is not None and state.epoch >= max_epochs
 
     def stop_now(self) -> bool:
-        """A requested stop (EarlyStopping, SIGTERM, should_stop) once min_epochs/min_steps are met."""
+        """A requested stop (EarlyStopping, should_stop) once min_epochs/min_steps are met;
+        SIGTERM (preemption) at once."""
         trainer = self.trainer
         if not trainer.state.stop_requested:
             return False
+        if trainer._preempted:
+            return True
         args, state = trainer.args, trainer.state
         return (args.min_epochs is None or state.epoch >= args.min_epochs) and (
             args.min_steps is None or state.global_step >= args.min_steps
@@ -170,8 +177,36 @@ class FitLoop:
             trainer._metrics.latest = latest
 
     def validate(self) -> None:
-        with isolated_rng():
-            self.trainer._eval.run(self.val_loader, "validation", self.val_limit)
+        """Validation inside fit (epoch end, val_check_interval): it draws from the random
+        streams as the user's own loop would, unless `isolate_validation_rng=True`.
+
+        Until it reaches `on_validation_end` it is pending: a checkpoint written meanwhile (a
+        Ctrl-C, a callback's save) holds the random state it began with, and a resume from
+        that file runs it again, so its draws happen exactly once either way.
+        """
+        trainer, state = self.trainer, self.trainer.state
+        isolate = trainer.args.isolate_validation_rng
+        self.rng_before_validation = rng_state()
+        state.validation_pending = True
+
+        def complete() -> None:
+            state.validation_pending = False
+            if not isolate:  # from here on a checkpoint holds the streams as validation left them
+                self.rng_before_validation = None
+
+        try:
+            trainer._eval.run(self.val_loader, "validation", self.val_limit, before_end=complete)
+        except BaseException:
+            if state.validation_pending or isolate:  # the cut is the validation's start
+                set_rng_state(self.rng_before_validation)
+            raise
+        if isolate:
+            set_rng_state(self.rng_before_validation)
+        self.rng_before_validation = None
+
+    def rng_for_checkpoint(self) -> dict[str, Any] | None:
+        """The random state a checkpoint written now must hold (None: the current one)."""
+        return self.rng_before_validation
 
     def reconcile(self, raise_now: bool = True) -> None:
         """Device-counted skips (fused optimizers) made visible: before epoch ends and saves."""
@@ -184,14 +219,20 @@ class FitLoop:
         self.reconcile()
         trainer._io.close_train_epoch()
         assert self.schedule is not None
-        if self.val_loader is not None and self.schedule.at_epoch_end(state.epoch, self.validate_at_end):
+        if (
+            self.val_loader is not None
+            and not state.epoch_end_validated  # a resume into this epoch's end after its validation
+            and (state.validation_pending or self.schedule.at_epoch_end(state.epoch, self.validate_at_end))
+        ):
             self.validate()
+            state.epoch_end_validated = True
         self.validate_at_end = False
         trainer._call("on_train_epoch_end")
         opt = trainer._opt
         if opt.schedulers and trainer._module.automatic_optimization:
             opt.step_schedulers("epoch", state.epoch + 1, trainer._read_metric)
         state.epoch += 1
+        state.epoch_end_validated = False
         state.batches_before_epoch += state.batches_done
         state.batches_done = 0
         with trainer._bookkeeping():
@@ -251,6 +292,8 @@ class FitLoop:
         schedule, validating, metrics = self.schedule, self.val_loader is not None, trainer._metrics
         assert schedule is not None
         fewest = strategy.fewest if distributed and total is None else None
+        if state.validation_pending and validating and (total is None or state.batches_done < total):
+            self.validate()  # resumed from a checkpoint written during a mid-epoch validation
         for batch_idx, size, last, batch in micro_batches(iterator, total, k, state.batches_done, fewest):
             batch = move_to_device(batch, device)
             if want_start:
