@@ -182,3 +182,30 @@ def test_fast_dev_run_with_the_profiler_writes_nothing(tmp_path) -> None:
     trainer.fit(TinyNet(), *loaders())
     assert trainer.global_step == 2
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_mid_epoch_validations_agree_across_ranks(tmp_path, strategy: str) -> None:
+    """Under 2 processes every mid-epoch validation reports the whole set's weighted mean
+    (each rank's own sums, all-reduced, are the check), and both ranks hold the same value."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if not torch.distributed.is_available():
+        pytest.skip("needs torch.distributed")
+    root = Path(__file__).resolve().parents[1]
+    worker = Path(__file__).parent / "_ddp_scripts" / "validation_worker.py"
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(root))
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(worker),
+               strategy, str(tmp_path)]
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+    rank0, rank1 = (torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1))
+    assert [p["step"] for p in rank0] == [3.0, 6.0, 9.0, 12.0]  # 6 batches a rank: at 3 and at the epoch's end
+    for point0, point1 in zip(rank0, rank1):
+        assert point0["reported"] == point1["reported"]
+        assert point0["samples"] == 14.0
+        assert point0["reported"] == pytest.approx(point0["expected"], rel=1e-5)
