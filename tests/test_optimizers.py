@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader
 
 from tests.reference import TinyNet, assert_same_weights, loader, make_data, make_model
 from trainer import Module, Trainer
-from trainer._optim import parse_optimizers
+from trainer.loops.optimizers import parse_optimizers
 
 QUIET = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, device="cpu")
 

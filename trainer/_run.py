@@ -17,7 +17,7 @@ import torch
 from trainer import checkpoint as ckpt
 from trainer._metrics import batch_size_of, fit_summary, to_floats
 from trainer._sharded_checkpoint import is_sharded, read_sharded, save_sharded
-from trainer._data import DataOrder
+from trainer.loops.data import DataOrder
 from trainer.loggers import TensorBoardLogger, next_version_dir
 from trainer.progress import ProgressBar
 
@@ -338,6 +338,6 @@ class RunIO:
 
         The state that decides the epoch's order is recorded at its start; resuming
         mid-epoch replays it and skips what was consumed, without loading it where the
-        loader allows (see trainer/_data.py), then restores the checkpoint's RNG states.
+        loader allows (see trainer/loops/data.py), then restores the checkpoint's RNG states.
         """
         return self.data_order.epoch_iterator(loader, skip, self.trainer.state.epoch)

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from trainer._metrics import MetricStore, to_floats
-from trainer._optim import LoopState, OptimizerSetup, parse_optimizers
+from trainer.loops.optimizers import LoopState, OptimizerSetup, parse_optimizers
 from trainer._run import RunIO
-from trainer._signals import SignalGuard
+from trainer.loops.signals import SignalGuard
 from trainer._trainer_properties import TrainerProperties
 from trainer._utils import length_of, seed_everything
 from trainer.loops.batches import check_loader, check_module

@@ -134,7 +134,7 @@ class AutomaticOptimization:
         norm_wanted = log_now and trainer._io.logging_on
         if self.want_before_step:
             trainer._call("on_before_optimizer_step", optimizer)
-        signals.in_critical = True  # SIGINT now waits for the end of the step (see _signals.py)
+        signals.in_critical = True  # SIGINT now waits for the end of the step (see loops/signals.py)
         try:
             norm = None
             clip = args.gradient_clip_val

@@ -1,0 +1,14 @@
+"""The loop, split by what changes together.
+
+- `fit.py`: epochs and the batches of one epoch (`FitLoop`);
+- `automatic.py` / `manual.py`: one optimization step, by the Trainer or by the module;
+- `evaluation.py`: validation, test and predict passes (`EvalLoop`);
+- `schedule.py`: when to validate, batch limits, `max_time`;
+- `batches.py`: micro-batch windows and checks of what the user passed;
+- `optimizers.py`: what `configure_optimizers` returned, in one shape;
+- `data.py`: the data order of an epoch, for an exact mid-epoch resume;
+- `signals.py`: interrupts that land between optimizer steps, never inside one.
+
+The loop talks to the precision and strategy objects only through their interfaces, so it
+knows nothing of autocast details or torch.distributed.
+"""
