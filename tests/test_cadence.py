@@ -143,7 +143,7 @@ def test_min_epochs_holds_a_stop_request_back():
 
 def test_max_time_stops_after_a_step(monkeypatch):
     clock = [0.0]
-    import trainer.loops.optimizers as optim
+    import trainer.loops.state as optim
 
     monkeypatch.setattr(optim.time, "monotonic", lambda: clock[0])
 

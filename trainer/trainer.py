@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from trainer._metrics import MetricStore, to_floats
-from trainer.loops.optimizers import LoopState, OptimizerSetup, parse_optimizers
+from trainer.loops.optimizers import OptimizerSetup, parse_optimizers
+from trainer.loops.state import LoopState
 from trainer._run import RunIO
 from trainer.loops.signals import SignalGuard
 from trainer._trainer_properties import TrainerProperties

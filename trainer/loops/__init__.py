@@ -5,6 +5,7 @@
 - `evaluation.py`: validation, test and predict passes (`EvalLoop`);
 - `schedule.py`: when to validate, batch limits, `max_time`;
 - `batches.py`: micro-batch windows and checks of what the user passed;
+- `state.py`: `LoopState`, where the loop is (epoch, optimizer steps, batches of the epoch);
 - `optimizers.py`: what `configure_optimizers` returned, in one shape;
 - `data.py`: the data order of an epoch, for an exact mid-epoch resume;
 - `signals.py`: interrupts that land between optimizer steps, never inside one.

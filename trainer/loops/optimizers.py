@@ -1,4 +1,4 @@
-"""What `configure_optimizers` returned, in one shape, and the loop's progress counters.
+"""What `configure_optimizers` returned, in one shape.
 
 Accepted forms (Lightning's, plus our `(optimizer, scheduler)` tuple):
 
@@ -17,13 +17,12 @@ no step), `name` (the LearningRateMonitor tag).
 from __future__ import annotations
 
 import dataclasses
-import time
 import warnings
 from typing import Any, Callable, Literal
 
 import torch
 
-__all__ = ["SchedulerConfig", "OptimizerSetup", "parse_optimizers", "LoopState"]
+__all__ = ["SchedulerConfig", "OptimizerSetup", "parse_optimizers"]
 
 Interval = Literal["step", "epoch"]
 _SCHEDULER_KEYS = {"scheduler", "interval", "frequency", "monitor", "strict", "name", "reduce_on_plateau", "opt_idx"}
@@ -194,58 +193,3 @@ def _scheduler_config(spec: Any) -> SchedulerConfig:
     if monitor is not None and not is_plateau:
         monitor = None  # Lightning reads the monitor only for ReduceLROnPlateau
     return SchedulerConfig(scheduler, interval, frequency, monitor, bool(strict), name)
-
-
-@dataclasses.dataclass
-class LoopState:
-    """Where the loop is. Checkpointed as is; user code reads it through the Trainer.
-
-    `batches_done` counts the micro-batches of the current epoch that belong to
-    completed optimizer steps, so a checkpoint is always a cut at a step boundary.
-    """
-
-    epoch: int = 0
-    global_step: int = 0
-    batches_done: int = 0
-    skipped_steps: int = 0
-    batches_before_epoch: int = 0  # training batches of the finished epochs (val_check_interval)
-    elapsed: float = 0.0  # seconds of training so far, over resumes (max_time)
-    stop_requested: bool = False
-    # A validation inside fit that began and has not reached on_validation_end: a resume runs
-    # it again, from the random state it began with (so its draws happen exactly once).
-    validation_pending: bool = False
-    epoch_end_validated: bool = False  # this epoch's end-of-epoch validation already ran
-    clock_start: float | None = dataclasses.field(default=None, repr=False)  # set while fit runs
-
-    def start_clock(self) -> None:
-        self.clock_start = time.monotonic() - self.elapsed
-
-    def stop_clock(self) -> None:
-        self.elapsed = self.elapsed_now()
-        self.clock_start = None
-
-    def elapsed_now(self) -> float:
-        return self.elapsed if self.clock_start is None else time.monotonic() - self.clock_start
-
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "epoch": self.epoch,
-            "global_step": self.global_step,
-            "batches_done": self.batches_done,
-            "skipped_steps": self.skipped_steps,
-            "batches_before_epoch": self.batches_before_epoch,
-            "elapsed": self.elapsed_now(),
-            "validation_pending": self.validation_pending,
-            "epoch_end_validated": self.epoch_end_validated,
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.epoch = int(state["epoch"])
-        self.global_step = int(state["global_step"])
-        self.batches_done = int(state["batches_done"])
-        self.skipped_steps = int(state.get("skipped_steps", 0))
-        self.batches_before_epoch = int(state.get("batches_before_epoch", 0))
-        self.elapsed = float(state.get("elapsed", 0.0))
-        self.validation_pending = bool(state.get("validation_pending", False))
-        self.epoch_end_validated = bool(state.get("epoch_end_validated", False))
-        self.stop_requested = False
