@@ -19,7 +19,7 @@ from trainer.loops.batches import check_loader, check_module
 from trainer.loops.evaluation import EvalLoop
 from trainer.loops.fit import FitLoop
 from trainer.loops.manual import ManualOptimization, check_manual_arguments
-from trainer.loops.schedule import batch_limit, fast_dev_run_args
+from trainer.loops.schedule import batch_limit
 from trainer.callback import Callback, _Dispatcher
 from trainer.strategies import Strategy, resolve_strategy
 from trainer.strategies.launch import launch_processes
@@ -94,12 +94,12 @@ class Trainer(TrainerProperties):
         profiler: bool | dict[str, Any] | None = None,
         **lightning_arguments: Any,
     ) -> None:
-        from trainer._args import validate_trainer_args  # pydantic loads on first use, not on import
+        from trainer._args import fast_dev_run_args, validate_trainer_args  # pydantic loads on first use, not on import
 
         from trainer._lightning import translate
 
         arguments = dict(locals())
-        for local in ("self", "validate_trainer_args", "translate", "lightning_arguments"):
+        for local in ("self", "fast_dev_run_args", "validate_trainer_args", "translate", "lightning_arguments"):
             arguments.pop(local)
         self.args = validate_trainer_args(translate(arguments, lightning_arguments))
         if self.args.fast_dev_run:  # validated first, then overridden (writes nothing)
