@@ -244,7 +244,7 @@ def test_a_folder_is_checked_before_anything_is_touched(tmp_path):
             super().__init__()
             self.net = torch.nn.Sequential(torch.nn.Linear(6, 32), torch.nn.ReLU(), torch.nn.Dropout(0.0), torch.nn.Linear(32, 1))
 
-    from trainer._sharded_checkpoint import read_sharded, restore_sharded
+    from trainer.checkpoint.sharded import read_sharded, restore_sharded
 
     with pytest.raises(CheckpointError, match=r"does not fit Wider.*mis-shaped: net\.0\.bias: checkpoint \(16,\) vs model \(32,\)"):
         restore_sharded(Wider(), None, read_sharded(folder))
@@ -266,7 +266,7 @@ def test_a_folder_whose_index_would_run_code_is_refused(tmp_path):
             return (os.system, ("echo pwned > " + str(tmp_path / "pwned"),))
 
     (folder / ".metadata").write_bytes(pickle.dumps(Evil()))
-    from trainer._sharded_checkpoint import read_sharded
+    from trainer.checkpoint.sharded import read_sharded
 
     with pytest.raises(CheckpointError, match="refused without running any of it"):
         read_sharded(folder)
@@ -288,7 +288,7 @@ def _reap(pid: int) -> None:
 def test_kill_during_sharded_saves_never_leaves_a_checkpoint_that_loads_wrongly(tmp_path):
     """SIGKILL the whole job at several moments while it saves one folder again and again:
     the folder (or the copy set aside mid-swap) always loads, whole, from a single save."""
-    from trainer._sharded_checkpoint import export_weights as export
+    from trainer.checkpoint.sharded import export_weights as export
 
     for delay in (0.0, 0.05, 0.13, 0.29):
         out = tmp_path / f"kill{delay}"
@@ -329,7 +329,7 @@ def test_fsdp_options_are_checked_at_construction():
 def test_a_checkpoint_set_aside_mid_swap_still_loads_and_is_put_back(tmp_path):
     """A kill between the swap's two renames leaves the previous folder aside as
     `.NAME.PID.old`: loading finds it, and the next save puts it back first."""
-    from trainer._sharded_checkpoint import _tidy, is_sharded
+    from trainer.checkpoint.sharded import _tidy, is_sharded
 
     folder = _folder_checkpoint(tmp_path)
     expected = {k: v.clone() for k, v in torch.load(export_weights(folder, tmp_path / "a.pt"), weights_only=True).items()}

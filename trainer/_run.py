@@ -16,7 +16,7 @@ import torch
 
 from trainer import checkpoint as ckpt
 from trainer._metrics import batch_size_of, fit_summary, to_floats
-from trainer._sharded_checkpoint import is_sharded, read_sharded, save_sharded
+from trainer.checkpoint.sharded import is_sharded, read_sharded, save_sharded
 from trainer.loops.data import DataOrder
 from trainer.loggers import TensorBoardLogger, next_version_dir
 from trainer.progress import ProgressBar

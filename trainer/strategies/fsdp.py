@@ -14,7 +14,7 @@ How it maps onto the loop (docs/distributed.md has the user's view):
   rank skips the same steps; amp and bf16 gather parameters in the compute dtype and reduce
   gradients in float32 (`MixedPrecisionPolicy`) unless `mixed_precision=False`;
 - checkpoints are folders written by every rank with torch.distributed.checkpoint
-  (trainer/_sharded_checkpoint.py).
+  (trainer/checkpoint/sharded.py).
 """
 
 from __future__ import annotations

@@ -36,21 +36,14 @@ from typing import Any
 import torch
 
 __all__ = [
-    "cut_problem",
     "FORMAT",
     "FORMAT_VERSION",
     "CheckpointError",
     "save_atomic",
     "load_checkpoint",
-    "collect_state",
-    "restore_state",
-    "restore_module",
     "find_last",
-    "callback_keys",
     "plain_state",
     "check_layout",
-    "collect_weights",
-    "export_weights",
 ]
 
 log = logging.getLogger("trainer")
@@ -336,15 +329,3 @@ def find_last(root_dir: str | os.PathLike[str]) -> Path | None:
     """The newest `last.ckpt` under `root_dir` (a file, or an FSDP run's folder), or None."""
     candidates = [p for p in Path(root_dir).glob("**/last.ckpt") if p.is_file() or (p / "trainer_state.ckpt").is_file()]
     return max(candidates, key=lambda p: p.stat().st_mtime_ns) if candidates else None
-
-
-# The Trainer's state <-> checkpoint dict lives in its own file; imported last (it uses the above).
-from trainer._sharded_checkpoint import export_weights  # noqa: E402
-from trainer._checkpoint_state import (  # noqa: E402
-    callback_keys,
-    collect_state,
-    collect_weights,
-    cut_problem,
-    restore_module,
-    restore_state,
-)

@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from trainer.checkpoint import CheckpointError, _alive, _fsync_directory, load_checkpoint, save_atomic
+from trainer.checkpoint.format import CheckpointError, _alive, _fsync_directory, load_checkpoint, save_atomic
 
 __all__ = ["STATE_FILE", "is_sharded", "save_sharded", "read_sharded", "restore_sharded", "export_weights"]
 

@@ -1,5 +1,5 @@
 """The Trainer's whole state as a checkpoint dict, and back (`trainer.checkpoint` re-exports
-these; the file format, atomic writes and checked loads are in `trainer/checkpoint.py`)."""
+these; the file format, atomic writes and checked loads are in `trainer/checkpoint/format.py`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from trainer._utils import rng_state, set_rng_state
-from trainer.checkpoint import FORMAT, FORMAT_VERSION, CheckpointError, _first_line, plain_state
+from trainer.checkpoint.format import FORMAT, FORMAT_VERSION, CheckpointError, _first_line, plain_state
 
 __all__ = ["callback_keys", "cut_problem", "collect_state", "collect_weights", "restore_module", "restore_state"]
 
@@ -138,7 +138,7 @@ def restore_module(module: Any, checkpoint: dict[str, Any], source: str, strateg
     `strategy` loads whole weights into its model (FSDP shards them); None: `load_state_dict`.
     """
     if "_shards" in checkpoint:  # a sharded folder (FSDP): its tensors load from the shards
-        from trainer._sharded_checkpoint import restore_sharded
+        from trainer.checkpoint.sharded import restore_sharded
 
         restore_sharded(module, None, checkpoint)
         return
@@ -177,7 +177,7 @@ def restore_state(trainer: Any, checkpoint: dict[str, Any]) -> None:
     source = _source(checkpoint)
     opt = trainer._opt
     if "_shards" in checkpoint:  # a sharded folder (FSDP): weights and optimizer states from the shards
-        from trainer._sharded_checkpoint import restore_sharded
+        from trainer.checkpoint.sharded import restore_sharded
 
         optimizers = opt.optimizers if opt is not None else []
         _check_classes(source, "optimizer", optimizers, _saved_list(checkpoint, "optimizer"))

@@ -1,0 +1,55 @@
+"""Checkpoints: the file format, the Trainer's state, and the sharded folders FSDP writes.
+
+- `format.py`: atomic writes, checked loads that never execute code, the format marker;
+- `state.py`: the Trainer's whole state as a checkpoint dict, and back;
+- `sharded.py`: a folder of shards every rank writes (FSDP), with the single file's guarantees.
+
+Example:
+    >>> import tempfile, torch
+    >>> from pathlib import Path
+    >>> from trainer.checkpoint import FORMAT, FORMAT_VERSION, load_checkpoint, save_atomic
+    >>> path = Path(tempfile.mkdtemp()) / "x.ckpt"
+    >>> _ = save_atomic({"format": FORMAT, "format_version": FORMAT_VERSION, "w": torch.ones(2)}, path)
+    >>> load_checkpoint(path)["w"]
+    tensor([1., 1.])
+"""
+
+from __future__ import annotations
+
+from trainer.checkpoint.format import (
+    FORMAT,
+    FORMAT_VERSION,
+    CheckpointError,
+    check_layout,
+    find_last,
+    load_checkpoint,
+    plain_state,
+    save_atomic,
+)
+from trainer.checkpoint.sharded import export_weights
+from trainer.checkpoint.state import (
+    callback_keys,
+    collect_state,
+    collect_weights,
+    cut_problem,
+    restore_module,
+    restore_state,
+)
+
+__all__ = [
+    "cut_problem",
+    "FORMAT",
+    "FORMAT_VERSION",
+    "CheckpointError",
+    "save_atomic",
+    "load_checkpoint",
+    "collect_state",
+    "restore_state",
+    "restore_module",
+    "find_last",
+    "callback_keys",
+    "plain_state",
+    "check_layout",
+    "collect_weights",
+    "export_weights",
+]
