@@ -80,7 +80,7 @@ def test_imports_point_one_way():
     module_imports = _imports(ROOT / "trainer" / "module.py")
     assert "trainer.trainer" not in module_imports
     for strategy_file in ("precision.py", "checkpoint/format.py", "checkpoint/state.py", "checkpoint/sharded.py",
-                          "loggers.py", "progress.py"):
+                          "logging/loggers.py", "logging/progress.py"):
         assert "trainer.trainer" not in _imports(ROOT / "trainer" / strategy_file), strategy_file
     for path in (ROOT / "trainer" / "strategies").rglob("*.py"):  # strategies sit below the loop
         above = [n for n in _imports(path) if n == "trainer.trainer" or n.startswith("trainer.loops")]

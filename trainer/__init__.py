@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from trainer.callback import Callback, MonitorError
 from trainer.datamodule import DataModule
-from trainer.loggers import TensorBoardLogger
+from trainer.logging.loggers import TensorBoardLogger
 from trainer.module import Module
 from trainer.precision import AMP, BF16, FP32, Precision
 from trainer.trainer import Trainer

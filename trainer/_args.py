@@ -72,7 +72,7 @@ class TrainerArgs(BaseModel):
     @pydantic.field_validator("profiler")
     @classmethod
     def _check_profiler(cls, value: Any) -> Any:
-        from trainer.profiler import StepProfiler
+        from trainer.logging.profiler import StepProfiler
 
         try:
             StepProfiler.from_arg(value)

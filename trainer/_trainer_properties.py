@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from trainer._metrics import to_floats
+from trainer.logging.metrics import to_floats
 
 if TYPE_CHECKING:
     from trainer.precision import Precision

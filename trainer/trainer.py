@@ -8,10 +8,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from trainer._metrics import MetricStore, to_floats
+from trainer.logging.metrics import MetricStore, to_floats
 from trainer.loops.optimizers import OptimizerSetup, parse_optimizers
 from trainer.loops.state import LoopState
-from trainer._run import RunIO
+from trainer.logging.run import RunIO
 from trainer.loops.signals import SignalGuard
 from trainer._trainer_properties import TrainerProperties
 from trainer._utils import length_of, seed_everything

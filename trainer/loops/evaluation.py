@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from trainer._metrics import to_floats
+from trainer.logging.metrics import to_floats
 from trainer._utils import length_of, move_to_device
 
 __all__ = ["EvalLoop"]

@@ -31,7 +31,7 @@ from trainer.loops.automatic import AutomaticOptimization
 from trainer.loops.batches import empty_loader_message, micro_batches
 from trainer.loops.manual import ManualOptimization
 from trainer.loops.schedule import ValidationSchedule, batch_limit, parse_max_time
-from trainer.profiler import StepProfiler
+from trainer.logging.profiler import StepProfiler
 
 __all__ = ["FitLoop"]
 

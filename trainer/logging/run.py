@@ -15,11 +15,11 @@ from typing import Any
 import torch
 
 from trainer import checkpoint as ckpt
-from trainer._metrics import batch_size_of, fit_summary, to_floats
+from trainer.logging.metrics import batch_size_of, fit_summary, to_floats
 from trainer.checkpoint.sharded import is_sharded, read_sharded, save_sharded
 from trainer.loops.data import DataOrder
-from trainer.loggers import TensorBoardLogger, next_version_dir
-from trainer.progress import ProgressBar
+from trainer.logging.loggers import TensorBoardLogger, next_version_dir
+from trainer.logging.progress import ProgressBar
 
 __all__ = ["RunIO"]
 

@@ -10,7 +10,7 @@ table is logged at INFO when fit ends. With `profiler=None` (the default) nothin
 created and the loop makes no call at all.
 
 Example:
-    >>> from trainer.profiler import StepProfiler
+    >>> from trainer.logging.profiler import StepProfiler
     >>> StepProfiler.from_arg(True).schedule_args
     {'wait': 1, 'warmup': 1, 'active': 3, 'repeat': 1}
 """

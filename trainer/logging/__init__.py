@@ -1,0 +1,8 @@
+"""What a run writes and shows: its folder, loggers, metrics, progress bars and profiles.
+
+- `run.py`: `RunIO`, the run's input and output, the few calls the loop makes to write;
+- `loggers.py`: `Logger` (the protocol) and `TensorBoardLogger` (public as `trainer.loggers`);
+- `metrics.py`: where `Module.log` values go, kept on their device until read;
+- `progress.py`: the tqdm bars;
+- `profiler.py`: `Trainer(profiler=...)`, traces of chosen optimizer steps.
+"""

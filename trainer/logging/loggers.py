@@ -1,0 +1,196 @@
+"""Loggers: where scalars and hyperparameters go. `TensorBoardLogger` is the default.
+
+`torch.utils.tensorboard` (and so tensorboard itself) is imported only when the first
+event is written, so `import trainer` stays fast, and a logger that never writes creates
+no folder.
+
+Folder scheme: each run writes into `root_dir/<name>/version_N`, N being one more than the
+highest version already there; the folder is created atomically, so two runs (two
+Trainers, two processes) never share one.
+
+Hyperparameters: `log_hyperparams` writes TensorBoard's HParams "session start" record
+into the run's own event file (no sub-run), plus a readable table under the Text tab.
+The HParams dashboard then lists every run under the log dir side by side, and its metric
+columns are the last value of each scalar of the run (for example the final `val/loss`).
+
+Example:
+    >>> import tempfile
+    >>> from trainer.loggers import TensorBoardLogger
+    >>> logger = TensorBoardLogger(tempfile.mkdtemp())
+    >>> logger.log_metrics({"train/loss": 0.5}, step=1)
+    >>> logger.log_dir.name
+    'version_0'
+    >>> logger.close()
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = ["Logger", "TensorBoardLogger", "next_version_dir", "flatten_params", "hparam_value"]
+
+
+@runtime_checkable
+class Logger(Protocol):
+    """What the Trainer needs from a logger (any object with these methods will do)."""
+
+    @property
+    def log_dir(self) -> Path: ...
+    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None: ...
+    def log_hyperparams(self, params: Mapping[str, Any], metrics: Mapping[str, float] | None = None) -> None: ...
+    def flush(self) -> None: ...
+    def close(self) -> None: ...
+
+
+def next_version_dir(root: str | os.PathLike[str], name: str) -> Path:
+    """`root/name/version_N` for the first N above every existing one, created atomically."""
+    parent = Path(root) / name
+    parent.mkdir(parents=True, exist_ok=True)
+    taken = [int(m.group(1)) for p in parent.iterdir() if (m := re.fullmatch(r"version_(\d+)", p.name))]
+    version = max(taken, default=-1) + 1
+    while True:
+        candidate = parent / f"version_{version}"
+        try:
+            candidate.mkdir()  # atomic: two processes can't both get the same folder
+            return candidate
+        except FileExistsError:
+            version += 1
+
+
+class TensorBoardLogger:
+    """Writes TensorBoard event files with `torch.utils.tensorboard.SummaryWriter`.
+
+    Nothing touches the disk until the first value is written (or `log_dir` is read).
+
+    Args:
+        root_dir: the folder runs go under.
+        name: a sub-folder for this experiment; each run gets `root_dir/name/version_N`.
+        version_dir: write into exactly this folder instead of a new version folder
+            (for example to continue a run's curves in its old folder).
+        flush_secs: how often the writer flushes on its own (it also flushes at epoch ends).
+
+    Example:
+        >>> import tempfile
+        >>> from trainer import Trainer, TensorBoardLogger
+        >>> trainer = Trainer(logger=TensorBoardLogger(tempfile.mkdtemp(), name="mlp"))
+    """
+
+    def __init__(
+        self,
+        root_dir: str | os.PathLike[str] = "runs",
+        name: str = "default",
+        *,
+        version_dir: str | os.PathLike[str] | None = None,
+        flush_secs: int = 30,
+    ) -> None:
+        if not isinstance(name, str) or not name or Path(name).name != name or name in (".", ".."):
+            raise ValueError(
+                f"TensorBoardLogger(name=...) expected a plain folder name such as 'mlp'. Received: {name!r}."
+            )
+        self.root_dir = Path(root_dir)
+        self.name = name
+        self.flush_secs = flush_secs
+        self._log_dir: Path | None = Path(version_dir) if version_dir is not None else None
+        self._writer: Any = None
+
+    @property
+    def log_dir(self) -> Path:
+        """The run's folder (created on first access)."""
+        if self._log_dir is None:
+            self._log_dir = next_version_dir(self.root_dir, self.name)
+        else:
+            self._log_dir.mkdir(parents=True, exist_ok=True)
+        return self._log_dir
+
+    @property
+    def writer(self) -> Any:
+        """The underlying `SummaryWriter` (opened on first use), for images, histograms, ..."""
+        if self._writer is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._writer = SummaryWriter(log_dir=str(self.log_dir), flush_secs=self.flush_secs)
+        return self._writer
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        """Write each value as a scalar at `step` (the Trainer passes `global_step`).
+
+        All values go into one event: one hand-off to the writer thread per call
+        instead of one per tag (`add_scalar` each would cost ~10x more here).
+        """
+        if not metrics:
+            return
+        from tensorboard.compat.proto.summary_pb2 import Summary
+
+        summary = Summary(value=[Summary.Value(tag=name, simple_value=float(value)) for name, value in metrics.items()])
+        self.writer.file_writer.add_summary(summary, int(step))
+
+    def log_hyperparams(self, params: Mapping[str, Any], metrics: Mapping[str, float] | None = None) -> None:
+        """Record hyperparameters once per run (nested dicts become `a/b` names).
+
+        `metrics`, when given, are written as scalars at step 0; the HParams dashboard
+        shows the last value of every scalar of the run as its metric columns.
+        """
+        from torch.utils.tensorboard.summary import hparams
+
+        flat = {name: hparam_value(value) for name, value in flatten_params(params).items()}
+        _, session_start, _ = hparams(flat, {})
+        writer = self.writer
+        writer.file_writer.add_summary(session_start)
+        if flat:
+            rows = "\n".join(f"| {name} | {str(value).replace('|', '/')} |" for name, value in flat.items())
+            writer.add_text("hparams", "| name | value |\n|---|---|\n" + rows)
+        for name, value in (metrics or {}).items():
+            writer.add_scalar(name, value, global_step=0)
+
+    def flush(self) -> None:
+        if self._writer is not None:
+            self._writer.flush()
+
+    def close(self) -> None:
+        """Flush and close the event file (a later write opens a new file in the same folder)."""
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    def __repr__(self) -> str:
+        where = str(self._log_dir) if self._log_dir is not None else str(self.root_dir / self.name / "version_?")
+        return f"TensorBoardLogger({where!r})"
+
+
+def flatten_params(params: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """`{"a": {"b": 1}}` -> `{"a/b": 1}`."""
+    out: dict[str, Any] = {}
+    for key, value in params.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(flatten_params(value, f"{name}/"))
+        else:
+            out[name] = value
+    return out
+
+
+def hparam_value(value: Any) -> bool | int | float | str:
+    """A value the HParams plugin accepts: numbers, strings and bools; anything else as text.
+
+    Modules and tensors become a short description, never their full repr.
+    """
+    if isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        return value if abs(value) < 2**53 else str(value)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if value is None:
+        return "None"
+    shape = getattr(value, "shape", None)
+    if shape is not None and hasattr(value, "dtype"):
+        return f"{type(value).__name__}(shape={tuple(shape)}, dtype={value.dtype})"
+    if hasattr(value, "parameters") and hasattr(value, "state_dict"):
+        return type(value).__name__
+    text = str(value)
+    return text if len(text) <= 250 else text[:247] + "..."
