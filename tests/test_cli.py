@@ -1,6 +1,6 @@
 """The `trainer` command, run as a user runs it: a subprocess on a package in a temporary folder.
 
-The kinds of user mistake are also checked in-process through `trainer.cli.main` (the
+The kinds of user mistake are also checked in-process through `trainer.config.cli.main` (the
 function the console script calls): same code, same exit code and message, without
 paying the ~3 s torch import for each; two of them also run end to end.
 """
@@ -19,7 +19,7 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from trainer.cli import COMMANDS, main, prediction_path
+from trainer.config.cli import COMMANDS, main, prediction_path
 from trainer.distributed import Strategy
 
 TESTS = Path(__file__).parent

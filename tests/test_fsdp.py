@@ -345,7 +345,7 @@ def test_a_checkpoint_set_aside_mid_swap_still_loads_and_is_put_back(tmp_path):
 
 def test_cli_export_from_a_folder_and_from_a_file(tmp_path, capsys):
     from tests.reference import make_model, weights
-    from trainer.cli import main
+    from trainer.config.cli import main
 
     folder = _folder_checkpoint(tmp_path)
     assert main(["export", str(folder), str(tmp_path / "a.pt")]) == 0

@@ -1,5 +1,5 @@
 """`python -m trainer`: the same command as `trainer`."""
 
-from trainer.cli import main
+from trainer.config.cli import main
 
 raise SystemExit(main())

@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
-from trainer._classpath import ConfigError, Problem, ResolvedSpec, instantiate
-from trainer._yaml import dump_yaml
+from trainer.config.classpath import ConfigError, Problem, ResolvedSpec, instantiate
+from trainer.config.yaml_io import dump_yaml
 
 __all__ = ["Stage", "LOADER_OF", "DRY_RUN", "ResolvedConfig", "Experiment", "build"]
 

@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from trainer._args import TrainerArgs
-from trainer._classpath import Problem, suggest
-from trainer.config import SECTIONS, TOP_LEVEL_ONLY, ConfigError, dump_yaml, load_experiment, parse_yaml, prepare_config
+from trainer.config.classpath import ConfigError, Problem, suggest
+from trainer.config.schema import SECTIONS, TOP_LEVEL_ONLY, load_experiment, prepare_config
+from trainer.config.yaml_io import dump_yaml, parse_yaml
 
 __all__ = ["main", "build_parser"]
 
@@ -216,7 +217,7 @@ def _export(args: argparse.Namespace) -> int:
 
 def _merge_files(paths: list[str]) -> dict[str, Any]:
     """Several config files, later ones overriding earlier ones key by key (lists replace)."""
-    from trainer.config import read_yaml
+    from trainer.config.schema import read_yaml
 
     merged: dict[str, Any] = {}
     for path in paths:
@@ -236,8 +237,8 @@ def _print_help(config: Any, overrides: dict[str, Any], sections: list[str]) -> 
     """`--model.help`: the arguments the config's model (or data) class takes, with defaults."""
     import inspect
 
-    from trainer._classpath import import_target
-    from trainer.config import apply_overrides, read_yaml
+    from trainer.config.classpath import import_target
+    from trainer.config.schema import apply_overrides, read_yaml
 
     plain = read_yaml(config) if not isinstance(config, dict) else dict(config)
     problems = apply_overrides(plain, overrides)

@@ -7,7 +7,7 @@ validated against the class's own signature, and the `trainer:` section is valid
 `TrainerArgs`, the same model `Trainer(...)` validates through. Every problem is
 collected into one `ConfigError` that names its YAML path. `load_experiment` (or
 `Trainer.from_config`) then seeds, builds the objects and returns an `Experiment`
-(see `trainer._experiment`).
+(see `trainer/config/experiment.py`).
 
 Example:
     >>> from trainer.config import resolve_config
@@ -30,9 +30,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from trainer._args import TrainerArgs
-from trainer._classpath import ConfigError, Problem, ResolvedSpec, check_spec, received, suggest
-from trainer._experiment import DRY_RUN, LOADER_OF, Experiment, ResolvedConfig, Stage, build
-from trainer._yaml import dump_yaml, parse_yaml
+from trainer.config.classpath import ConfigError, Problem, ResolvedSpec, check_spec, received, suggest
+from trainer.config.experiment import DRY_RUN, LOADER_OF, Experiment, ResolvedConfig, Stage, build
+from trainer.config.yaml_io import dump_yaml, parse_yaml
 
 __all__ = [
     "ClassSpec",
