@@ -13,7 +13,6 @@ from torch.nn import functional as F
 
 from tests._cli_pkg.data import RandomData
 from tests._cli_pkg.models import CountSteps, TinyClassifier
-from trainer import Trainer
 from trainer._args import TrainerArgs
 from trainer._utils import seed_everything
 from trainer.config import (
@@ -191,9 +190,9 @@ def reference_weights(seed: int, epochs: int, hidden: int = 6) -> dict[str, torc
     return model.state_dict()
 
 
-def test_from_config_equals_hand_written_loop_and_seeds_before_building(tmp_path: Path) -> None:
+def test_load_experiment_equals_hand_written_loop_and_seeds_before_building(tmp_path: Path) -> None:
     config = base(tmp_path, enable_checkpointing=False)
-    experiment = Trainer.from_config(config, max_epochs=2)
+    experiment = load_experiment(config, {"max_epochs": 2})
     assert isinstance(experiment, Experiment)
     assert config["trainer"]["max_epochs"] == 1  # the caller's dict is not changed
     experiment.fit()
@@ -272,11 +271,11 @@ def test_example_experiments_are_valid_and_dry_run(precision: str, monkeypatch: 
     assert experiment.trainer.global_step == 2 and not (tmp_path / "r").exists()
 
 
-def test_from_config_stage_asks_only_for_that_stage_s_loader(tmp_path: Path) -> None:
+def test_load_experiment_stage_asks_only_for_that_stage_s_loader(tmp_path: Path) -> None:
     config = base(tmp_path, enable_checkpointing=False)
     config["data"]["class_path"] = f"{PKG}.data.TestOnly"
     with pytest.raises(ConfigError, match="train_dataloader"):
-        Trainer.from_config(config)  # fit (the default) needs a train loader
-    experiment = Trainer.from_config(config, stage="test")
+        load_experiment(config)  # fit (the default) needs a train loader
+    experiment = load_experiment(config, stage="test")
     results = experiment.test()
     assert set(results) == {"test/loss"} and results["test/loss"] > 0

@@ -127,24 +127,6 @@ class Trainer(TrainerProperties):
         self._loop: FitLoop | None = None
         self._datamodule: Any = None
 
-    @classmethod
-    def from_config(cls, source: Any, *, stage: str = "fit", **overrides: Any) -> Any:
-        """Build the experiment a YAML file (or dict) describes, as `trainer fit` would.
-
-        `overrides` are dotted config paths (`**{"model.init_args.hidden": 256}`) or bare
-        Trainer arguments (`max_epochs=3`). Returns a `trainer.config.Experiment` with
-        `.model`, `.data`, `.trainer`, `.config` and `fit()`/`validate()`/`test()`/`predict()`;
-        a bad config raises `trainer.config.ConfigError` listing every problem. `stage`
-        ("fit", "validate", "test" or "predict") says which loader the data must provide.
-
-        Example:
-            >>> experiment = Trainer.from_config("examples/digits_fp32.yaml", max_epochs=1)  # doctest: +SKIP
-            >>> experiment.fit()  # doctest: +SKIP
-        """
-        from trainer.config import load_experiment
-
-        return load_experiment(source, overrides, stage=stage)  # type: ignore[arg-type]
-
     def request_stop(self) -> None:
         """Ask the loop to stop after the current optimizer step (used by EarlyStopping).
 

@@ -5,9 +5,8 @@ A config file has six sections (`seed`, `model`, `data`, `trainer`, `callbacks`,
 pydantic validates the shape, every `class_path` is imported and its `init_args` are
 validated against the class's own signature, and the `trainer:` section is validated by
 `TrainerArgs`, the same model `Trainer(...)` validates through. Every problem is
-collected into one `ConfigError` that names its YAML path. `load_experiment` (or
-`Trainer.from_config`) then seeds, builds the objects and returns an `Experiment`
-(see `trainer/config/experiment.py`).
+collected into one `ConfigError` that names its YAML path. `load_experiment` then seeds,
+builds the objects and returns an `Experiment` (see `trainer/config/experiment.py`).
 
 Example:
     >>> from trainer.config import resolve_config
