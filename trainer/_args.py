@@ -99,8 +99,7 @@ class TrainerArgs(BaseModel):
     @pydantic.field_validator("precision")
     @classmethod
     def _check_precision(cls, value: Any) -> Any:
-        from trainer._lightning import PRECISION_ALIASES
-        from trainer.precision import PRECISIONS, Precision
+        from trainer.precision import PRECISION_ALIASES, PRECISIONS, Precision
 
         if isinstance(value, Precision) or (isinstance(value, str) and value in PRECISIONS):
             return value

@@ -10,13 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainer.precision import PRECISION_ALIASES
+
 __all__ = ["translate", "PRECISION_ALIASES"]
 
-PRECISION_ALIASES: dict[Any, str] = {
-    "16-mixed": "amp", "16": "amp", 16: "amp",
-    "bf16-mixed": "bf16",
-    "32-true": "fp32", "32": "fp32", 32: "fp32",
-}
 _PRECISION_REFUSED = {
     "bf16-true": "bfloat16 weights (no float32 master copy); we keep float32 weights: precision='bf16'",
     "16-true": "float16 weights; we keep float32 weights: precision='amp'",

@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 import torch
 
-__all__ = ["Precision", "FP32", "AMP", "BF16", "PRECISIONS", "resolve_precision"]
+__all__ = ["Precision", "FP32", "AMP", "BF16", "PRECISIONS", "PRECISION_ALIASES", "resolve_precision"]
 
 ClipAlgorithm = Literal["norm", "value"]
 _NO_AUTOCAST = contextlib.nullcontext()  # stateless, so one shared instance serves every step
@@ -267,6 +267,12 @@ class AMP(Precision):
 
 
 PRECISIONS: dict[str, type[Precision]] = {"fp32": FP32, "amp": AMP, "bf16": BF16}
+#: Lightning's spellings of the same three (`Trainer(precision="16-mixed")`, also in YAML).
+PRECISION_ALIASES: dict[Any, str] = {
+    "16-mixed": "amp", "16": "amp", 16: "amp",
+    "bf16-mixed": "bf16",
+    "32-true": "fp32", "32": "fp32", 32: "fp32",
+}
 
 
 def resolve_precision(precision: str | Precision) -> Precision:

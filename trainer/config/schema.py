@@ -246,8 +246,7 @@ def _from_pydantic(error: pydantic.ValidationError, prefix: str = "") -> list[Pr
 
 def _check_trainer(section: Any) -> tuple[dict[str, Any], str | ResolvedSpec, list[Problem]]:
     """Validate the `trainer:` section with TrainerArgs; a precision may be a class spec."""
-    from trainer._lightning import PRECISION_ALIASES
-    from trainer.precision import PRECISIONS, Precision
+    from trainer.precision import PRECISION_ALIASES, PRECISIONS, Precision
 
     problems: list[Problem] = []
     values = dict(section)
