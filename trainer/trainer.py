@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from trainer.loops.signals import SignalGuard
 from trainer._trainer_properties import TrainerProperties
 from trainer._utils import length_of, seed_everything
 from trainer.loops.batches import check_loader, check_module
+from trainer.loops.data import DataOrder
 from trainer.loops.evaluation import EvalLoop
 from trainer.loops.fit import FitLoop
 from trainer.loops.manual import ManualOptimization, check_manual_arguments
@@ -112,6 +114,7 @@ class Trainer(TrainerProperties):
         self.callbacks: list[Callback] = list(self.args.callbacks or [])
         self._metrics = MetricStore()
         self._io = RunIO(self)
+        self._data_order = DataOrder()  # the order of the epoch's batches, for exact resume (loops/data.py)
         self._module: Module | None = None
         self._opt: OptimizerSetup | None = None
         self._dispatch = _Dispatcher(None, self.callbacks)
@@ -206,7 +209,7 @@ class Trainer(TrainerProperties):
             self.state.stop_requested = self._stop_request = self._preempted = False
             self._train_loader = train_loader = self.strategy.setup_loader(train_loader, train=True)
             if checkpoint is not None:
-                self._io.warn_inexact_resume(train_loader)
+                self._warn_inexact_resume(train_loader)
             if val_loader is not None:
                 val_loader = self.strategy.setup_loader(val_loader, train=False)
             self._fit_with_signals(train_loader, val_loader)
@@ -214,6 +217,11 @@ class Trainer(TrainerProperties):
             self._call("teardown", "fit")
             if self._datamodule is not None and callable(getattr(self._datamodule, "teardown", None)):
                 self._datamodule.teardown("fit")
+
+    def _warn_inexact_resume(self, loader: Any) -> None:
+        reason = self._data_order.fresh_worker_iterator_warning(loader)
+        if reason is not None:
+            warnings.warn(f"This resume is not bit-identical to an uninterrupted run: {reason}.", stacklevel=4)
 
     def _loaders(self, stage: str, datamodule: Any, *loaders: Any) -> tuple[Any, ...]:
         """Loaders given directly, or a DataModule's (Lightning's `fit(model, dm)` too)."""

@@ -38,7 +38,7 @@ def cut_problem(trainer: Any) -> str | None:
     inside = manual.cut_problem() if manual is not None else None
     if inside is not None:
         return inside
-    order = trainer._io.data_order
+    order = trainer._data_order
     if order.fetching:
         return (
             "it was requested while the loader was producing a batch (an interrupt inside "
@@ -94,7 +94,7 @@ def collect_state(trainer: Any, *, allow_partial: bool = False, target: Any = No
         "precision": {"name": trainer.precision.name, "state": trainer.precision.state_dict()},
         "loop": trainer.state.state_dict(),
         "rng": strategy.all_gather_object(_rng_to_save(loop)),
-        "data": strategy.all_gather_object(trainer._io.data_order.state_dict()),
+        "data": strategy.all_gather_object(trainer._data_order.state_dict()),
         "cut": {"clean": problem is None, "reason": problem},
         "callbacks": {
             key: cb.state_dict() for key, cb in zip(callback_keys(trainer.callbacks), trainer.callbacks)
@@ -211,7 +211,7 @@ def restore_state(trainer: Any, checkpoint: dict[str, Any]) -> None:
     datamodule: Any = getattr(trainer, "_datamodule", None)
     if checkpoint.get("datamodule") is not None and callable(getattr(datamodule, "load_state_dict", None)):
         datamodule.load_state_dict(checkpoint["datamodule"])
-    trainer._io.data_order.load_state_dict(data[min(rank, len(data) - 1)])
+    trainer._data_order.load_state_dict(data[min(rank, len(data) - 1)])
     set_rng_state(rngs[min(rank, len(rngs) - 1)])
     cut = checkpoint.get("cut") or {}
     if cut.get("clean") is False:

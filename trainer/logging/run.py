@@ -1,4 +1,4 @@
-"""A run's input and output: its folder, logger, progress bar, checkpoints and data order.
+"""A run's input and output: its folder, logger, progress bar and checkpoints.
 
 The loop calls these few methods and knows nothing of TensorBoard, tqdm or files.
 Only the global-zero rank writes anything.
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,6 @@ import torch
 from trainer import checkpoint as ckpt
 from trainer.logging.metrics import batch_size_of, fit_summary, to_floats
 from trainer.checkpoint.sharded import is_sharded, read_sharded, save_sharded
-from trainer.loops.data import DataOrder
 from trainer.logging.loggers import TensorBoardLogger, next_version_dir
 from trainer.logging.progress import ProgressBar
 
@@ -36,7 +34,6 @@ class RunIO:
         self._progress: ProgressBar | None = None
         self._hparams_logged = False
         self.saves = 0
-        self.data_order = DataOrder()
         self._last_log_time: float | None = None
         self._last_log_step = 0
         self._samples = 0  # samples seen since the last log (first tensor's dim 0 of each batch)
@@ -314,11 +311,6 @@ class RunIO:
             "callbacks=[ModelCheckpoint(monitor=...)] and a fit that saved one, or pass 'last' or a path."
         )
 
-    def warn_inexact_resume(self, loader: Any) -> None:
-        reason = self.data_order.fresh_worker_iterator_warning(loader)
-        if reason is not None:
-            warnings.warn(f"This resume is not bit-identical to an uninterrupted run: {reason}.", stacklevel=4)
-
     def restore(self, checkpoint: dict[str, Any]) -> None:
         ckpt.restore_state(self.trainer, checkpoint)
         state = self.trainer.state
@@ -331,13 +323,3 @@ class RunIO:
         path = checkpoint.get("_path")
         source = f"Checkpoint {path!r}" if path else "The checkpoint"
         ckpt.restore_module(self.trainer._module, checkpoint, source, self.trainer.strategy)
-
-    # -------------------------------------------------------------------- data order
-    def epoch_iterator(self, loader: Any, skip: int) -> Any:
-        """An iterator over this epoch's batches, positioned after `skip` consumed ones.
-
-        The state that decides the epoch's order is recorded at its start; resuming
-        mid-epoch replays it and skips what was consumed, without loading it where the
-        loader allows (see trainer/loops/data.py), then restores the checkpoint's RNG states.
-        """
-        return self.data_order.epoch_iterator(loader, skip, self.trainer.state.epoch)

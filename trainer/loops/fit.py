@@ -279,7 +279,9 @@ class FitLoop:
         if distributed:
             strategy.check_epoch_lengths(total)
         trainer._call("on_train_epoch_start")  # also on a resume inside the epoch
-        iterator = trainer._io.epoch_iterator(loader, state.batches_done)
+        # The epoch's order is recorded at its start; a resume inside it replays the order and
+        # skips what was consumed (loops/data.py), then restores the checkpoint's random state.
+        iterator = trainer._data_order.epoch_iterator(loader, state.batches_done, state.epoch)
         if total is None and isinstance(args.limit_train_batches, int):  # an iterable loader, capped
             iterator = itertools.islice(iterator, max(args.limit_train_batches - state.batches_done, 0))
         with trainer._bookkeeping():
@@ -320,7 +322,7 @@ class FitLoop:
                 if stop or self.stop_now():
                     complete = total is not None and state.batches_done >= total
                     if complete:  # leave the loader as the uninterrupted run's loop does
-                        trainer._io.data_order.finish_epoch(iterator)
+                        trainer._data_order.finish_epoch(iterator)
                     return complete
         if batch_idx + 1 > state.batches_done:  # the loader ended inside a window (len() overstated it)
             optimization.end_window(batch_idx + 1)
