@@ -1,0 +1,207 @@
+"""The house rules of the layout: imports point one way and never in a circle.
+
+Every import statement of every module in `trainer/` and `callbacks/` counts, the ones inside
+functions and inside `if TYPE_CHECKING:` blocks too (a typing-only import is still a
+dependency a reader has to follow). `from package import name` counts as importing
+`package.name` when that is a module, else `package`.
+
+The layers, top to bottom: `callbacks/` (optional behaviours, public API only) and
+`trainer/config/` (YAML experiments and the `trainer` command) compose the core; the core is
+`trainer.Trainer` over `trainer/loops/`, which use `trainer/checkpoint/` and
+`trainer/logging/`, which use `trainer/strategies/` and the base modules (`module.py`,
+`precision.py`, `_utils.py`, ...).
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("trainer", "callbacks")
+# The composition roots: `python -m trainer` runs the YAML layer's command.
+ENTRY_POINTS = {"trainer.__main__"}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _files() -> dict[str, Path]:
+    return {_module_name(p): p for package in PACKAGES for p in sorted((ROOT / package).rglob("*.py"))}
+
+
+def _nearest(target: str, modules: set[str] | dict[str, Path]) -> str | None:
+    """The nearest enclosing module of ours (`trainer.loops.fit.FitLoop` -> `trainer.loops.fit`)."""
+    while target and target not in modules:
+        target = target.rpartition(".")[0]
+    return target or None
+
+
+def imports_of(name: str, source: str, modules: set[str] | dict[str, Path], is_package: bool = False) -> Iterator[tuple[str, int]]:
+    """(module of ours, line) for every import statement in `source`, at any depth of the file."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            candidates = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: from the module's own package upwards
+                parts = name.split(".") if is_package else name.split(".")[:-1]
+                parts = parts[: len(parts) - (node.level - 1)]
+                base = ".".join(parts + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            candidates = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+        else:
+            continue
+        for candidate in candidates:
+            target = _nearest(candidate, modules)
+            if target is not None and target != name:
+                yield target, node.lineno
+
+
+@functools.lru_cache(maxsize=1)
+def import_graph() -> dict[str, dict[str, list[str]]]:
+    """module -> {module of ours it imports -> ["path:line", ...]}."""
+    files = _files()
+    graph: dict[str, dict[str, list[str]]] = {name: {} for name in files}
+    for name, path in files.items():
+        for target, line in imports_of(name, path.read_text(encoding="utf-8"), files, path.name == "__init__.py"):
+            where = f"{path.relative_to(ROOT)}:{line}"
+            if where not in graph[name].setdefault(target, []):
+                graph[name][target].append(where)
+    return graph
+
+
+def find_cycles(graph: dict[str, dict[str, list[str]]]) -> list[list[str]]:
+    """One concrete cycle (a list of modules, first == last) per strongly connected component."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in graph[node]:
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                components.append(component)
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    cycles = []
+    for component in components:
+        members = set(component)
+        start = min(component)
+        path, node = [start], start
+        visited = {start}
+        while True:  # walk inside the component until a module repeats
+            node = min(t for t in graph[node] if t in members)
+            path.append(node)
+            if node in visited:
+                cycles.append(path[path.index(node):])
+                break
+            visited.add(node)
+    return cycles
+
+
+def _describe(graph: dict[str, dict[str, list[str]]], cycle: list[str]) -> str:
+    steps = [f"{a} -> {b} ({', '.join(graph[a][b])})" for a, b in zip(cycle, cycle[1:])]
+    return "import cycle:\n    " + "\n    ".join(steps)
+
+
+def _under(name: str, *prefixes: str) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def _violations(rule: str, sources: list[str], forbidden: tuple[str, ...]) -> list[str]:
+    graph = import_graph()
+    found = []
+    for source in sources:
+        for target, where in graph[source].items():
+            if _under(target, *forbidden):
+                found.append(f"{rule}: {source} imports {target} ({', '.join(where)})")
+    return found
+
+
+def _modules(*prefixes: str) -> list[str]:
+    return [name for name in import_graph() if _under(name, *prefixes)]
+
+
+# ------------------------------------------------------------------------------ tests
+def test_the_graph_sees_imports_inside_functions_and_type_checking_blocks():
+    graph = import_graph()
+    assert "trainer.loops.fit" in graph["trainer.trainer"]
+    assert "trainer._args" in graph["trainer.trainer"]  # imported inside Trainer.__init__
+    assert "trainer.checkpoint.format" in graph["trainer.checkpoint"]  # a package's own re-exports
+    probe = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from trainer.trainer import Trainer\n"
+    assert list(imports_of("trainer.probe", probe, graph)) == [("trainer.trainer", 3)]
+    assert list(imports_of("trainer.checkpoint.state", "from . import format\n", graph)) == [("trainer.checkpoint.format", 1)]
+
+
+def test_no_import_cycles():
+    graph = import_graph()
+    cycles = find_cycles(graph)
+    assert not cycles, "\n".join(_describe(graph, c) for c in cycles)
+
+
+def test_the_core_never_imports_the_yaml_layer():
+    core = [m for m in _modules("trainer") if not _under(m, "trainer.config") and m not in ENTRY_POINTS]
+    assert _violations("the core imports trainer.config", core, ("trainer.config",)) == []
+
+
+def test_trainer_never_imports_callbacks():
+    assert _violations("trainer imports callbacks", _modules("trainer"), ("callbacks",)) == []
+
+
+def test_callbacks_use_the_public_api_only():
+    graph = import_graph()
+    private = [
+        f"{source} imports {target}"
+        for source in _modules("callbacks")
+        for target in graph[source]
+        if _under(target, "trainer") and any(part.startswith("_") for part in target.split(".")[1:])
+    ]
+    assert private == []
+
+
+def test_strategies_sit_below_the_loop():
+    found = _violations("strategies import the loop", _modules("trainer.strategies"), ("trainer.trainer", "trainer.loops"))
+    assert found == []
+
+
+def test_checkpoint_and_logging_sit_below_the_loop():
+    sources = _modules("trainer.checkpoint", "trainer.logging")
+    found = _violations("checkpoint/logging import the Trainer or the loop", sources, ("trainer.trainer", "trainer.loops"))
+    assert found == []
+
+
+def test_what_users_subclass_and_the_strategy_objects_never_import_the_trainer():
+    sources = ["trainer.module", "trainer.datamodule", "trainer.precision", "trainer.loggers"]
+    found = _violations("imports the Trainer", sources, ("trainer.trainer", "trainer.loops"))
+    assert found == []
+
+
+def test_every_folder_of_trainer_is_a_package_with_a_docstring():
+    for folder in sorted(p for p in (ROOT / "trainer").iterdir() if p.is_dir() and p.name != "__pycache__"):
+        init = folder / "__init__.py"
+        assert init.is_file(), f"{folder} has no __init__.py"
+        assert ast.get_docstring(ast.parse(init.read_text())), f"{init} does not say what the folder holds"
