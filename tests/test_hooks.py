@@ -200,3 +200,11 @@ def test_unused_hooks_are_not_looked_up_on_the_hot_path():
     trainer.fit(TinyNet(), DataLoader(make_data(n=8), batch_size=4))
     assert not any(trainer._dispatch.wants(hook) for hook in HOOKS)
     assert math.isfinite(trainer.callback_metrics["train/mse"])
+
+
+def test_hooks_lists_every_hook_of_callback_in_its_order():
+    """The dispatcher's list of hooks (trainer/loops/hooks.py) is exactly what Callback defines."""
+    from trainer import Callback
+
+    defined = [name for name in vars(Callback) if (name.startswith("on_") or name in ("setup", "teardown"))]
+    assert list(HOOKS) == defined

@@ -276,9 +276,9 @@ def test_hook_order_and_module_hooks_first():
 
 
 def test_dispatch_only_to_overriding_callbacks():
-    from trainer.callback import _Dispatcher
+    from trainer.loops.hooks import Dispatcher
 
-    dispatcher = _Dispatcher(None, [Recorder(), Callback()])
+    dispatcher = Dispatcher(None, [Recorder(), Callback()])
     assert len(dispatcher._targets["on_fit_start"]) == 1
     assert dispatcher._targets["on_train_batch_start"] == []
     assert not dispatcher.wants("on_train_batch_end")

@@ -148,10 +148,10 @@ class TrainerArgs(BaseModel):
     @pydantic.field_validator("callbacks")
     @classmethod
     def _check_callbacks(cls, value: list[Any] | None) -> list[Any] | None:
-        from trainer.callback import Callback
+        from trainer.loops.hooks import CallbackBase  # trainer.Callback's base
 
         for item in value or []:
-            if not isinstance(item, Callback):
+            if not isinstance(item, CallbackBase):
                 raise ValueError(f"expected trainer.Callback instances, got {type(item).__name__}")
         return value
 

@@ -1,10 +1,10 @@
-"""`Callback`: optional behaviour hooked into the loop, and the dispatcher that calls it.
+"""`Callback`: optional behaviour hooked into the loop.
 
 Hooks are named `on_<scope>_<start|end>` (plus `setup`/`teardown`) and receive
-`(trainer, module, ...)`. The dispatcher calls, for each hook, only the callbacks whose
-class overrides it, so a hook nobody overrides costs nothing. Callbacks run before the
-module's hook of the same name, as in Lightning; the exceptions (epoch ends, loading a
-checkpoint) are listed in docs/hooks.md.
+`(trainer, module, ...)`. The dispatcher (`trainer/loops/hooks.py`) calls, for each hook,
+only the callbacks whose class overrides it, so a hook nobody overrides costs nothing.
+Callbacks run before the module's hook of the same name, as in Lightning; the exceptions
+(epoch ends, loading a checkpoint) are listed in docs/hooks.md.
 
 Example:
     >>> from trainer import Callback
@@ -17,28 +17,21 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
+
+from trainer.logging.metrics import MonitorError
+from trainer.loops.hooks import HOOKS, CallbackBase
 
 __all__ = ["Callback", "HOOKS", "MonitorError"]
 
 
-class MonitorError(KeyError, ValueError):
-    """A metric that a callback or scheduler monitors was never logged.
-
-    Raised during `fit` (after `last.ckpt` was written, so the finished work is kept); the
-    `trainer` command reports it as a clean error with exit code 2.
-    """
-
-    def __str__(self) -> str:  # KeyError would quote the message
-        return str(self.args[0]) if self.args else ""
-
-
-class Callback:
+class Callback(CallbackBase):
     """Base class: override the hooks you need; the others cost nothing.
 
     Every hook receives `(trainer, module, ...)`; the order in which the Trainer calls them
-    is the table in docs/hooks.md (Lightning's order).
+    is the table in docs/hooks.md (Lightning's order). A callback with state overrides
+    `state_dict`/`load_state_dict` (and `state_key` when two instances of a class differ);
+    the checkpoint holds it under that key.
     """
 
     # ------------------------------------------------------------------ run lifecycle
@@ -102,70 +95,3 @@ class Callback:
 
     def on_load_checkpoint(self, trainer: Any, module: Any, checkpoint: dict[str, Any]) -> None:
         """Called with a loaded checkpoint dict before training resumes."""
-
-    @property
-    def state_key(self) -> str:
-        """The key of this callback's state in a checkpoint (its class name by default)."""
-        return type(self).__qualname__
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what `state_dict` returned."""
-
-
-HOOKS: tuple[str, ...] = tuple(
-    name
-    for name in vars(Callback)
-    if (name.startswith("on_") or name in ("setup", "teardown")) and callable(vars(Callback)[name])
-)
-# Hooks whose module implementation runs before the callbacks' (everything else: callbacks
-# first, as Lightning calls them). Epoch ends: see docs/hooks.md for why.
-_MODULE_FIRST = frozenset({"on_load_checkpoint", "on_train_epoch_end"})
-
-
-class _Dispatcher:
-    """Calls a hook on the overriding callbacks and on the module (if it defines it)."""
-
-    def __init__(self, module: Any, callbacks: Sequence[Callback]) -> None:
-        self.callbacks = list(callbacks)
-        self._targets: dict[str, list[Any]] = {}
-        for hook in HOOKS:
-            bound = [getattr(cb, hook) for cb in self.callbacks if _overrides(cb, hook)]
-            self._targets[hook] = bound
-        self._module_hooks: dict[str, Any] = {}
-        for hook in HOOKS:
-            module_hook = getattr(type(module), hook, None) if module is not None else None
-            if module_hook is not None and module_hook is not getattr(_module_base(), hook, None):
-                self._module_hooks[hook] = getattr(module, hook)
-
-    def call(self, hook: str, trainer: Any, module: Any, *args: Any) -> None:
-        if hook in _MODULE_FIRST:
-            self.call_module(hook, *args)
-            self.call_callbacks(hook, trainer, module, *args)
-        else:
-            self.call_callbacks(hook, trainer, module, *args)
-            self.call_module(hook, *args)
-
-    def call_module(self, hook: str, *args: Any) -> None:
-        module_hook = self._module_hooks.get(hook)
-        if module_hook is not None:
-            module_hook(*args)
-
-    def call_callbacks(self, hook: str, trainer: Any, module: Any, *args: Any) -> None:
-        for fn in self._targets[hook]:
-            fn(trainer, module, *args)
-
-    def wants(self, hook: str) -> bool:
-        return bool(self._targets[hook]) or hook in self._module_hooks
-
-
-def _overrides(callback: Callback, hook: str) -> bool:
-    return getattr(type(callback), hook) is not getattr(Callback, hook)
-
-
-def _module_base() -> type:
-    from trainer.module import Module
-
-    return Module

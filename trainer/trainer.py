@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ from trainer.loops.evaluation import EvalLoop
 from trainer.loops.fit import FitLoop
 from trainer.loops.manual import ManualOptimization, check_manual_arguments
 from trainer.loops.schedule import batch_limit
-from trainer.callback import Callback, _Dispatcher
+from trainer.loops.hooks import CallbackBase, Dispatcher
 from trainer.strategies import Strategy, resolve_strategy
 from trainer.strategies.launch import launch_processes
 from trainer.module import Module
@@ -74,7 +74,7 @@ class Trainer(TrainerProperties):
         enable_progress_bar: bool = True,
         enable_checkpointing: bool = True,
         log_every_n_steps: int = 50,
-        callbacks: list[Callback] | None = None,
+        callbacks: Sequence[CallbackBase] | None = None,
         seed: int | None = None,
         device: str = "auto",
         strategy: str | Strategy = "auto",
@@ -111,13 +111,13 @@ class Trainer(TrainerProperties):
         self.strategy: Strategy = resolve_strategy(self.args.strategy, self.args.device)
         self.strategy.setup_precision(self._precision)  # AMP's scaler exists from the start
         self.state = LoopState()
-        self.callbacks: list[Callback] = list(self.args.callbacks or [])
+        self.callbacks: list[CallbackBase] = list(self.args.callbacks or [])
         self._metrics = MetricStore()
         self._io = RunIO(self)
         self._data_order = DataOrder()  # the order of the epoch's batches, for exact resume (loops/data.py)
         self._module: Module | None = None
         self._opt: OptimizerSetup | None = None
-        self._dispatch = _Dispatcher(None, self.callbacks)
+        self._dispatch = Dispatcher(None, self.callbacks)
         self._signals: SignalGuard | None = None
         self._train_loader: Any = None
         self.experiment_config: dict[str, Any] | None = None  # a YAML run's resolved config (trainer.config)
@@ -264,7 +264,7 @@ class Trainer(TrainerProperties):
             self._module = model
             self.state = LoopState()
         model._attach(self)
-        self._dispatch = _Dispatcher(model, self.callbacks)
+        self._dispatch = Dispatcher(model, self.callbacks)
         self._call("setup", stage)  # before the model is moved or wrapped: layers made here count
         if self.args.compile and not getattr(model, "_trainer_compiled", False):
             # In place (nn.Module.compile): state-dict keys stay as they are, so checkpoints
@@ -335,7 +335,7 @@ class Trainer(TrainerProperties):
         if model is not self._module:  # another model: a later fit starts a fresh run for it
             self._module, self._opt = model, None
         model._attach(self)
-        self._dispatch = _Dispatcher(model, self.callbacks)
+        self._dispatch = Dispatcher(model, self.callbacks)
         hook_stage = "validate" if stage == "validation" else stage
         self._call("setup", hook_stage)
         try:

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["MetricStore", "to_floats", "EPOCH_SUFFIX", "STEP_SUFFIX", "AUTOMATIC", "batch_size_of", "fit_summary"]
+__all__ = ["MonitorError", "MetricStore", "to_floats", "EPOCH_SUFFIX", "STEP_SUFFIX", "AUTOMATIC", "batch_size_of", "fit_summary"]
 
 _REDUCTIONS = ("mean", "sum", "max", "min")
 EPOCH_SUFFIX = "_epoch"
@@ -38,6 +38,19 @@ AUTOMATIC = (
     "train/loss", "train/grad_norm", "train/loss_scale", "train/skipped_steps",
     "train/steps_per_sec", "train/samples_per_sec",
 )
+
+
+class MonitorError(KeyError, ValueError):
+    """A metric that a callback or scheduler monitors was never logged.
+
+    Raised during `fit` (after `last.ckpt` was written, so the finished work is kept); the
+    `trainer` command reports it as a clean error with exit code 2.
+    """
+
+    __module__ = "trainer.callback"  # its public home (also `trainer.MonitorError`)
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
 
 
 def _written_per_step(name: str) -> bool:

@@ -60,7 +60,7 @@ class SchedulerConfig:
         value = read_metric(self.monitor)
         if value is None:
             if self.strict:
-                from trainer.callback import MonitorError
+                from trainer.logging.metrics import MonitorError
 
                 raise MonitorError(
                     f"The LR scheduler {type(self.scheduler).__name__} monitors {self.monitor!r}, which "

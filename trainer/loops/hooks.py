@@ -1,0 +1,110 @@
+"""Which hooks exist, and calling them: only on the callbacks whose class overrides a hook.
+
+`trainer.Callback` (in `trainer/callback.py`, where the hooks are documented and typed with
+the real `Trainer`) derives from `CallbackBase`, the little the loop needs of a callback:
+its key and state in a checkpoint. The loop, the Trainer and the argument checks only ever
+name `CallbackBase`, so none of them imports `trainer/callback.py`, and that file can name
+the `Trainer` without an import cycle.
+
+Example:
+    >>> from trainer import Callback
+    >>> from trainer.loops.hooks import Dispatcher
+    >>> class Hello(Callback):
+    ...     def on_fit_start(self, trainer, module):
+    ...         print("hello")
+    >>> dispatch = Dispatcher(None, [Hello()])
+    >>> dispatch.wants("on_fit_start"), dispatch.wants("on_fit_end")
+    (True, False)
+    >>> dispatch.call("on_fit_start", None, None)
+    hello
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["HOOKS", "CallbackBase", "Dispatcher"]
+
+#: Every hook of `trainer.Callback`, in the order it defines them (tests/test_hooks.py checks).
+HOOKS: tuple[str, ...] = (
+    "setup", "teardown", "on_fit_start", "on_fit_end", "on_sanity_check_start", "on_sanity_check_end",
+    "on_train_start", "on_train_end", "on_exception", "on_train_epoch_start", "on_train_epoch_end",
+    "on_train_batch_start", "on_train_batch_end", "on_before_backward", "on_after_backward",
+    "on_before_optimizer_step", "on_before_zero_grad", "on_train_step_end", "on_validation_start",
+    "on_validation_end", "on_validation_epoch_start", "on_validation_epoch_end", "on_validation_batch_start",
+    "on_validation_batch_end", "on_test_start", "on_test_end", "on_test_epoch_start", "on_test_epoch_end",
+    "on_test_batch_start", "on_test_batch_end", "on_predict_start", "on_predict_end", "on_predict_epoch_start",
+    "on_predict_epoch_end", "on_predict_batch_start", "on_predict_batch_end", "on_save_checkpoint",
+    "on_load_checkpoint",
+)
+# Hooks whose module implementation runs before the callbacks' (everything else: callbacks
+# first, as Lightning calls them). Epoch ends: see docs/hooks.md for why.
+_MODULE_FIRST = frozenset({"on_load_checkpoint", "on_train_epoch_end"})
+
+
+class CallbackBase:
+    """What the loop needs of a callback: its key and its state in a checkpoint.
+
+    Subclass `trainer.Callback` (which adds the hooks), never this class directly.
+    """
+
+    @property
+    def state_key(self) -> str:
+        """The key of this callback's state in a checkpoint (its class name by default)."""
+        return type(self).__qualname__
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what `state_dict` returned."""
+
+
+class Dispatcher:
+    """Calls a hook on the overriding callbacks and on the module (if it defines it)."""
+
+    def __init__(self, module: Any, callbacks: Sequence[CallbackBase]) -> None:
+        self.callbacks = list(callbacks)
+        self._targets: dict[str, list[Any]] = {}
+        for hook in HOOKS:
+            bound = [getattr(cb, hook) for cb in self.callbacks if _overrides(cb, hook)]
+            self._targets[hook] = bound
+        self._module_hooks: dict[str, Any] = {}
+        for hook in HOOKS:
+            module_hook = getattr(type(module), hook, None) if module is not None else None
+            if module_hook is not None and module_hook is not getattr(_module_base(), hook, None):
+                self._module_hooks[hook] = getattr(module, hook)
+
+    def call(self, hook: str, trainer: object, module: object, *args: Any) -> None:
+        """Call `hook` with `(trainer, module, *args)` on the callbacks, `(*args)` on the module."""
+        if hook in _MODULE_FIRST:
+            self.call_module(hook, *args)
+            self.call_callbacks(hook, trainer, module, *args)
+        else:
+            self.call_callbacks(hook, trainer, module, *args)
+            self.call_module(hook, *args)
+
+    def call_module(self, hook: str, *args: Any) -> None:
+        module_hook = self._module_hooks.get(hook)
+        if module_hook is not None:
+            module_hook(*args)
+
+    def call_callbacks(self, hook: str, trainer: object, module: object, *args: Any) -> None:
+        for fn in self._targets[hook]:
+            fn(trainer, module, *args)
+
+    def wants(self, hook: str) -> bool:
+        return bool(self._targets[hook]) or hook in self._module_hooks
+
+
+def _overrides(callback: CallbackBase, hook: str) -> bool:
+    """Whether the callback's class overrides `hook` of `trainer.Callback` (whose defaults do nothing)."""
+    defaults = next(cls for cls in type(callback).__mro__ if CallbackBase in cls.__bases__)  # trainer.Callback
+    return getattr(type(callback), hook) is not getattr(defaults, hook)
+
+
+def _module_base() -> type:
+    from trainer.module import Module
+
+    return Module
