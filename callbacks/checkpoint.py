@@ -19,9 +19,12 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from trainer import Callback, MonitorError
+
+if TYPE_CHECKING:
+    from trainer import Trainer
 
 __all__ = ["ModelCheckpoint"]
 
@@ -106,32 +109,32 @@ class ModelCheckpoint(Callback):
         )
 
     # -------------------------------------------------------------------------- hooks
-    def on_fit_start(self, trainer: Any, module: Any) -> None:
+    def on_fit_start(self, trainer: Trainer, module: Any) -> None:
         if self.dirpath is None:  # rank 0's run folder (other ranks must not create one)
             strategy = trainer.strategy
             log_dir = str(trainer.log_dir) if strategy.is_global_zero else None
             self.dirpath = Path(strategy.broadcast_object(log_dir)) / "checkpoints"
 
-    def on_train_step_end(self, trainer: Any, module: Any, stepped: bool) -> None:
+    def on_train_step_end(self, trainer: Trainer, module: Any, stepped: bool) -> None:
         n = self.every_n_train_steps
         if n is not None and trainer.global_step % n == 0:
             request = self._request(trainer, trainer.current_epoch, strict=False)
             if request is not None:
                 self._save(trainer, request)
 
-    def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
+    def on_train_epoch_end(self, trainer: Trainer, module: Any) -> None:
         n = self.every_n_epochs
         if n is not None and (trainer.current_epoch + 1) % n == 0:
             self._pending = self._request(trainer, trainer.current_epoch, strict=True)
 
-    def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
+    def on_train_epoch_start(self, trainer: Trainer, module: Any) -> None:
         self._flush(trainer)
 
-    def on_fit_end(self, trainer: Any, module: Any) -> None:
+    def on_fit_end(self, trainer: Trainer, module: Any) -> None:
         self._flush(trainer)
 
     # ---------------------------------------------------------------------- decisions
-    def _request(self, trainer: Any, epoch: int, *, strict: bool) -> dict[str, Any] | None:
+    def _request(self, trainer: Trainer, epoch: int, *, strict: bool) -> dict[str, Any] | None:
         """What to save now (or None): rank 0 decides and every rank follows.
 
         Under DDP per-step metrics are each rank's own, and a save is a collective, so all
@@ -142,7 +145,7 @@ class ModelCheckpoint(Callback):
         request: dict[str, Any] | None = strategy.broadcast_object(local)
         return request
 
-    def _decide(self, trainer: Any, epoch: int, *, strict: bool) -> dict[str, Any] | None:
+    def _decide(self, trainer: Trainer, epoch: int, *, strict: bool) -> dict[str, Any] | None:
         """The name and score of a save now, from the metrics of this moment."""
         metrics = dict(trainer.callback_metrics)
         needed = [n for n in _placeholders(self.filename) if n not in _BUILTIN]
@@ -165,7 +168,7 @@ class ModelCheckpoint(Callback):
         score = float(metrics[self.monitor]) if self.monitor is not None else float(trainer.global_step)
         return {"name": _render(self.filename, values, self.auto_insert_metric_name), "score": score, "step": trainer.global_step}
 
-    def _flush(self, trainer: Any) -> None:
+    def _flush(self, trainer: Trainer) -> None:
         if self._pending is not None:
             request, self._pending = self._pending, None
             self._save(trainer, request)
@@ -177,7 +180,7 @@ class ModelCheckpoint(Callback):
         return self.monitor is not None and self.mode == "min"
 
     # -------------------------------------------------------------------------- saving
-    def _save(self, trainer: Any, request: dict[str, Any]) -> None:
+    def _save(self, trainer: Trainer, request: dict[str, Any]) -> None:
         assert self.dirpath is not None
         path = str(self.dirpath / f"{request['name']}.ckpt")
         before = self.state_dict()

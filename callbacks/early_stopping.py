@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from trainer import Callback, MonitorError
+
+if TYPE_CHECKING:
+    from trainer import Trainer
 
 __all__ = ["EarlyStopping"]
 
@@ -106,20 +109,20 @@ class EarlyStopping(Callback):
         return f"EarlyStopping[{self.monitor}]"
 
     # -------------------------------------------------------------------- hooks
-    def on_fit_start(self, trainer: Any, module: Any) -> None:
+    def on_fit_start(self, trainer: Trainer, module: Any) -> None:
         self._fitting = True  # validate()/test() outside fit never count as checks
 
-    def on_fit_end(self, trainer: Any, module: Any) -> None:
+    def on_fit_end(self, trainer: Trainer, module: Any) -> None:
         self._fitting = False
 
-    def on_exception(self, trainer: Any, module: Any, exception: BaseException) -> None:
+    def on_exception(self, trainer: Trainer, module: Any, exception: BaseException) -> None:
         self._fitting = False
 
-    def on_validation_epoch_end(self, trainer: Any, module: Any) -> None:
+    def on_validation_epoch_end(self, trainer: Trainer, module: Any) -> None:
         if self._fitting and self.check_on == "validation_end" and not trainer.sanity_checking:
             self._check(trainer)
 
-    def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
+    def on_train_epoch_end(self, trainer: Trainer, module: Any) -> None:
         if not self._fitting:
             return
         if self.check_on == "train_epoch_end":
@@ -133,7 +136,7 @@ class EarlyStopping(Callback):
         self._checked = False
 
     # -------------------------------------------------------------------- logic
-    def _check(self, trainer: Any) -> None:
+    def _check(self, trainer: Trainer) -> None:
         self._checked = True
         metrics = trainer.callback_metrics
         if self.monitor not in metrics:
@@ -176,7 +179,7 @@ class EarlyStopping(Callback):
             return value < self.best - self.min_delta
         return value > self.best + self.min_delta
 
-    def _stop(self, trainer: Any, reason: str) -> None:
+    def _stop(self, trainer: Trainer, reason: str) -> None:
         self.stopped_epoch = int(trainer.current_epoch)
         log.info("EarlyStopping: stopping after epoch %d: %s.", self.stopped_epoch, reason)
         trainer.request_stop()

@@ -9,9 +9,12 @@ momentum (`momentum`, or `betas[0]` for Adam-like optimizers).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainer import Callback
+
+if TYPE_CHECKING:
+    from trainer import Trainer
 
 __all__ = ["LearningRateMonitor"]
 
@@ -47,20 +50,20 @@ class LearningRateMonitor(Callback):
         self.log_momentum = log_momentum
         self.records: list[dict[str, float]] = []
 
-    def _interval(self, trainer: Any) -> str:
+    def _interval(self, trainer: Trainer) -> str:
         if self.logging_interval is not None:
             return self.logging_interval
         return "step" if any(c.interval == "step" for c in trainer.lr_scheduler_configs) else "epoch"
 
-    def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
+    def on_train_epoch_start(self, trainer: Trainer, module: Any) -> None:
         if self._interval(trainer) == "epoch":
             self._record(trainer, "epoch", {"epoch": float(trainer.current_epoch)})
 
-    def on_train_step_end(self, trainer: Any, module: Any, stepped: bool) -> None:
+    def on_train_step_end(self, trainer: Trainer, module: Any, stepped: bool) -> None:
         if self._interval(trainer) == "step" and trainer.global_step % trainer.args.log_every_n_steps == 0:
             self._record(trainer, "step", {"step": float(trainer.global_step)})
 
-    def _record(self, trainer: Any, interval: str, where: dict[str, float]) -> None:
+    def _record(self, trainer: Trainer, interval: str, where: dict[str, float]) -> None:
         if not trainer.optimizers:
             return
         values: dict[str, float] = {}
