@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from trainer.loops.batches import extract_loss, ordered_parameters
+from trainer.loops.context import LoopHost, module_of, optimizers_of, signals_of
 
 __all__ = ["AutomaticOptimization"]
 
@@ -29,13 +30,13 @@ log = logging.getLogger("trainer")
 class AutomaticOptimization:
     """Forward, backward and (at a window's end) the optimizer step of one micro-batch."""
 
-    def __init__(self, trainer: Any) -> None:
+    def __init__(self, trainer: LoopHost) -> None:
         self.trainer = trainer
-        opt = trainer._opt
+        opt = optimizers_of(trainer)
         self.optimizer: torch.optim.Optimizer = opt.optimizer
         # The module's parameters() order: clipping and the logged norm sum in the order a
         # hand-written clip_grad_norm_(model.parameters()) does, whatever the param groups.
-        self.parameters = ordered_parameters(trainer._module, [self.optimizer])
+        self.parameters = ordered_parameters(module_of(trainer), [self.optimizer])
         wants = trainer._dispatch.wants  # looked up once per fit: unused hooks cost nothing
         self.want_before_backward = wants("on_before_backward")
         self.want_after_backward = wants("on_after_backward")
@@ -127,7 +128,7 @@ class AutomaticOptimization:
 
     def _step(self, window_loss: torch.Tensor, batches_done: int, found_inf: torch.Tensor | None = None) -> None:
         trainer = self.trainer
-        opt, precision, args, signals, state = trainer._opt, trainer._precision, trainer.args, trainer._signals, trainer.state
+        opt, precision, args, signals, state = optimizers_of(trainer), trainer._precision, trainer.args, signals_of(trainer), trainer.state
         optimizer = self.optimizer
         log_now = (state.global_step + 1) % args.log_every_n_steps == 0
         # computed only to be written; decided alike on every rank: under FSDP it is a collective

@@ -10,6 +10,7 @@ import torch
 
 from trainer.logging.metrics import to_floats
 from trainer._utils import length_of, move_to_device
+from trainer.loops.context import LoopHost, module_of
 
 __all__ = ["EvalLoop"]
 
@@ -23,7 +24,7 @@ class EvalLoop:
     user froze in eval mode stays that way.
     """
 
-    def __init__(self, trainer: Any) -> None:
+    def __init__(self, trainer: LoopHost) -> None:
         self.trainer = trainer
         self.stage: str | None = None  # None while training: `self.log` then defaults to per-step
 
@@ -39,7 +40,7 @@ class EvalLoop:
         what it logs joins the epoch's results, which every callback then sees.
         """
         trainer = self.trainer
-        module = trainer._module
+        module = module_of(trainer)
         device = trainer.strategy.device
         step = trainer.strategy.step_callable(module, _STEP[stage])  # Lightning lets a step omit batch_idx
         modes = {sub: sub.training for sub in module.modules()}

@@ -29,9 +29,9 @@ from typing import Any
 from trainer._utils import length_of, move_to_device, rng_state, set_rng_state
 from trainer.loops.automatic import AutomaticOptimization
 from trainer.loops.batches import empty_loader_message, micro_batches
-from trainer.loops.manual import ManualOptimization
 from trainer.loops.schedule import ValidationSchedule, batch_limit, parse_max_time
 from trainer.logging.profiler import StepProfiler
+from trainer.loops.context import LoopHost, ManualSteps, manual_of, module_of, optimizers_of
 
 __all__ = ["FitLoop"]
 
@@ -53,11 +53,11 @@ def isolated_rng() -> Iterator[None]:
 
 
 class FitLoop:
-    def __init__(self, trainer: Any, val_loader: Any) -> None:
+    def __init__(self, trainer: LoopHost, val_loader: Any) -> None:
         self.trainer = trainer
-        module, args = trainer._module, trainer.args
-        self.optimization: AutomaticOptimization | ManualOptimization = (
-            AutomaticOptimization(trainer) if module.automatic_optimization else trainer._manual
+        module, args = module_of(trainer), trainer.args
+        self.optimization: AutomaticOptimization | ManualSteps = (
+            AutomaticOptimization(trainer) if module.automatic_optimization else manual_of(trainer)
         )
         wants = trainer._dispatch.wants
         self.want_batch_start = wants("on_train_batch_start")
@@ -148,7 +148,7 @@ class FitLoop:
         trainer, args = self.trainer, self.trainer.args
         if self.epoch_batches is None or trainer._io.logger is None or args.fast_dev_run:
             return
-        steps = -(-self.epoch_batches // (args.accumulate_grad_batches if trainer._module.automatic_optimization else 1))
+        steps = -(-self.epoch_batches // (args.accumulate_grad_batches if module_of(trainer).automatic_optimization else 1))
         epochs = args.max_epochs if args.max_epochs is not None else 1
         total = min(steps * epochs, args.max_steps) if args.max_steps is not None else steps * epochs
         if total < args.log_every_n_steps:
@@ -228,8 +228,8 @@ class FitLoop:
             state.epoch_end_validated = True
         self.validate_at_end = False
         trainer._call("on_train_epoch_end")
-        opt = trainer._opt
-        if opt.schedulers and trainer._module.automatic_optimization:
+        opt = optimizers_of(trainer)
+        if opt.schedulers and module_of(trainer).automatic_optimization:
             opt.step_schedulers("epoch", state.epoch + 1, trainer._read_metric)
         state.epoch += 1
         state.epoch_end_validated = False
@@ -243,7 +243,7 @@ class FitLoop:
         trainer = self.trainer
         if trainer.state.global_step != steps_before or trainer.args.max_steps is None:
             return
-        manual = not trainer._module.automatic_optimization
+        manual = not module_of(trainer).automatic_optimization
         hint = (
             "call opt.step() on an optimizer from self.optimizers() in training_step"
             if manual
@@ -269,7 +269,7 @@ class FitLoop:
     def _train_batches(self, loader: Any) -> bool:
         trainer = self.trainer
         state, args, strategy = trainer.state, trainer.args, trainer.strategy
-        trainer._module.train()
+        module_of(trainer).train()
         strategy.set_epoch(loader, state.epoch)
         length = length_of(loader)
         if length == 0:

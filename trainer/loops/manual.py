@@ -25,6 +25,7 @@ from typing import Any, Callable
 import torch
 
 from trainer.loops.batches import ordered_parameters
+from trainer.loops.context import LoopHost, module_of, optimizers_of
 
 __all__ = ["ManualOptimization", "ManagedOptimizer", "check_manual_arguments"]
 
@@ -74,7 +75,7 @@ class ManagedOptimizer:
         inside, and with `sync_grad=False` DDP does not all-reduce the backward passes made
         inside (accumulate locally; sync on the step's micro-batch)."""
         manual = self._manual
-        module = manual.trainer._module
+        module = module_of(manual.trainer)
         module.toggle_optimizer(self)
         sync = contextlib.nullcontext() if sync_grad else manual.trainer.strategy.manual_no_sync()
         try:
@@ -96,11 +97,11 @@ class ManagedOptimizer:
 class ManualOptimization:
     """Runs `training_step` once per batch; its `opt.step()` calls come back here."""
 
-    def __init__(self, trainer: Any) -> None:
+    def __init__(self, trainer: LoopHost) -> None:
         self.trainer = trainer
-        self.optimizers = trainer._opt.optimizers
+        self.optimizers = optimizers_of(trainer).optimizers
         self.managed = [ManagedOptimizer(opt, self) for opt in self.optimizers]
-        self.parameters = {id(opt): ordered_parameters(trainer._module, [opt]) for opt in self.optimizers}
+        self.parameters = {id(opt): ordered_parameters(module_of(trainer), [opt]) for opt in self.optimizers}
         wants = trainer._dispatch.wants
         self.want_before_step = wants("on_before_optimizer_step")
         self.want_step_end = wants("on_train_step_end")
