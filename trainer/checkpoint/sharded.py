@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from trainer.checkpoint.format import CheckpointError, _alive, _fsync_directory, load_checkpoint, save_atomic
+from trainer.checkpoint.host import ShardHost, module_of
 
 __all__ = ["STATE_FILE", "is_sharded", "save_sharded", "read_sharded", "restore_sharded", "export_weights"]
 
@@ -45,12 +46,12 @@ def is_sharded(path: str | os.PathLike[str]) -> bool:
 
 
 # ------------------------------------------------------------------------------ writing
-def save_sharded(state: dict[str, Any], target: Path, trainer: Any) -> None:
+def save_sharded(state: dict[str, Any], target: Path, trainer: ShardHost) -> None:
     """Every rank: write `state` (from `collect_state`) as the folder `target`."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
-    strategy, module = trainer.strategy, trainer._module
+    strategy, module = trainer.strategy, module_of(trainer)
     tensors: dict[str, Any] = {"module": state["module"], "optimizers": {}}
     meta = dict(state, module={}, sharded={"world_size": strategy.world_size})
     entries = []

@@ -12,13 +12,14 @@ import torch
 
 from trainer._utils import rng_state, set_rng_state
 from trainer.checkpoint.format import FORMAT, FORMAT_VERSION, CheckpointError, _first_line, plain_state
+from trainer.checkpoint.host import CallbackState, PendingWork, StateHost, module_of
 
 __all__ = ["callback_keys", "cut_problem", "collect_state", "collect_weights", "restore_module", "restore_state"]
 
 log = logging.getLogger("trainer")
 
 
-def callback_keys(callbacks: Sequence[Any]) -> list[str]:
+def callback_keys(callbacks: Sequence[CallbackState]) -> list[str]:
     """Each callback's key in a checkpoint; repeated keys get `#2`, `#3`, ... in list order."""
     keys: list[str] = []
     for callback in callbacks:
@@ -32,9 +33,9 @@ def callback_keys(callbacks: Sequence[Any]) -> list[str]:
     return keys
 
 
-def cut_problem(trainer: Any) -> str | None:
+def cut_problem(trainer: StateHost) -> str | None:
     """Why the current state is not a cut at an optimizer-step boundary, or None if it is."""
-    manual = getattr(trainer, "_manual", None)
+    manual = trainer._manual
     inside = manual.cut_problem() if manual is not None else None
     if inside is not None:
         return inside
@@ -58,15 +59,15 @@ def cut_problem(trainer: Any) -> str | None:
     return f"it was requested inside an accumulation window ({detail}, but that step has not run)"
 
 
-def collect_state(trainer: Any, *, allow_partial: bool = False, target: Any = None) -> dict[str, Any]:
+def collect_state(trainer: StateHost, *, allow_partial: bool = False, target: Any = None) -> dict[str, Any]:
     """Everything needed to continue exactly: a dict of `state_dict`s and plain data.
 
     Raises:
         RuntimeError: the state is inside an accumulation window and `allow_partial` is
             False (a checkpoint must be a cut at an optimizer-step boundary).
     """
-    loop = getattr(trainer, "_loop", None)
-    if loop is not None and getattr(trainer, "_module", None) is not None:
+    loop = trainer._loop
+    if loop is not None and trainer._module is not None:
         loop.reconcile(raise_now=False)  # skipped_steps exact in the file; any error waits for the loop
     problem = cut_problem(trainer)
     if problem is not None and not allow_partial:
@@ -77,7 +78,7 @@ def collect_state(trainer: Any, *, allow_partial: bool = False, target: Any = No
             "on_train_step_end, on_train_epoch_start/end, on_fit_end, or outside fit."
         )
     opt = trainer._opt
-    module = trainer._module
+    module = module_of(trainer)
     strategy = trainer.strategy
     state: dict[str, Any] = {
         "format": FORMAT,
@@ -101,26 +102,26 @@ def collect_state(trainer: Any, *, allow_partial: bool = False, target: Any = No
         },
         "config": _plain(trainer.args.model_dump(exclude={"callbacks", "logger", "precision"})),
         "hparams": _plain(dict(getattr(module, "hparams", {}) or {})),
-        "experiment": _plain(getattr(trainer, "experiment_config", None)),
+        "experiment": _plain(trainer.experiment_config),
     }
-    datamodule: Any = getattr(trainer, "_datamodule", None)
+    datamodule: Any = trainer._datamodule
     if callable(getattr(datamodule, "state_dict", None)):
         state["datamodule"] = datamodule.state_dict()
-    trainer._dispatch.call("on_save_checkpoint", trainer, module, state)
+    trainer._call("on_save_checkpoint", state)
     return plain_state(state, target)
 
 
-def _rng_to_save(loop: Any) -> dict[str, Any]:
+def _rng_to_save(loop: PendingWork | None) -> dict[str, Any]:
     """The random state a resume must start from: during a validation inside fit, the one it
     began with (the resume runs that validation again); otherwise the current one."""
     pending = loop.rng_for_checkpoint() if loop is not None else None
     return pending if pending is not None else rng_state()
 
 
-def collect_weights(trainer: Any, target: Any = None) -> dict[str, Any]:
+def collect_weights(trainer: StateHost, target: Any = None) -> dict[str, Any]:
     """A weights-only checkpoint: the module's state dict with the format marker (for
     evaluation and export; it has no optimizer, loop or random state to resume from)."""
-    module = trainer._module
+    module = module_of(trainer)
     state = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -172,20 +173,21 @@ def _source(checkpoint: dict[str, Any]) -> str:
     return f"Checkpoint {path!r}" if path else "The checkpoint"
 
 
-def restore_state(trainer: Any, checkpoint: dict[str, Any]) -> None:
+def restore_state(trainer: StateHost, checkpoint: dict[str, Any]) -> None:
     """Put the Trainer back exactly where `collect_state` found it."""
     source = _source(checkpoint)
     opt = trainer._opt
+    module = module_of(trainer)
     if "_shards" in checkpoint:  # a sharded folder (FSDP): weights and optimizer states from the shards
         from trainer.checkpoint.sharded import restore_sharded
 
         optimizers = opt.optimizers if opt is not None else []
         _check_classes(source, "optimizer", optimizers, _saved_list(checkpoint, "optimizer"))
-        restore_sharded(trainer._module, optimizers, checkpoint)
+        restore_sharded(module, optimizers, checkpoint)
     else:
-        restore_module(trainer._module, checkpoint, source, trainer.strategy)
+        restore_module(module, checkpoint, source, trainer.strategy)
         if opt is not None:
-            load = lambda optimizer, state: trainer.strategy.load_optimizer_state(trainer._module, optimizer, state)  # noqa: E731
+            load = lambda optimizer, state: trainer.strategy.load_optimizer_state(module, optimizer, state)  # noqa: E731
             _restore_list(source, "optimizer", opt.optimizers, _saved_list(checkpoint, "optimizer"), load)
     if opt is not None:
         _restore_list(source, "LR scheduler", [c.scheduler for c in opt.schedulers], _saved_list(checkpoint, "lr_scheduler"))
@@ -208,7 +210,7 @@ def restore_state(trainer: Any, checkpoint: dict[str, Any]) -> None:
             "number of processes for an exact resume.",
             stacklevel=4,
         )
-    datamodule: Any = getattr(trainer, "_datamodule", None)
+    datamodule: Any = trainer._datamodule
     if checkpoint.get("datamodule") is not None and callable(getattr(datamodule, "load_state_dict", None)):
         datamodule.load_state_dict(checkpoint["datamodule"])
     trainer._data_order.load_state_dict(data[min(rank, len(data) - 1)])
@@ -222,7 +224,7 @@ def restore_state(trainer: Any, checkpoint: dict[str, Any]) -> None:
             "are those of the interrupt, so the result is not bit-identical to an uninterrupted run.",
             stacklevel=4,
         )
-    trainer._dispatch.call("on_load_checkpoint", trainer, trainer._module, checkpoint)
+    trainer._call("on_load_checkpoint", checkpoint)
 
 
 def _class_name(obj: Any) -> str:
@@ -269,7 +271,7 @@ def _check_classes(source: str, what: str, targets: list[Any], saved: list[dict[
             )
 
 
-def _restore_precision(trainer: Any, saved: dict[str, Any], source: str) -> None:
+def _restore_precision(trainer: StateHost, saved: dict[str, Any], source: str) -> None:
     if saved["name"] == trainer.precision.name:
         trainer.precision.load_state_dict(saved["state"])
     elif saved["state"]:

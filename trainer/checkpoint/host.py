@@ -1,0 +1,131 @@
+"""What a checkpoint reads and restores of the Trainer, typed: `StateHost` and `ShardHost`.
+
+`collect_state`/`restore_state` (state.py) and `save_sharded` (sharded.py) are handed the
+Trainer, which sits above them (it imports them), so they name it through these Protocols:
+exactly the parts they touch, each with the little of its type they use. The loop's own
+objects (the loop state, the data order, the fit loop, manual optimization) appear as small
+Protocols too, since checkpoint/ sits below trainer/loops/ and never imports it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import torch
+
+    from trainer._args import TrainerArgs
+    from trainer.module import Module
+    from trainer.precision import Precision
+    from trainer.strategies import Strategy
+
+__all__ = ["StateHost", "ShardHost", "module_of"]
+
+
+class Stateful(Protocol):
+    def state_dict(self) -> dict[str, Any]: ...
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+class CallbackState(Stateful, Protocol):
+    """A callback, as a checkpoint holds it (`trainer.Callback`)."""
+
+    @property
+    def state_key(self) -> str: ...
+
+
+class Position(Stateful, Protocol):
+    """Where the loop is (`LoopState`)."""
+
+    @property
+    def epoch(self) -> int: ...
+    @property
+    def batches_done(self) -> int: ...
+
+
+class DataPosition(Stateful, Protocol):
+    """The epoch's data order (`DataOrder`)."""
+
+    @property
+    def fetching(self) -> bool: ...
+    def unconsumed(self, epoch: int, batches_done: int) -> int: ...
+
+
+class PendingWork(Protocol):
+    """The running fit loop (`FitLoop`)."""
+
+    def reconcile(self, raise_now: bool = True) -> None: ...
+    def rng_for_checkpoint(self) -> dict[str, Any] | None: ...
+
+
+class ManualCut(Protocol):
+    """Manual optimization (`ManualOptimization`): whether now is a step boundary."""
+
+    def cut_problem(self) -> str | None: ...
+
+
+class Scheduled(Protocol):
+    @property
+    def scheduler(self) -> Any: ...
+
+
+class Optimizers(Protocol):
+    """What `configure_optimizers` returned (`OptimizerSetup`)."""
+
+    @property
+    def optimizers(self) -> list[torch.optim.Optimizer]: ...
+    @property
+    def schedulers(self) -> Sequence[Scheduled]: ...
+
+
+class ShardHost(Protocol):
+    """The Trainer as `save_sharded` sees it."""
+
+    @property
+    def strategy(self) -> Strategy: ...
+    @property
+    def _module(self) -> Module | None: ...
+    @property
+    def _opt(self) -> Optimizers | None: ...
+
+
+class StateHost(ShardHost, Protocol):
+    """The Trainer as `collect_state`/`restore_state` see it."""
+
+    @property
+    def args(self) -> TrainerArgs: ...
+    @property
+    def state(self) -> Position: ...
+    @property
+    def precision(self) -> Precision: ...
+    @property
+    def callbacks(self) -> Sequence[CallbackState]: ...
+    @property
+    def optimizers(self) -> list[torch.optim.Optimizer]: ...
+    @property
+    def global_step(self) -> int: ...
+    @property
+    def experiment_config(self) -> dict[str, Any] | None: ...
+    @property
+    def _loop(self) -> PendingWork | None: ...
+    @property
+    def _manual(self) -> ManualCut | None: ...
+    @property
+    def _data_order(self) -> DataPosition: ...
+    @property
+    def _datamodule(self) -> Any: ...
+
+    def _call(self, hook: str, *args: Any) -> None:
+        """Call a hook on the callbacks and the module (`on_save_checkpoint`, `on_load_checkpoint`)."""
+
+
+def module_of(host: ShardHost) -> Module:
+    """The Trainer's module; an AttributeError, as before, when it has none yet."""
+    module = host._module
+    if module is None:
+        raise AttributeError(
+            "The Trainer has no module yet, so there is nothing to checkpoint. Expected a call during or "
+            "after fit/validate/test/predict."
+        )
+    return module
