@@ -11,7 +11,15 @@ import torch
 from trainer.logging.metrics import to_floats
 
 if TYPE_CHECKING:
+    from trainer._args import TrainerArgs
+    from trainer.logging.metrics import MetricStore
+    from trainer.logging.run import RunIO
+    from trainer.loops.fit import FitLoop
+    from trainer.loops.hooks import CallbackBase
+    from trainer.loops.optimizers import OptimizerSetup
+    from trainer.loops.state import LoopState
     from trainer.precision import Precision
+    from trainer.strategies import Strategy
 
 __all__ = ["TrainerProperties"]
 
@@ -19,15 +27,15 @@ __all__ = ["TrainerProperties"]
 class TrainerProperties:
     """Mixed into `Trainer`: what user code and callbacks read (never the loop's internals)."""
 
-    state: Any
-    args: Any
-    strategy: Any
-    callbacks: list[Any]
-    _precision: Any
-    _metrics: Any
-    _opt: Any
-    _io: Any
-    _loop: Any
+    state: LoopState
+    args: TrainerArgs
+    strategy: Strategy
+    callbacks: list[CallbackBase]
+    _precision: Precision
+    _metrics: MetricStore
+    _opt: OptimizerSetup | None
+    _io: RunIO
+    _loop: FitLoop | None
     _sanity_checking: bool
     _datamodule: Any
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -125,7 +125,7 @@ class Trainer(TrainerProperties):
         self._preempted = False  # SIGTERM: the stop does not wait for min_epochs/min_steps
         self._in_train_batches = False  # where `self.log` defaults to per-step values
         self._sanity_checking = False
-        self._at_run_start: list[Any] = []  # callables the YAML layer runs once a run starts
+        self._at_run_start: list[Callable[[], None]] = []  # what the YAML layer runs once a run starts
         self._manual: ManualOptimization | None = None
         self._loop: FitLoop | None = None
         self._datamodule: Any = None

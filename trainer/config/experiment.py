@@ -15,10 +15,13 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from trainer.config.classpath import ConfigError, Problem, ResolvedSpec, instantiate
 from trainer.config.yaml_io import dump_yaml
+
+if TYPE_CHECKING:
+    from trainer.trainer import Trainer
 
 __all__ = ["Stage", "LOADER_OF", "DRY_RUN", "ResolvedConfig", "Experiment", "build"]
 
@@ -57,7 +60,7 @@ class Experiment:
             callback that writes under `trainer.log_dir` leaves no file behind.
     """
 
-    def __init__(self, config: dict[str, Any], model: Any, data: Any, trainer: Any, *, dry_run: bool = False) -> None:
+    def __init__(self, config: dict[str, Any], model: Any, data: Any, trainer: Trainer, *, dry_run: bool = False) -> None:
         self.config, self.model, self.data, self.trainer, self.dry_run = config, model, data, trainer, dry_run
 
     def loader(self, method: str, stage: str, required: bool = True) -> Any:

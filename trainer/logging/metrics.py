@@ -24,9 +24,14 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
+
+if TYPE_CHECKING:
+    from trainer._args import TrainerArgs
+    from trainer.precision import Precision
+    from trainer.strategies import Strategy
 
 __all__ = ["MonitorError", "MetricStore", "to_floats", "EPOCH_SUFFIX", "STEP_SUFFIX", "AUTOMATIC", "batch_size_of", "fit_summary"]
 
@@ -283,7 +288,20 @@ def batch_size_of(batch: Any) -> int | None:
     return None
 
 
-def fit_summary(trainer: Any, module: Any) -> str:
+class SummaryHost(Protocol):
+    """The Trainer as `fit_summary` sees it."""
+
+    @property
+    def args(self) -> TrainerArgs: ...
+    @property
+    def strategy(self) -> Strategy: ...
+    @property
+    def precision(self) -> Precision: ...
+    @property
+    def _train_loader(self) -> Any: ...
+
+
+def fit_summary(trainer: SummaryHost, module: torch.nn.Module) -> str:
     """The one-line summary the Trainer logs (INFO) when a run starts."""
     total = trainable = 0
     for parameter in module.parameters():

@@ -8,24 +8,50 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
 from trainer import checkpoint as ckpt
-from trainer.logging.metrics import batch_size_of, fit_summary, to_floats
+from trainer.checkpoint.host import Position, StateHost
 from trainer.checkpoint.sharded import is_sharded, read_sharded, save_sharded
+from trainer.logging.metrics import MetricStore, SummaryHost, batch_size_of, fit_summary, to_floats
 from trainer.logging.loggers import TensorBoardLogger, next_version_dir
 from trainer.logging.progress import ProgressBar
 
-__all__ = ["RunIO"]
+__all__ = ["RunIO", "RunHost"]
 
 log = logging.getLogger("trainer")
 
 
+class RunPosition(Position, Protocol):
+    """Where the loop is (`LoopState`), with what RunIO reports of it."""
+
+    @property
+    def global_step(self) -> int: ...
+    @property
+    def skipped_steps(self) -> int: ...
+
+
+class RunHost(StateHost, SummaryHost, Protocol):
+    """The Trainer as `RunIO` sees it: what checkpoints and the summary read, and the rest below."""
+
+    _at_run_start: list[Callable[[], None]]  # what the YAML layer runs once a run starts
+
+    @property
+    def state(self) -> RunPosition: ...
+    @property
+    def current_epoch(self) -> int: ...
+    @property
+    def _metrics(self) -> MetricStore: ...
+    @property
+    def _sanity_checking(self) -> bool: ...
+
+
 class RunIO:
-    def __init__(self, trainer: Any) -> None:
+    def __init__(self, trainer: RunHost) -> None:
         self.trainer = trainer
         args = trainer.args
         self._run_dir: Path | None = None
