@@ -8,7 +8,7 @@ Folder scheme: each run writes into `root_dir/<name>/version_N`, N being one mor
 highest version already there; the folder is created atomically, so two runs (two
 Trainers, two processes) never share one.
 
-Hyperparameters: `log_hyperparams` writes TensorBoard's HParams "session start" record
+Hyperparameters: `log_hyperparams` writes TensorBoard's HParams record that starts a run
 into the run's own event file (no sub-run), plus a readable table under the Text tab.
 The HParams dashboard then lists every run under the log dir side by side, and its metric
 columns are the last value of each scalar of the run (for example the final `val/loss`).
