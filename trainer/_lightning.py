@@ -33,7 +33,6 @@ _INSTEAD = {
     "sync_batchnorm": "wrap the model with torch.nn.SyncBatchNorm.convert_sync_batchnorm(model) before fit",
     "reload_dataloaders_every_n_epochs": "not supported: pass loaders that produce each epoch's data themselves",
     "detect_anomaly": "wrap fit in `with torch.autograd.detect_anomaly():`",
-    "profiler": "not supported yet: use torch.profiler around fit",
     "plugins": "not supported: pass precision=... or a trainer.precision.Precision instance",
     "barebones": "not needed: logger=False, enable_progress_bar=False, enable_checkpointing=False",
     "inference_mode": "predict always runs under torch.inference_mode, validate/test under torch.no_grad",
