@@ -62,9 +62,9 @@ def test_save_weights_only_files_evaluate_but_do_not_resume(tmp_path: Path):
     assert set(state) >= {"module", "weights_only"} and "optimizers" not in state and "rng" not in state
     model = TinyNet()
     model.load_state_dict(state["module"])
-    assert Trainer(**QUIET).validate(Scripted([3.0]), DataLoader(make_data(4), batch_size=4), ckpt_path=path)["val_loss"] == 3.0
+    assert Trainer(root_dir=tmp_path / "eval", **QUIET).validate(Scripted([3.0]), DataLoader(make_data(4), batch_size=4), ckpt_path=path)["val_loss"] == 3.0
     with pytest.raises(CheckpointError, match="weights only"):
-        Trainer(max_epochs=3, **QUIET).fit(Scripted([1.0] * 3), DataLoader(make_data(8), batch_size=4), ckpt_path=path)
+        Trainer(max_epochs=3, root_dir=tmp_path / "resume", **QUIET).fit(Scripted([1.0] * 3), DataLoader(make_data(8), batch_size=4), ckpt_path=path)
     assert trainer.global_step == 4
 
 
@@ -111,7 +111,7 @@ def test_lr_monitor_logging_interval_step(tmp_path: Path):
 
     monitor = callbacks.LearningRateMonitor()  # None: follows the scheduler's interval
     torch.manual_seed(0)
-    Trainer(max_epochs=1, log_every_n_steps=1, callbacks=[monitor], **QUIET).fit(
+    Trainer(max_epochs=1, log_every_n_steps=1, callbacks=[monitor], root_dir=tmp_path, **QUIET).fit(
         Stepped([1.0]), DataLoader(make_data(12), batch_size=4)
     )
     assert [r["step"] for r in monitor.records] == [1.0, 2.0, 3.0]
