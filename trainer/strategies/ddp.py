@@ -165,6 +165,22 @@ class DDP(ProcessGroupStrategy):
         finally:
             self._manual_sync = previous
 
+    def prepare_synced_backward(self, output: Any) -> None:
+        """What DDP's forward does with gradient sync on, done before the backward instead:
+        the window's forwards all ran under no_sync (item-weighted accumulation), and arming
+        the reducer at a forward would reduce at the first backward after it."""
+        ddp = self._ddp
+        if ddp is None or not torch.is_grad_enabled():
+            return
+        from torch.nn.parallel.distributed import _find_tensors
+
+        ddp.reducer.prepare_for_forward()  # counts the iteration, as a synced forward does
+        ddp.require_forward_param_sync = True  # the next forward syncs buffers, as after a synced one
+        if ddp.find_unused_parameters and not ddp.static_graph:
+            ddp.reducer.prepare_for_backward(list(_find_tensors(output)))
+        else:
+            ddp.reducer.prepare_for_backward([])
+
     def no_sync(self, last_micro_batch: bool) -> contextlib.AbstractContextManager[Any]:
         if last_micro_batch or self._ddp is None:
             return _NO_SYNC

@@ -167,6 +167,15 @@ class ProcessGroupStrategy(Strategy):
         dist.all_reduce(tensor, op=dist.ReduceOp.MIN, group=self._group())
         return int(tensor.item())
 
+    def sum_over_ranks(self, tensor: torch.Tensor) -> torch.Tensor:
+        from torch import distributed as dist
+
+        summed = tensor.to(self.device)
+        if summed is tensor:
+            summed = tensor.clone()
+        dist.all_reduce(summed, op=dist.ReduceOp.SUM, group=self._group())
+        return summed
+
     def all_agree(self, flag: bool) -> bool:
         from torch import distributed as dist
 
