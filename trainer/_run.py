@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import time
 import warnings
+from collections.abc import Sized
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +17,9 @@ import torch
 
 from trainer import checkpoint as ckpt
 from trainer._metrics import batch_size_of, fit_summary, to_floats
+from trainer._utils import set_rng_state
 from trainer._sharded_checkpoint import is_sharded, read_sharded, save_sharded
-from trainer._data import DataOrder
+from trainer._data import DataOrder, loader_batch_size, rebatch_problem
 from trainer.loggers import TensorBoardLogger, next_version_dir
 from trainer.progress import ProgressBar
 
@@ -37,6 +39,7 @@ class RunIO:
         self._hparams_logged = False
         self.saves = 0
         self.data_order = DataOrder()
+        self._resumed_inside_epoch: dict[str, Any] | None = None  # until that epoch's start hooks ran
         self._last_log_time: float | None = None
         self._last_log_step = 0
         self._samples = 0  # samples seen since the last log (first tensor's dim 0 of each batch)
@@ -314,18 +317,91 @@ class RunIO:
             "callbacks=[ModelCheckpoint(monitor=...)] and a fit that saved one, or pass 'last' or a path."
         )
 
-    def warn_inexact_resume(self, loader: Any) -> None:
+    def check_resume(self, checkpoint: dict[str, Any], loader: Any) -> None:
+        """After `restore`, with the loader the run trains on: the saved position still
+        names the same samples (converted to a new batch size, or refused), and warn where
+        the resume can't be exact."""
+        self._check_position(checkpoint, loader)
         reason = self.data_order.fresh_worker_iterator_warning(loader)
         if reason is not None:
             warnings.warn(f"This resume is not bit-identical to an uninterrupted run: {reason}.", stacklevel=4)
 
+    def _check_position(self, checkpoint: dict[str, Any], loader: Any) -> None:
+        """`batches_done` counts micro-batches of the saved loader: with another batch size
+        it would skip or repeat samples, so it is converted when that is exact, else refused."""
+        trainer = self.trainer
+        state, done = trainer.state, trainer.state.batches_done
+        if done == 0:  # an epoch boundary: nothing of the epoch was consumed
+            return
+        name = repr(str(checkpoint.get("_path", "<in memory>")))
+        where = f"{done} batches into epoch {state.epoch}"
+        old, new = self.data_order.saved_batch_size(), loader_batch_size(loader)
+        if old is not None and old != new:
+            samples = done * old
+            problem = rebatch_problem(loader)
+            sampler = getattr(loader, "sampler", None)
+            if problem is None and new is not None and isinstance(sampler, Sized) and samples > len(sampler):
+                problem = "the epoch's last, partial batch was already consumed"
+            if problem is None and new is not None and samples % new:
+                problem = f"{samples} samples are not a whole number of batches of {new}"
+            if problem is not None or new is None:
+                raise ckpt.CheckpointError(
+                    f"Checkpoint {name} was written {where} with batch_size={old} ({samples} samples); this "
+                    f"run's loader has batch_size={new}, and the position can't be converted: {problem}. "
+                    "Resuming would skip or repeat samples. Resume with batch_size="
+                    f"{old} (and change it at an epoch boundary), or from a checkpoint written at an epoch "
+                    "boundary (such as last.ckpt after an epoch ended)."
+                )
+            state.batches_done = samples // new
+            self.data_order.rebatched(new)
+            warnings.warn(
+                f"Checkpoint {name} was written {where} with batch_size={old}; this run's loader has "
+                f"batch_size={new}, so it resumes after batch {state.batches_done} of {new}: the same {samples} "
+                "samples count as consumed and the epoch goes on in the same sample order. The run is not "
+                f"the one that used batch_size={new} from the start.",
+                stacklevel=4,
+            )
+        saved_k = (checkpoint.get("config") or {}).get("accumulate_grad_batches")
+        k = trainer.args.accumulate_grad_batches
+        if isinstance(saved_k, int) and saved_k != k:
+            warnings.warn(
+                f"Checkpoint {name} was written {where} with accumulate_grad_batches={saved_k}; this run "
+                f"uses {k}. The position is counted in micro-batches, so the epoch resumes at the same "
+                f"sample, but the windows of {k} micro-batches start at the resume point: this is not "
+                f"the run that used accumulate_grad_batches={k} from the start (its optimizer steps group "
+                "other batches).",
+                stacklevel=4,
+            )
+
     def restore(self, checkpoint: dict[str, Any]) -> None:
         ckpt.restore_state(self.trainer, checkpoint)
         state = self.trainer.state
+        self._resumed_inside_epoch = checkpoint if state.batches_done > 0 else None
         log.info(
             "Resumed from %s: epoch %d, optimizer step %d, batch %d of the epoch.",
             checkpoint.get("_path", "the checkpoint"), state.epoch, state.global_step, state.batches_done,
         )
+
+    def restore_after_epoch_start(self) -> None:
+        """On a resume inside an epoch, after that epoch's `on_train_epoch_start` hooks ran
+        again: what the checkpoint restores wins over what they reset. The callbacks' states,
+        the random streams and `on_load_checkpoint` (module, then callbacks) once more, with
+        the same checkpoint dict; then the dict is let go. Only the first resumed epoch."""
+        checkpoint, self._resumed_inside_epoch = self._resumed_inside_epoch, None
+        if checkpoint is None:
+            return
+        trainer = self.trainer
+        saved = dict(checkpoint.get("callbacks", {}))
+        for key, callback in zip(ckpt.callback_keys(trainer.callbacks), trainer.callbacks):
+            if key in saved:
+                callback.load_state_dict(saved[key])
+        rngs = checkpoint["rng"]
+        set_rng_state(rngs[min(trainer.strategy.rank, len(rngs) - 1)])
+        trainer._dispatch.call("on_load_checkpoint", trainer, trainer._module, checkpoint)
+
+    def forget_resume(self) -> None:
+        """Fit ended: a checkpoint kept for `restore_after_epoch_start` is no longer needed."""
+        self._resumed_inside_epoch = None
 
     def restore_weights(self, checkpoint: dict[str, Any]) -> None:
         path = checkpoint.get("_path")

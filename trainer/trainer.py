@@ -223,11 +223,12 @@ class Trainer(TrainerProperties):
             self.state.stop_requested = self._stop_request = self._preempted = False
             self._train_loader = train_loader = self.strategy.setup_loader(train_loader, train=True)
             if checkpoint is not None:
-                self._io.warn_inexact_resume(train_loader)
+                self._io.check_resume(checkpoint, train_loader)
             if val_loader is not None:
                 val_loader = self.strategy.setup_loader(val_loader, train=False)
             self._fit_with_signals(train_loader, val_loader)
         finally:
+            self._io.forget_resume()
             self._call("teardown", "fit")
             if self._datamodule is not None and callable(getattr(self._datamodule, "teardown", None)):
                 self._datamodule.teardown("fit")

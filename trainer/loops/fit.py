@@ -3,7 +3,8 @@
     sanity check: num_sanity_val_steps validation batches
     on_train_start
     while not finished (max_epochs, max_steps, max_time) and no stop (after min_epochs/min_steps):
-        on_train_epoch_start                      (also when a run resumes inside an epoch)
+        on_train_epoch_start                      (also when a run resumes inside an epoch,
+                                                   then the checkpoint's restore once more)
         for each micro-batch (windows of accumulate_grad_batches):
             on_train_batch_start
             optimization.run(batch)               automatic.py or manual.py
@@ -279,6 +280,7 @@ class FitLoop:
         if distributed:
             strategy.check_epoch_lengths(total)
         trainer._call("on_train_epoch_start")  # also on a resume inside the epoch
+        trainer._io.restore_after_epoch_start()  # ...whose checkpoint then wins over what it reset
         iterator = trainer._io.epoch_iterator(loader, state.batches_done)
         if total is None and isinstance(args.limit_train_batches, int):  # an iterable loader, capped
             iterator = itertools.islice(iterator, max(args.limit_train_batches - state.batches_done, 0))
