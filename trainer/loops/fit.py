@@ -294,7 +294,9 @@ class FitLoop:
         schedule, validating, metrics = self.schedule, self.val_loader is not None, trainer._metrics
         assert schedule is not None
         fewest = strategy.fewest if distributed and total is None else None
-        if state.validation_pending and validating and (total is None or state.batches_done < total):
+        if state.validation_pending and not validating:
+            state.validation_pending = False  # resumed without a validation loader: nothing is owed
+        elif state.validation_pending and (total is None or state.batches_done < total):
             self.validate()  # resumed from a checkpoint written during a mid-epoch validation
         for batch_idx, size, last, batch in micro_batches(iterator, total, k, state.batches_done, fewest):
             batch = move_to_device(batch, device)
