@@ -336,23 +336,27 @@ class RunIO:
         name = repr(str(checkpoint.get("_path", "<in memory>")))
         where = f"{done} batches into epoch {state.epoch}"
         old, new = self.data_order.saved_batch_size(), loader_batch_size(loader)
-        if old is not None and old != new:
-            samples = done * old
+        # Counted over all ranks: a run on N processes takes N batches per step (a change of
+        # world size that keeps the global batch is the documented, not bit-exact, re-split).
+        saved_world, world = len(checkpoint.get("rng") or [None]), trainer.strategy.world_size
+        if old is not None and (new is None or old * saved_world != new * world):
+            samples = done * old * saved_world
             problem = rebatch_problem(loader)
             sampler = getattr(loader, "sampler", None)
-            if problem is None and new is not None and isinstance(sampler, Sized) and samples > len(sampler):
+            if problem is None and new is not None and isinstance(sampler, Sized) and samples > len(sampler) * world:
                 problem = "the epoch's last, partial batch was already consumed"
-            if problem is None and new is not None and samples % new:
-                problem = f"{samples} samples are not a whole number of batches of {new}"
+            if problem is None and new is not None and samples % (new * world):
+                problem = f"{samples} samples are not a whole number of batches of {new * world}"
             if problem is not None or new is None:
+                on = f" on {saved_world} processes" if saved_world != world else ""
                 raise ckpt.CheckpointError(
                     f"Checkpoint {name} was written {where} with batch_size={old} ({samples} samples); this "
                     f"run's loader has batch_size={new}, and the position can't be converted: {problem}. "
                     "Resuming would skip or repeat samples. Resume with batch_size="
-                    f"{old} (and change it at an epoch boundary), or from a checkpoint written at an epoch "
+                    f"{old}{on} (and change it at an epoch boundary), or from a checkpoint written at an epoch "
                     "boundary (such as last.ckpt after an epoch ended)."
                 )
-            state.batches_done = samples // new
+            state.batches_done = samples // (new * world)
             self.data_order.rebatched(new)
             warnings.warn(
                 f"Checkpoint {name} was written {where} with batch_size={old}; this run's loader has "
