@@ -22,6 +22,7 @@ from trainer.loops.schedule import batch_limit, fast_dev_run_args
 from trainer.callback import Callback, _Dispatcher
 from trainer.strategies import Strategy, resolve_strategy
 from trainer.strategies.launch import launch_processes
+from trainer.strategies.requeue import Requeue
 from trainer.module import Module
 from trainer.precision import Precision, resolve_precision
 
@@ -91,6 +92,8 @@ class Trainer(TrainerProperties):
         max_time: Any = None,
         compile: bool | dict[str, Any] = False,
         profiler: bool | dict[str, Any] | None = None,
+        requeue: bool | None = None,
+        requeue_signal: str | None = "SIGUSR1",
         **lightning_arguments: Any,
     ) -> None:
         from trainer._args import validate_trainer_args  # pydantic loads on first use, not on import
@@ -106,6 +109,7 @@ class Trainer(TrainerProperties):
         self._precision = resolve_precision(self.args.precision)
         launch_processes(self.args.devices, self.args.strategy)  # devices=N outside torchrun: this process is rank 0
         self.strategy: Strategy = resolve_strategy(self.args.strategy, self.args.device)
+        self._requeue = Requeue(self.args.requeue, self.args.requeue_signal)  # SLURM: the warning signal, requeueing
         self.strategy.setup_precision(self._precision)  # AMP's scaler exists from the start
         self.state = LoopState()
         self.callbacks: list[Callback] = list(self.args.callbacks or [])
@@ -243,7 +247,7 @@ class Trainer(TrainerProperties):
         return resolve_loaders(stage, datamodule, *loaders)
 
     def _fit_with_signals(self, train_loader: Any, val_loader: Any) -> None:
-        with SignalGuard(self._preempt) as signals:
+        with SignalGuard(self._preempt, self._requeue.signals) as signals:
             self._signals = signals
             try:
                 self._call("on_fit_start")
@@ -262,7 +266,12 @@ class Trainer(TrainerProperties):
                     self._io.end_run()
         self.strategy.teardown()
         if signals.terminated:
-            log.warning("Stopped on SIGTERM after optimizer step %d; resume with ckpt_path='last'.", self.global_step)
+            log.warning("Stopped on %s after optimizer step %d; resume with ckpt_path='last'.", signals.received, self.global_step)
+        self._requeue.after_fit(  # SLURM: every rank agrees, rank 0 requeues the job once last.ckpt is complete
+            self.strategy, stopped_by_signal=self._preempted or signals.terminated,
+            unfinished=self._loop is not None and not self._loop.finished(),
+            checkpoint=self._io.last_path if self.args.enable_checkpointing else None,
+        )
 
     def _bookkeeping(self) -> contextlib.AbstractContextManager[Any]:
         """Opening/closing bars and writing epoch-end files: not cut by an interrupt."""
