@@ -291,8 +291,8 @@ def _caller(frame: FrameType | None) -> tuple[str, str]:
     inside: list[str] = []
     while frame is not None and frame.f_code.co_filename.startswith(_STRATEGY_DIR):
         name = getattr(frame.f_code, "co_qualname", frame.f_code.co_name)
-        if not frame.f_code.co_filename.endswith("collectives.py") and frame.f_code.co_name != "_collective":
-            inside.append(name.rsplit(".", 1)[-1])
+        if not frame.f_code.co_filename.endswith("collectives.py") and not frame.f_code.co_name.startswith("_"):
+            inside.append(name.rsplit(".", 1)[-1])  # public strategy methods only, not their helpers
         frame = frame.f_back
     return " -> ".join(reversed(inside)) or "a collective", _label(frame) if frame is not None else "?"
 

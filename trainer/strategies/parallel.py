@@ -86,17 +86,22 @@ class ProcessGroupStrategy(Strategy):
         """Check the subclass's options against the chosen device (before the group exists)."""
 
     def _local_device(self, device: str) -> torch.device:
+        """`cuda:LOCAL_RANK`, counted among the GPUs this process sees (one when SLURM binds a
+        GPU per task, `--gpus-per-task=1`; all of the node's otherwise)."""
         if device == "auto":
-            return torch.device("cuda", self.local_rank) if torch.cuda.is_available() else torch.device("cpu")
+            return torch.device("cuda", self._local_gpu()) if torch.cuda.is_available() else torch.device("cpu")
         chosen = torch.device(device)
         if chosen.type == "cuda" and chosen.index is None:
-            return torch.device("cuda", self.local_rank)
+            return torch.device("cuda", self._local_gpu())
         if chosen.type not in ("cuda", "cpu"):
             raise ValueError(
                 f"Trainer(strategy={self.name!r}, device={device!r}): expected a 'cuda' or 'cpu' device. "
                 f"Received: {chosen.type!r}, which {type(self).__name__} does not support."
             )
         return chosen
+
+    def _local_gpu(self) -> int:
+        return 0 if torch.cuda.device_count() == 1 else self.local_rank  # one GPU visible: the task's own
 
     # ---------------------------------------------------------------- process group
     def _group(self) -> Any:
@@ -202,8 +207,18 @@ class ProcessGroupStrategy(Strategy):
         from torch import distributed as dist
 
         tensor = torch.tensor([count], dtype=torch.int64, device=self.device)
-        self._collective("all_reduce(MIN)", dist.all_reduce, tensor, op=dist.ReduceOp.MIN, group=self._group())
-        return int(tensor.item())
+        return self._reduce_to_host(tensor, dist.ReduceOp.MIN, "all_reduce(MIN)")
+
+    def _reduce_to_host(self, tensor: torch.Tensor, op: Any, name: str) -> int:
+        """All-reduce a one-element tensor and read it, the read inside the named collective
+        (with NCCL that read is where a rank waits)."""
+        from torch import distributed as dist
+
+        def reduce() -> int:
+            dist.all_reduce(tensor, op=op, group=self._group())
+            return int(tensor.item())
+
+        return int(self._collective(name, reduce))
 
     def sum_over_ranks(self, tensor: torch.Tensor) -> torch.Tensor:
         from torch import distributed as dist
@@ -217,16 +232,12 @@ class ProcessGroupStrategy(Strategy):
     def all_agree(self, flag: bool) -> bool:
         from torch import distributed as dist
 
-        tensor = self._flag_tensor(flag)
-        self._collective("all_reduce(MIN)", dist.all_reduce, tensor, op=dist.ReduceOp.MIN, group=self._group())
-        return bool(tensor.item())
+        return bool(self._reduce_to_host(self._flag_tensor(flag), dist.ReduceOp.MIN, "all_reduce(MIN)"))
 
     def any_rank(self, flag: bool) -> bool:
         from torch import distributed as dist
 
-        tensor = self._flag_tensor(flag)
-        self._collective("all_reduce(MAX)", dist.all_reduce, tensor, op=dist.ReduceOp.MAX, group=self._group())
-        return bool(tensor.item())
+        return bool(self._reduce_to_host(self._flag_tensor(flag), dist.ReduceOp.MAX, "all_reduce(MAX)"))
 
     def reduce_epoch(self, values: dict[str, torch.Tensor], reductions: Reductions) -> dict[str, torch.Tensor]:
         """Weighted mean over all ranks' samples ("mean"), or sum / max / min over ranks.
