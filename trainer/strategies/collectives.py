@@ -26,6 +26,7 @@ The watchdog exists only when a timeout was given: without one nothing here runs
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import logging
 import math
@@ -130,6 +131,7 @@ class CollectiveGuard:
                 log.warning("No collective watchdog (the process group's store can't be reached: %s).", error)
                 self._store = None
                 return
+            atexit.register(self.stop)  # a run that ends without teardown (an evaluation): stopped at exit
         self._stop.clear()
         self._owner_thread = threading.get_ident()
         self._thread = threading.Thread(target=self._watch, name="trainer-collective-watchdog", daemon=True)
