@@ -1,9 +1,12 @@
 """A tiny DCGAN-shaped pair (generator with BatchNorm, discriminator with dropout), its
-manual-optimization Module, and the hand-written loop it must equal.
+manual-optimization Module, and the hand-written loop it must equal; and the same pair
+written Lightning's way (`LightningGAN`: zero_grad before manual_backward, no toggling).
 
 The hand-written loop follows PyTorch's AMP recipe for several models, losses and
-optimizers: one GradScaler; per optimizer scale/backward, unscale_, clip, scaler.step; one
-scaler.update() per iteration; a scheduler stepped only when its optimizer really stepped.
+optimizers: one GradScaler; per optimizer scale/backward, unscale_, clip, scaler.step; in
+this DCGAN order (D backward, D step, G backward, G step) scaler.update() after each step,
+before the next backward (the Trainer's lazy update; Lightning's MixedPrecision plugin does
+the same); a scheduler stepped only when its optimizer really stepped.
 """
 
 from __future__ import annotations
@@ -101,6 +104,46 @@ class GAN(Module):
         return [opt_g, opt_d], [sched_g, sched_d]
 
 
+class LightningGAN(Module):
+    """Lightning's manual-optimization GAN: zero_grad before manual_backward, no toggling, so
+    the generator's forward runs through the discriminator that just stepped."""
+
+    def __init__(self, blow_up_at: tuple[int, ...] = ()) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+        self.generator, self.discriminator = generator(), discriminator()
+        self.blow_up_at = set(blow_up_at)
+        self.calls = 0
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        opt_g, opt_d = self.optimizers()
+        (real,) = batch
+        fake = self.generator(torch.randn(real.shape[0], Z, device=real.device))
+        d_loss = bce(self.discriminator(real), 1.0) + bce(self.discriminator(fake.detach()), 0.0)
+        if self.calls in self.blow_up_at:
+            d_loss = d_loss * float("inf")
+        opt_d.zero_grad()
+        self.manual_backward(d_loss)
+        opt_d.step()
+        g_loss = bce(self.discriminator(fake), 1.0)
+        opt_g.zero_grad()
+        self.manual_backward(g_loss)
+        opt_g.step()
+        self.calls += 1
+        return g_loss.detach()
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["gan_calls"] = self.calls
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.calls = checkpoint["gan_calls"]
+
+    def configure_optimizers(self) -> Any:
+        opt_g = torch.optim.Adam(self.generator.parameters(), lr=2e-3, betas=(0.5, 0.999))
+        opt_d = torch.optim.Adam(self.discriminator.parameters(), lr=2e-3, betas=(0.5, 0.999))
+        return [opt_g, opt_d]
+
+
 def make_gan(seed: int = 0, **kwargs: Any) -> GAN:
     torch.manual_seed(seed)
     return GAN(**kwargs)
@@ -121,10 +164,12 @@ def reference_gan(model: GAN, loader: DataLoader, *, precision: str = "fp32", ep
 
     def step(opt: torch.optim.Optimizer) -> bool:
         scaler.step(opt)
-        if precision != "amp":
-            return True
-        found = scaler._per_optimizer_states[id(opt)]["found_inf_per_device"]
-        return not any(bool(t.item()) for t in found.values())
+        stepped = True
+        if precision == "amp":
+            found = scaler._per_optimizer_states[id(opt)]["found_inf_per_device"]
+            stepped = not any(bool(t.item()) for t in found.values())
+        scaler.update()  # after each step: the next backward scales with the updated scale
+        return stepped
 
     for _ in range(epochs):
         for batch_idx, (real,) in enumerate(loader):
@@ -159,7 +204,6 @@ def reference_gan(model: GAN, loader: DataLoader, *, precision: str = "fp32", ep
             opt_g.zero_grad()
             for p in D.parameters():
                 p.requires_grad_(True)
-            scaler.update()  # once per iteration, after every optimizer's step
             calls += 1
     return {"steps": steps, "scale": scaler.get_scale() if precision == "amp" else None,
             "lr_g": opt_g.param_groups[0]["lr"], "lr_d": opt_d.param_groups[0]["lr"]}

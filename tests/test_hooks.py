@@ -167,7 +167,11 @@ def test_resume_inside_an_epoch_calls_on_train_epoch_start_and_load_hooks(tmp_pa
     start = calls.index("configure_optimizers")
     assert calls[start + 1 : start + 3] == module_first("on_load_checkpoint")
     assert calls.count("on_train_epoch_start") == 1 and calls.count("training_step") == 2
-    assert calls.index("on_train_epoch_start") < calls.index("training_step")
+    # Then the checkpoint's restore once more, so it wins over what the epoch-start hooks reset.
+    epoch_start = calls.index("Callback.on_train_epoch_start")
+    assert calls[epoch_start : epoch_start + 5] == (
+        both("on_train_epoch_start") + module_first("on_load_checkpoint") + ["Callback.on_train_batch_start"]
+    )
 
 
 def test_save_hooks_run_callbacks_first_and_the_module_adds_its_state(tmp_path):

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 import torch
 
-from tests._gan import GAN, make_gan, make_points, points_loader, reference_gan
+from tests._gan import GAN, Z, LightningGAN, bce, make_gan, make_points, points_loader, reference_gan
 from tests.reference import TinyNet, assert_same_weights, loader, make_data
-from trainer import Trainer
+from trainer import Callback, Trainer
 from trainer.checkpoint import load_checkpoint
 
 QUIET = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, device="cpu")
@@ -191,3 +191,100 @@ def test_manual_logging_without_a_returned_loss(tmp_path):
     trainer.fit(NoReturn(), points_loader(make_points()))
     metrics = trainer.callback_metrics
     assert "train/d_loss" in metrics and "train/loss" not in metrics and trainer.global_step == 22
+
+
+# ------------------------------------------- checkpoints between training_steps (manual)
+class SaveAtBatchEnd(Callback):
+    """Saves from on_train_batch_end (at `step`, or every batch recording what happened)."""
+
+    def __init__(self, folder: Any, step: int | None = None) -> None:
+        self.folder, self.step = folder, step
+        self.refused: dict[int, str | None] = {}
+
+    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self.step is not None:
+            if trainer.global_step == self.step:
+                trainer.save_checkpoint(self.folder / "batch_end.ckpt")
+            return
+        try:
+            trainer.save_checkpoint(self.folder / f"{batch_idx}.ckpt")
+            self.refused[batch_idx] = None
+        except RuntimeError as error:
+            self.refused[batch_idx] = str(error)
+
+
+def fit_lightning_gan(precision: str, max_steps: int, ckpt_path: Any = None, callbacks: Any = (), seed: int = 0) -> Any:
+    torch.manual_seed(seed)
+    model = LightningGAN(blow_up_at=(4, 10) if precision == "amp" else ())
+    torch.manual_seed(1)
+    trainer = Trainer(precision=precision, max_steps=max_steps, callbacks=list(callbacks), **QUIET)
+    trainer.fit(model, points_loader(make_points()), ckpt_path=ckpt_path)
+    return model, trainer
+
+
+@pytest.mark.parametrize("precision", ["fp32", "amp"])
+def test_lightning_style_gan_saves_after_fit_and_at_batch_end_and_resumes_exactly(tmp_path, precision):
+    """zero_grad before manual_backward leaves gradients in .grad after opt.step(): they are
+    no accumulation window, so a save after fit (max_steps) and from on_train_batch_end works."""
+    uninterrupted, _ = fit_lightning_gan(precision, 36)  # 18 batches: into the second epoch
+    model, trainer = fit_lightning_gan(precision, 14, callbacks=[SaveAtBatchEnd(tmp_path, step=8)])
+    assert any(p.grad is not None for p in model.discriminator.parameters())
+    trainer.save_checkpoint(tmp_path / "after_fit.ckpt")
+    for name in ("after_fit.ckpt", "batch_end.ckpt"):
+        assert load_checkpoint(tmp_path / name)["cut"]["clean"]
+        resumed, second = fit_lightning_gan(precision, 36, ckpt_path=tmp_path / name, seed=5)
+        assert_same_weights(uninterrupted, resumed)
+        assert second.global_step == 36
+
+
+class Accumulating(TinyNet):
+    """Manual accumulation: backward every batch, a step every second one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        opt = self.optimizers()
+        self.manual_backward(super().training_step(batch, batch_idx) / 2)
+        if batch_idx % 2 == 1:
+            opt.step()
+            opt.zero_grad()
+
+
+class SkipGeneratorSteps(LightningGAN):
+    """Lightning-style, the generator steps every second batch (n_critic = 2): its gradients
+    stay in .grad meanwhile, untouched by the discriminator's backward."""
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        opt_g, opt_d = self.optimizers()
+        (real,) = batch
+        fake = self.generator(torch.randn(real.shape[0], Z))
+        opt_d.zero_grad()
+        self.manual_backward(bce(self.discriminator(real), 1.0) + bce(self.discriminator(fake.detach()), 0.0))
+        opt_d.step()
+        if batch_idx % 2 == 1:
+            opt_g.zero_grad()
+            self.manual_backward(bce(self.discriminator(fake), 1.0))
+            opt_g.step()
+
+
+@pytest.mark.parametrize("case", ["accumulate", "gan-accumulating-discriminator", "lightning-n-critic"])
+def test_manual_accumulation_is_refused_between_its_steps(tmp_path, case):
+    """Gradients from manual_backward calls after an optimizer's last step, when it did not
+    step in that batch, are an open window: a save there is refused, and says why."""
+    model = {"accumulate": Accumulating, "gan-accumulating-discriminator": lambda: GAN(accumulate=2),
+             "lightning-n-critic": SkipGeneratorSteps}[case]()
+    data = loader(make_data(16)) if case == "accumulate" else points_loader(make_points(16))
+    saves = SaveAtBatchEnd(tmp_path)
+    Trainer(max_epochs=1, callbacks=[saves], **QUIET).fit(model, data)
+    assert len(saves.refused) == 4
+    if case == "lightning-n-critic":  # leftover gradients of the generator: no window, every save works
+        assert set(saves.refused.values()) == {None}
+        return
+    assert saves.refused[1] is None and saves.refused[3] is None  # after the accumulating optimizer's step
+    for batch_idx in (0, 2):
+        message = saves.refused[batch_idx]
+        assert message is not None and "manual accumulation window" in message and "opt.step()" in message
+        assert ("optimizer 1 holds gradients" if case.startswith("gan") else "the optimizer holds gradients") in message
+        assert not (tmp_path / f"{batch_idx}.ckpt").exists()

@@ -51,10 +51,11 @@ class LanguageModel(Module):
         self.head = torch.nn.Linear(8, VOCAB)
         self.hidden: tuple[torch.Tensor, torch.Tensor] | None = None
 
+    def on_train_epoch_start(self) -> None:  # a new epoch starts from zeros (a resume restores after it)
+        self.hidden = (torch.zeros(1, BSZ, 8), torch.zeros(1, BSZ, 8))
+
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         x, y = batch
-        if batch_idx == 0:  # a new epoch starts from zeros (not on a resume inside the epoch)
-            self.hidden = (torch.zeros(1, BSZ, 8), torch.zeros(1, BSZ, 8))
         assert self.hidden is not None
         hidden = (self.hidden[0].detach(), self.hidden[1].detach())  # truncate backpropagation
         out, self.hidden = self.lstm(self.drop(self.embed(x)), hidden)

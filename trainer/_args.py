@@ -60,6 +60,20 @@ class TrainerArgs(BaseModel):
     max_time: Any = Field(None, description='"DD:HH:MM:SS", a timedelta or a dict like {"hours": 2}')
     compile: bool | dict[str, Any] = Field(False, description="torch.compile the module: True or a dict of its options")
     profiler: bool | dict[str, Any] | None = Field(None, description="profile optimizer steps: True or a dict (wait, warmup, active, record_memory)")
+    requeue: bool | None = Field(
+        None, description="SLURM: after a stop signal, once last.ckpt is written, rank 0 requeues the job (scontrol requeue); None: on in a SLURM batch job"
+    )
+    requeue_signal: str | None = Field(
+        "SIGUSR1", description="SLURM's warning signal (#SBATCH --signal=USR1@90), handled like SIGTERM inside a SLURM job; None: SIGTERM only"
+    )
+
+    @pydantic.field_validator("requeue_signal", mode="before")
+    @classmethod
+    def _check_requeue_signal(cls, value: Any) -> str | None:
+        from trainer.strategies.requeue import parse_signal
+
+        parsed = parse_signal(value)
+        return None if parsed is None else parsed.name
 
     @pydantic.field_validator("compile")
     @classmethod

@@ -9,6 +9,19 @@ Example:
 
 from __future__ import annotations
 
-from trainer.strategies import DDP, FSDP, SingleDevice, Strategy, launched_by_torchrun, resolve_device, resolve_strategy
+from trainer.strategies import (
+    DDP,
+    FSDP,
+    ClusterEnvironment,
+    CollectiveError,
+    SingleDevice,
+    Strategy,
+    launched_by_torchrun,
+    resolve_device,
+    resolve_strategy,
+)
 
-__all__ = ["Strategy", "SingleDevice", "DDP", "FSDP", "resolve_device", "resolve_strategy", "launched_by_torchrun"]
+__all__ = [
+    "Strategy", "SingleDevice", "DDP", "FSDP", "resolve_device", "resolve_strategy", "launched_by_torchrun",
+    "ClusterEnvironment", "CollectiveError",
+]

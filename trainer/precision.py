@@ -117,15 +117,16 @@ class Precision:
     def optimizer_step(self, optimizer: torch.optim.Optimizer, *, update: bool = True) -> bool:
         """Apply the gradients; return whether the optimizer really stepped.
 
-        With `update=False` (manual optimization, several optimizers in one training step)
-        the strategy's per-iteration bookkeeping waits for `update()`.
+        With `update=False` (manual optimization) the strategy's bookkeeping after a step
+        stays pending until `update()` or the next `backward` (see AMP).
         """
         optimizer.step()
         return True
 
     def update(self) -> None:
-        """End of an iteration in which `optimizer_step(..., update=False)` ran (AMP: the
-        scale is updated once, after every optimizer's step, as PyTorch's recipe does)."""
+        """Settle what is pending since the last update: steps taken with `update=False` and
+        unscales without a step (AMP: one `scaler.update()`; nothing when nothing is pending).
+        Manual optimization calls it when `training_step` returns."""
 
     def loss_scale(self) -> torch.Tensor | None:
         """The current loss scale as a device tensor, or None when nothing is scaled."""
@@ -187,7 +188,10 @@ class AMP(Precision):
         self._steps_taken = 0
         # Weak: a new optimizer may reuse a freed one's id(), so ids can't mark "hooked".
         self._hooked: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
+        # Since the last scaler.update(): optimizers unscaled and not yet stepped (GradScaler
+        # forbids a second unscale_), and optimizers stepped with update=False.
         self._unscaled: set[int] = set()
+        self._stepped: set[int] = set()
         self._pending_state: dict[str, Any] | None = None
 
     def setup(self, device: torch.device) -> None:
@@ -197,6 +201,8 @@ class AMP(Precision):
                 self._pending_state = self.scaler.state_dict()
             self.device_type = device.type
             self.scaler = self.scaler_class(device.type, **self._scaler_args)  # type: ignore[arg-type]
+            self._stepped.clear()  # a new scaler has nothing pending
+            self._unscaled.clear()
             if self._pending_state is not None:
                 self.scaler.load_state_dict(self._pending_state)
                 self._pending_state = None
@@ -206,10 +212,14 @@ class AMP(Precision):
 
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         assert self.scaler is not None, "AMP.setup(device) must run before backward"
+        if self._stepped:  # a step since the last update: update before scaling again (lazy update)
+            self.update()
         self.scaler.scale(loss).backward(*args, **kwargs)
 
     def unscale_gradients(self, optimizer: torch.optim.Optimizer) -> None:
         assert self.scaler is not None
+        if id(optimizer) in self._stepped:  # GradScaler forbids unscale_ after step() until update()
+            self.update()
         if id(optimizer) not in self._unscaled:  # GradScaler forbids a second unscale_
             self.scaler.unscale_(optimizer)
             self._unscaled.add(id(optimizer))
@@ -217,6 +227,8 @@ class AMP(Precision):
     def optimizer_step(self, optimizer: torch.optim.Optimizer, *, update: bool = True) -> bool:
         scaler = self.scaler
         assert scaler is not None
+        if id(optimizer) in self._stepped:  # its second step since the last update (GradScaler forbids it)
+            self.update()
         if getattr(optimizer, "_step_supports_amp_scaling", False):
             # Fused optimizers (Adam/AdamW/SGD with fused=True) always run their step and
             # skip on the device; whether they skipped is the scaler's found_inf, read here
@@ -234,13 +246,25 @@ class AMP(Precision):
             scaler.step(optimizer)
             stepped = self._steps_taken != before
         self._unscaled.discard(id(optimizer))
+        self._stepped.add(id(optimizer))
         if update:
-            scaler.update()
+            self.update()
         return stepped
 
     def update(self) -> None:
+        """`scaler.update()` if an optimizer stepped or was unscaled since the last one (its
+        inf checks decide the new scale); then every optimizer starts unscaled again.
+
+        Called after each step (automatic optimization), and lazily in manual optimization:
+        before the next backward that follows a step, before a second step or an unscale of
+        an optimizer that already stepped, and when `training_step` returns.
+        """
         assert self.scaler is not None
+        if not (self._stepped or self._unscaled):
+            return
         self.scaler.update()
+        self._stepped.clear()
+        self._unscaled.clear()
 
     def _count_step(self, *_: Any) -> None:
         self._steps_taken += 1

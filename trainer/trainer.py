@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import warnings
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,10 +20,12 @@ from trainer.loops.data import DataOrder
 from trainer.loops.evaluation import EvalLoop
 from trainer.loops.fit import FitLoop
 from trainer.loops.manual import ManualOptimization, check_manual_arguments
+from trainer.loops.resume import check_resume
 from trainer.loops.schedule import batch_limit
 from trainer.loops.hooks import CallbackBase, Dispatcher
 from trainer.strategies import Strategy, resolve_strategy
 from trainer.strategies.launch import launch_processes
+from trainer.strategies.requeue import Requeue
 from trainer.module import Module
 from trainer.precision import Precision, resolve_precision
 
@@ -94,6 +95,8 @@ class Trainer(TrainerProperties):
         max_time: Any = None,
         compile: bool | dict[str, Any] = False,
         profiler: bool | dict[str, Any] | None = None,
+        requeue: bool | None = None,
+        requeue_signal: str | None = "SIGUSR1",
         **lightning_arguments: Any,
     ) -> None:
         from trainer._args import fast_dev_run_args, validate_trainer_args  # pydantic loads on first use, not on import
@@ -109,6 +112,7 @@ class Trainer(TrainerProperties):
         self._precision = resolve_precision(self.args.precision)
         launch_processes(self.args.devices, self.args.strategy)  # devices=N outside torchrun: this process is rank 0
         self.strategy: Strategy = resolve_strategy(self.args.strategy, self.args.device)
+        self._requeue = Requeue(self.args.requeue, self.args.requeue_signal)  # SLURM: the warning signal, requeueing
         self.strategy.setup_precision(self._precision)  # AMP's scaler exists from the start
         self.state = LoopState()
         self.callbacks: list[CallbackBase] = list(self.args.callbacks or [])
@@ -209,19 +213,15 @@ class Trainer(TrainerProperties):
             self.state.stop_requested = self._stop_request = self._preempted = False
             self._train_loader = train_loader = self.strategy.setup_loader(train_loader, train=True)
             if checkpoint is not None:
-                self._warn_inexact_resume(train_loader)
+                check_resume(self, checkpoint, train_loader)
             if val_loader is not None:
                 val_loader = self.strategy.setup_loader(val_loader, train=False)
             self._fit_with_signals(train_loader, val_loader)
         finally:
+            self._io.forget_resume()
             self._call("teardown", "fit")
             if self._datamodule is not None and callable(getattr(self._datamodule, "teardown", None)):
                 self._datamodule.teardown("fit")
-
-    def _warn_inexact_resume(self, loader: Any) -> None:
-        reason = self._data_order.fresh_worker_iterator_warning(loader)
-        if reason is not None:
-            warnings.warn(f"This resume is not bit-identical to an uninterrupted run: {reason}.", stacklevel=4)
 
     def _loaders(self, stage: str, datamodule: Any, *loaders: Any) -> tuple[Any, ...]:
         """Loaders given directly, or a DataModule's (Lightning's `fit(model, dm)` too)."""
@@ -233,7 +233,7 @@ class Trainer(TrainerProperties):
         return resolve_loaders(stage, datamodule, *loaders)
 
     def _fit_with_signals(self, train_loader: Any, val_loader: Any) -> None:
-        with SignalGuard(self._preempt) as signals:
+        with SignalGuard(self._preempt, self._requeue.signals) as signals:
             self._signals = signals
             try:
                 self._call("on_fit_start")
@@ -252,7 +252,12 @@ class Trainer(TrainerProperties):
                     self._io.end_run()
         self.strategy.teardown()
         if signals.terminated:
-            log.warning("Stopped on SIGTERM after optimizer step %d; resume with ckpt_path='last'.", self.global_step)
+            log.warning("Stopped on %s after optimizer step %d; resume with ckpt_path='last'.", signals.received, self.global_step)
+        self._requeue.after_fit(  # SLURM: every rank agrees, rank 0 requeues the job once last.ckpt is complete
+            self.strategy, stopped_by_signal=self._preempted or signals.terminated,
+            unfinished=self._loop is not None and not self._loop.finished(),
+            checkpoint=self._io.last_path if self.args.enable_checkpointing else None,
+        )
 
     def _bookkeeping(self) -> contextlib.AbstractContextManager[Any]:
         """Opening/closing bars and writing epoch-end files: not cut by an interrupt."""

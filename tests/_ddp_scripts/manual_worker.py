@@ -96,6 +96,7 @@ def by_hand(model: DDPGAN, precision: str, epochs: int) -> dict[str, torch.Tenso
             if boundary:
                 all_reduce_grads(list(D.parameters()))  # locally accumulated until the step
                 scaler.step(opt_d)
+                scaler.update()  # before the next backward (the Trainer's lazy update)
                 opt_d.zero_grad()
             G.requires_grad_(True)
             D.requires_grad_(False)
@@ -108,7 +109,7 @@ def by_hand(model: DDPGAN, precision: str, epochs: int) -> dict[str, torch.Tenso
             scaler.step(opt_g)
             opt_g.zero_grad()
             D.requires_grad_(True)
-            scaler.update()
+            scaler.update()  # after the generator's step
             calls += 1
     return weights(model)
 

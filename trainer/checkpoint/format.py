@@ -3,9 +3,10 @@
 A checkpoint is a dict of `state_dict`s and plain data with a format marker (layout in
 docs/checkpoints.md). `save_atomic` writes it to a temporary file beside the target,
 flushes and fsyncs it, then `os.replace`s it over the target, so a crash at any moment
-leaves the previous file intact. `load_checkpoint` checks the archive's CRC-32 sums
-(a flipped byte never loads silently), then reads it with `torch.load(weights_only=True)`,
-which refuses anything but tensors and plain data.
+leaves the previous file intact; the CRC-32 of the whole archive is stored as its zip comment.
+`load_checkpoint` checks that sum (a flipped byte anywhere never loads silently; files
+without it, older ones or plain `torch.save` files, get every entry's CRC-32 checked), then
+reads it with `torch.load(weights_only=True)`, which refuses anything but tensors and plain data.
 
 Example:
     >>> import tempfile, torch
@@ -27,11 +28,13 @@ import os
 import pickle
 import re
 import shutil
+import struct
 import sys
 import zipfile
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 import torch
 
@@ -52,6 +55,10 @@ FORMAT = "loopwright.checkpoint"
 FORMAT_VERSION = 2  # 2: lists of optimizers and schedulers with their classes (1 is still read)
 _TMP_SUFFIX = ".tmp"
 _ZIP_MAGIC = b"PK\x03\x04"
+_END_RECORD = b"PK\x05\x06"  # a zip's end-of-central-directory record: 22 bytes, then its comment
+_END_RECORD_SIZE = 22
+_DIGEST_PREFIX = b"loopwright-crc32="  # the comment save_atomic writes: this, then 8 hex digits
+_DIGEST_SIZE = len(_DIGEST_PREFIX) + 8
 
 
 class CheckpointError(ValueError):
@@ -116,8 +123,10 @@ def save_atomic(state: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     _clear_stale_temporaries(target)
     temporary = _temporary_name(target)
     try:
-        with open(temporary, "wb") as handle, _crc32_on():
-            torch.save(state, handle)
+        with open(temporary, "w+b") as handle, _crc32_on():
+            writer = _Crc32Writer(handle)
+            torch.save(state, cast(IO[bytes], writer))  # a file object: only write() is used
+            _append_digest(handle, writer)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, target)
@@ -128,6 +137,38 @@ def save_atomic(state: dict[str, Any], path: str | os.PathLike[str]) -> Path:
         raise
     _fsync_directory(target.parent)
     return target
+
+
+class _Crc32Writer:
+    """The file `torch.save` writes to, keeping the CRC-32 of every byte (it writes sequentially)."""
+
+    def __init__(self, handle: Any) -> None:
+        self.handle, self.crc, self.size = handle, 0, 0
+
+    def write(self, data: Any) -> int:
+        self.crc = zlib.crc32(data, self.crc)
+        self.size += memoryview(data).nbytes
+        return int(self.handle.write(data))
+
+    def flush(self) -> None:
+        self.handle.flush()
+
+
+def _append_digest(handle: Any, writer: _Crc32Writer) -> None:
+    """Store the CRC-32 of the archive as written (comment length 0) as its zip comment.
+
+    The comment is part of the zip format: `torch.load` and `zipfile` read the file as before.
+    Left out, with the file still valid, if the archive does not end as torch.save's do.
+    """
+    handle.flush()
+    if handle.tell() != writer.size or writer.size < _END_RECORD_SIZE:
+        return
+    handle.seek(-_END_RECORD_SIZE, os.SEEK_END)
+    end = handle.read(_END_RECORD_SIZE)
+    if end[:4] != _END_RECORD or end[-2:] != b"\x00\x00":
+        return
+    handle.seek(-2, os.SEEK_END)
+    handle.write(struct.pack("<H", _DIGEST_SIZE) + _DIGEST_PREFIX + b"%08x" % writer.crc)
 
 
 def _write_failed(target: Path, error: BaseException) -> OSError:
@@ -168,7 +209,8 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: Any = "cpu", *, 
     Args:
         path: the checkpoint file.
         map_location: passed to `torch.load`.
-        verify: check every entry's CRC-32 first (reads the file once more; on by default).
+        verify: check the file's CRC-32 first (reads the file once more; on by default): the
+            whole file's, stored by `save_atomic`, or every entry's in a file without it.
     """
     source = Path(path)
     name = repr(str(source))
@@ -181,6 +223,8 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: Any = "cpu", *, 
     _check_archive(source, name, verify)
     try:
         state = torch.load(source, map_location=map_location, weights_only=True)
+    except MemoryError:
+        raise
     except pickle.UnpicklingError as error:
         raise CheckpointError(
             f"Checkpoint {name} holds objects that are not plain data or tensors, so it was refused "
@@ -244,19 +288,35 @@ def check_layout(state: dict[str, Any], *, weights_only: bool = False) -> None:
 
 
 def _check_archive(source: Path, name: str, verify: bool) -> None:
-    """A torch.save file is a zip archive; check it is whole before unpickling anything."""
+    """A torch.save file is a zip archive; check it is whole before unpickling anything.
+
+    Any failure to read it (zipfile raises NotImplementedError for a damaged version
+    field, for one) is a `CheckpointError` naming the file; MemoryError is not hidden.
+    """
     with open(source, "rb") as handle:
         head = handle.read(4)
-    if len(head) < 4:
-        raise _corrupt(name, f"the file is {source.stat().st_size} bytes long")
-    if head != _ZIP_MAGIC:
-        raise CheckpointError(
-            f"Checkpoint {name} is not a torch.save archive (it starts with {head!r}, expected "
-            f"{_ZIP_MAGIC!r}): either it is not a checkpoint or its beginning is corrupt. Expected "
-            "a file written by Trainer.save_checkpoint."
-        )
+        if len(head) < 4:
+            raise _corrupt(name, f"the file is {source.stat().st_size} bytes long")
+        if head != _ZIP_MAGIC:
+            raise CheckpointError(
+                f"Checkpoint {name} is not a torch.save archive (it starts with {head!r}, expected "
+                f"{_ZIP_MAGIC!r}): either it is not a checkpoint or its beginning is corrupt. Expected "
+                "a file written by Trainer.save_checkpoint."
+            )
+        try:
+            digest = _stored_digest(handle, name) if verify else None
+            if digest is not None:
+                _check_digest(handle, name, digest)
+                return  # every byte is as save_atomic wrote it
+        except (CheckpointError, MemoryError):
+            raise
+        except Exception as error:  # noqa: BLE001 - a file that can't be read this far is damaged
+            raise _corrupt(name, f"{type(error).__name__}: {_first_line(error)}") from None
     try:
         with zipfile.ZipFile(source) as archive:
+            for entry in archive.infolist():
+                if entry.is_dir() or entry.external_attr & 0x10:  # torch.save writes files only; torch's
+                    raise _corrupt(name, f"entry {entry.filename!r} is marked as a directory")  # reader skips these
             if verify:
                 for entry in archive.infolist():
                     if entry.CRC == 0 and entry.file_size:  # written without checksums
@@ -264,8 +324,54 @@ def _check_archive(source: Path, name: str, verify: bool) -> None:
                     with archive.open(entry) as member:
                         while member.read(1 << 24):  # the CRC is checked at the end of the entry
                             pass
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError, ValueError) as error:
-        raise _corrupt(name, _first_line(error)) from None
+    except (CheckpointError, MemoryError):
+        raise
+    except Exception as error:  # noqa: BLE001 - any failure to read the archive means a damaged file
+        raise _corrupt(name, f"{type(error).__name__}: {_first_line(error)}") from None
+
+
+def _stored_digest(handle: Any, name: str) -> int | None:
+    """The whole-file CRC-32 `save_atomic` stored as the zip comment; None for a file that
+    ends without a comment (an older checkpoint, a plain torch.save file)."""
+    size = handle.seek(0, os.SEEK_END)
+    if size >= _END_RECORD_SIZE:
+        handle.seek(size - _END_RECORD_SIZE)
+        end = handle.read(_END_RECORD_SIZE)
+        if end[:4] == _END_RECORD and end[-2:] == b"\x00\x00":
+            return None
+    if size >= _END_RECORD_SIZE + _DIGEST_SIZE:
+        handle.seek(size - _END_RECORD_SIZE - _DIGEST_SIZE)
+        tail = handle.read(_END_RECORD_SIZE + _DIGEST_SIZE)
+        end, comment = tail[:_END_RECORD_SIZE], tail[_END_RECORD_SIZE:]
+        digits = comment[len(_DIGEST_PREFIX):]
+        if (
+            end[:4] == _END_RECORD
+            and end[-2:] == struct.pack("<H", _DIGEST_SIZE)
+            and comment.startswith(_DIGEST_PREFIX)
+            and re.fullmatch(rb"[0-9a-f]{8}", digits)
+        ):
+            return int(digits, 16)
+    raise _corrupt(
+        name,
+        "its end is damaged: no intact end-of-archive record with the checksum Trainer.save_checkpoint writes",
+    )
+
+
+def _check_digest(handle: Any, name: str, expected: int) -> None:
+    """Every byte before the comment, with the comment length as torch.save wrote it (0)."""
+    remaining = handle.seek(0, os.SEEK_END) - _DIGEST_SIZE - 2
+    handle.seek(0)
+    crc, buffer = 0, bytearray(1 << 20)
+    view = memoryview(buffer)
+    while remaining > 0:
+        count = handle.readinto(view[: min(len(buffer), remaining)])
+        if not count:
+            break
+        crc = zlib.crc32(view[:count], crc)
+        remaining -= count
+    crc = zlib.crc32(b"\x00\x00", crc)
+    if remaining or crc != expected:
+        raise _corrupt(name, f"its CRC-32 is {crc:08x}, the file records {expected:08x}: bytes changed after it was written")
 
 
 def _corrupt(name: str, detail: str) -> CheckpointError:

@@ -46,7 +46,9 @@ def cut_problem(trainer: StateHost) -> str | None:
             "DataLoader.__next__): the random draws for that batch are already in the saved random state"
         )
     taken = order.unconsumed(trainer.state.epoch, trainer.state.batches_done)
-    accumulated = any(
+    # Manual optimization judged its gradients above (left over after the module's own
+    # opt.step() they are no window; see ManualOptimization.open_window).
+    accumulated = manual is None and any(
         p.grad is not None for optimizer in trainer.optimizers for group in optimizer.param_groups for p in group["params"]
     )
     if not taken and not accumulated:

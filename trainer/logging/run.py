@@ -60,6 +60,7 @@ class RunIO:
         self._progress: ProgressBar | None = None
         self._hparams_logged = False
         self.saves = 0
+        self._resumed_inside_epoch: dict[str, Any] | None = None  # until that epoch's start hooks ran
         self._last_log_time: float | None = None
         self._last_log_step = 0
         self._samples = 0  # samples seen since the last log (first tensor's dim 0 of each batch)
@@ -340,10 +341,21 @@ class RunIO:
     def restore(self, checkpoint: dict[str, Any]) -> None:
         ckpt.restore_state(self.trainer, checkpoint)
         state = self.trainer.state
+        self._resumed_inside_epoch = checkpoint if state.batches_done > 0 else None
         log.info(
             "Resumed from %s: epoch %d, optimizer step %d, batch %d of the epoch.",
             checkpoint.get("_path", "the checkpoint"), state.epoch, state.global_step, state.batches_done,
         )
+
+    def take_resumed_checkpoint(self) -> dict[str, Any] | None:
+        """The checkpoint of a resume inside an epoch, once (then it is let go): the loop
+        applies it again after that epoch's start hooks (`trainer/loops/resume.py`)."""
+        checkpoint, self._resumed_inside_epoch = self._resumed_inside_epoch, None
+        return checkpoint
+
+    def forget_resume(self) -> None:
+        """Fit ended: a checkpoint kept for `take_resumed_checkpoint` is no longer needed."""
+        self._resumed_inside_epoch = None
 
     def restore_weights(self, checkpoint: dict[str, Any]) -> None:
         path = checkpoint.get("_path")

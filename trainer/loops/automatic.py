@@ -4,6 +4,8 @@ One optimizer step per window of `k = accumulate_grad_batches` micro-batches:
 
     each micro-batch: loss = training_step(batch) / len(window) under autocast;
                       on_before_backward; backward (scaled under amp); on_after_backward
+                      ({"loss": summed, "num_items": n}: held, backward at the window's end
+                      with summed / total items; items.py)
     window's last:    non-finite guard; on_before_optimizer_step; unscale; clip;
                       stepped = optimizer step; schedulers (interval "step", when stepped);
                       on_before_zero_grad; zero_grad; global_step += 1; log every n steps
@@ -21,6 +23,7 @@ import torch
 
 from trainer.loops.batches import extract_loss, ordered_parameters
 from trainer.loops.context import LoopHost, module_of, optimizers_of, signals_of
+from trainer.loops.items import HeldWindow, is_item_output, mixed_window_error
 
 __all__ = ["AutomaticOptimization"]
 
@@ -56,18 +59,30 @@ class AutomaticOptimization:
         self.pending_skips: torch.Tensor | None = None  # device count of skips not yet read
         self.pending_since = trainer.state.global_step
         self.skipped_where: list[str] = []  # counted, not yet reported
+        self.held: HeldWindow | None = None  # an item-weighted window's micro-batches (items.py)
+
     def reset(self) -> None:
         self.window_loss = None
+        self.held = None
 
     def run(self, batch: Any, batch_idx: int, size: int, last: bool) -> Any:
         """One micro-batch; steps the optimizer when it is the last of its window."""
         trainer = self.trainer
+        if self.held is not None:  # an item-weighted window (items.py): forward now, backward at its end
+            output = self.held.forward(batch, batch_idx)
+            trainer._io.progress_advance(batch)
+            if last:
+                self.end_window(batch_idx + 1)
+            return output
         precision = trainer._precision
         with trainer.strategy.no_sync(last):
             with precision.autocast():
                 output = trainer._train_step(batch, batch_idx)
             loss = extract_loss(output, batch_idx)
-            if loss is not None:
+            if loss is not None and loss is not output and is_item_output(output):
+                self._hold(output, loss, batch_idx, last)
+                loss = None
+            elif loss is not None:
                 if size > 1:
                     loss = loss / size  # the window's own length: a short last window too
                 if self.want_before_backward:
@@ -83,8 +98,18 @@ class AutomaticOptimization:
             self.end_window(batch_idx + 1)
         return output
 
+    def _hold(self, output: dict[str, Any], loss: torch.Tensor, batch_idx: int, synced: bool) -> None:
+        """The window's first `{"loss", "num_items"}` output: hold its graph (items.py)."""
+        if self.window_loss is not None:  # an earlier micro-batch of this window returned a plain loss
+            raise mixed_window_error(batch_idx, None, self.trainer.state.batches_done)
+        self.held = HeldWindow(self, batch_idx)
+        self.held.add(output, loss, batch_idx, synced)
+
     def end_window(self, batches_done: int) -> None:
         """Close an accumulation window: guard against non-finite losses, then step."""
+        if self.held is not None:
+            self._end_item_window(batches_done)
+            return
         window_loss, self.window_loss = self.window_loss, None
         trainer = self.trainer
         if window_loss is None:  # every micro-batch was skipped (training_step returned None)
@@ -99,6 +124,18 @@ class AutomaticOptimization:
             and trainer.args.nonfinite_loss != "off"
             and not trainer.strategy.all_agree(math.isfinite(window_loss))
         ):
+            self._nonfinite_loss(batches_done)
+        else:
+            self._step(window_loss, batches_done)
+
+    def _end_item_window(self, batches_done: int) -> None:
+        """The held window's backward passes, then the guard (on the per-item loss, read to the
+        host with the total, the same on every rank) and the step."""
+        held, self.held = self.held, None
+        assert held is not None
+        window_loss, finite = held.close(batches_done)
+        args = self.trainer.args
+        if not finite and not self.trainer._precision.handles_nonfinite and args.nonfinite_loss != "off":
             self._nonfinite_loss(batches_done)
         else:
             self._step(window_loss, batches_done)

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from trainer.logging.metrics import MetricStore
     from trainer.logging.run import RunIO
     from trainer.loops.data import DataOrder
-    from trainer.loops.hooks import Dispatcher
+    from trainer.loops.hooks import CallbackBase, Dispatcher
     from trainer.loops.optimizers import OptimizerSetup
     from trainer.loops.signals import SignalGuard
     from trainer.loops.state import LoopState
@@ -63,6 +63,8 @@ class LoopHost(Protocol):
     def state(self) -> LoopState: ...
     @property
     def strategy(self) -> Strategy: ...
+    @property
+    def callbacks(self) -> list[CallbackBase]: ...
     @property
     def precision(self) -> Precision: ...
     @property

@@ -33,7 +33,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from trainer._utils import rng_state, set_rng_state
 
-__all__ = ["DataOrder", "loader_generators", "is_stateful_loader"]
+__all__ = ["DataOrder", "loader_generators", "is_stateful_loader", "loader_batch_size", "rebatch_problem"]
 
 log = logging.getLogger("trainer")
 
@@ -49,6 +49,26 @@ _GENERATOR_PATHS = (
 def is_stateful_loader(loader: Any) -> bool:
     """True for loaders that save and restore their own position (StatefulDataLoader)."""
     return callable(getattr(loader, "state_dict", None)) and callable(getattr(loader, "load_state_dict", None))
+
+
+def loader_batch_size(loader: Any) -> int | None:
+    """The loader's `batch_size` (a `DataLoader` that batches by itself), or None."""
+    size = getattr(loader, "batch_size", None)
+    return size if isinstance(size, int) and not isinstance(size, bool) else None
+
+
+def rebatch_problem(loader: Any) -> str | None:
+    """Why a position counted in batches of another size can't be converted to this
+    loader's batches, or None when it can: a map-style `DataLoader` that batches by itself,
+    whose sampler decides the sample order whatever the batch size (the epoch's replay
+    draws the same order, then skips whole batches of the new size)."""
+    if is_stateful_loader(loader):
+        return f"a {type(loader).__name__} restores its own position, counted in its own batches"
+    if not isinstance(loader, DataLoader) or loader_batch_size(loader) is None:
+        return "the loader does not batch a sampler's indices by itself (a DataLoader with batch_size=)"
+    if isinstance(loader.dataset, IterableDataset):
+        return "an IterableDataset decides its own order (and with workers how the batches interleave)"
+    return None
 
 
 def loader_generators(loader: Any) -> dict[str, torch.Generator]:
@@ -212,6 +232,7 @@ class DataOrder:
         state: dict[str, Any] = {"epoch_start": self.epoch_start, "generators": {}, "loader": None}
         if loader is None:
             return state
+        state["batch_size"] = loader_batch_size(loader)  # the unit of the loop's batches_done
         if is_stateful_loader(loader):
             state["loader"] = loader.state_dict()
         state["generators"] = {path: g.get_state() for path, g in loader_generators(loader).items()}
@@ -220,6 +241,17 @@ class DataOrder:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Keep `state` for the next `epoch_iterator` call."""
         self._pending = dict(state)
+
+    def saved_batch_size(self) -> int | None:
+        """The batch size of the restored (not yet used) state, if it recorded one."""
+        size = (self._pending or {}).get("batch_size")
+        return size if isinstance(size, int) and not isinstance(size, bool) else None
+
+    def rebatched(self, batch_size: int) -> None:
+        """The restored position was converted to batches of `batch_size`: say so in the
+        state a checkpoint written before the epoch's iterator exists passes on."""
+        if self._pending is not None:
+            self._pending["batch_size"] = batch_size
 
 
 def _set_generator_states(generators: dict[str, torch.Generator], states: dict[str, torch.Tensor]) -> None:

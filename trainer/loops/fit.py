@@ -3,7 +3,8 @@
     sanity check: num_sanity_val_steps validation batches
     on_train_start
     while not finished (max_epochs, max_steps, max_time) and no stop (after min_epochs/min_steps):
-        on_train_epoch_start                      (also when a run resumes inside an epoch)
+        on_train_epoch_start                      (also when a run resumes inside an epoch,
+                                                   then the checkpoint's restore once more)
         for each micro-batch (windows of accumulate_grad_batches):
             on_train_batch_start
             optimization.run(batch)               automatic.py or manual.py
@@ -29,6 +30,7 @@ from typing import Any
 from trainer._utils import length_of, move_to_device, rng_state, set_rng_state
 from trainer.loops.automatic import AutomaticOptimization
 from trainer.loops.batches import empty_loader_message, micro_batches
+from trainer.loops.resume import restore_after_epoch_start
 from trainer.loops.schedule import ValidationSchedule, batch_limit, parse_max_time
 from trainer.logging.profiler import StepProfiler
 from trainer.loops.context import LoopHost, ManualSteps, manual_of, module_of, optimizers_of
@@ -279,6 +281,7 @@ class FitLoop:
         if distributed:
             strategy.check_epoch_lengths(total)
         trainer._call("on_train_epoch_start")  # also on a resume inside the epoch
+        restore_after_epoch_start(trainer)  # ...whose checkpoint then wins over what it reset (resume.py)
         # The epoch's order is recorded at its start; a resume inside it replays the order and
         # skips what was consumed (loops/data.py), then restores the checkpoint's random state.
         iterator = trainer._data_order.epoch_iterator(loader, state.batches_done, state.epoch)
@@ -294,7 +297,9 @@ class FitLoop:
         schedule, validating, metrics = self.schedule, self.val_loader is not None, trainer._metrics
         assert schedule is not None
         fewest = strategy.fewest if distributed and total is None else None
-        if state.validation_pending and validating and (total is None or state.batches_done < total):
+        if state.validation_pending and not validating:
+            state.validation_pending = False  # resumed without a validation loader: nothing is owed
+        elif state.validation_pending and (total is None or state.batches_done < total):
             self.validate()  # resumed from a checkpoint written during a mid-epoch validation
         for batch_idx, size, last, batch in micro_batches(iterator, total, k, state.batches_done, fewest):
             batch = move_to_device(batch, device)

@@ -8,17 +8,32 @@ loop does, through the Trainer so precision and distribution still apply::
     self.clip_gradients(opt_d, 1.0)          # unscales first under amp
     opt_d.step(); opt_d.zero_grad()          # a GradScaler step under amp
 
-Under amp one GradScaler serves every optimizer, as PyTorch's "multiple models, losses and
-optimizers" recipe does: each `opt.step()` is `scaler.step(opt)` (skipped when its
-gradients are not finite) and `scaler.update()` runs once, after `training_step` returns,
-if any optimizer stepped. `global_step` counts every `opt.step()` call (skipped ones too),
-as Lightning does in manual mode. The Trainer never steps LR schedulers in manual mode:
-`self.lr_schedulers()` gives them to the module, which steps them where its loop would.
+`training_step` runs inside the strategy's autocast; every `opt.step()` clears autocast's
+weight cache, so a forward after a step casts the updated weights, as PyTorch's recipe
+(autocast around each forward) does.
+
+Under amp one GradScaler serves every optimizer. Each `opt.step()` is `scaler.step(opt)`
+(skipped when its gradients are not finite); `scaler.update()` runs lazily: before the next
+`manual_backward` that follows a step taken since the last update (also before a second
+step or an unscale of an optimizer that already stepped), and when `training_step` returns
+if a step or an unscale (`clip_gradients` without a step) is still pending. This equals
+PyTorch's recipes: backward-all-then-step-all with one update per iteration, and an update
+after each step when backward and step alternate (n_critic loops, the DCGAN order).
+`global_step` counts every `opt.step()` call (skipped ones too), as Lightning does in
+manual mode. The Trainer never steps LR schedulers in manual mode: `self.lr_schedulers()`
+gives them to the module, which steps them where its loop would.
+
+A checkpoint between two training_steps is a cut unless the module is accumulating:
+gradients left in `.grad` after its own `opt.step()` (Lightning's `zero_grad()` before
+`manual_backward`) are not an open window; an optimizer whose gradients a `manual_backward`
+changed since its last step, and which did not step in the last training_step (or any
+backward after the last step of all), is one, and the save is refused.
 """
 
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Iterator
 from typing import Any, Callable
 
@@ -68,6 +83,7 @@ class ManagedOptimizer:
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         self.optimizer.zero_grad(set_to_none=set_to_none)
+        self._manual.mark(self.optimizer)
 
     @contextlib.contextmanager
     def toggle_model(self, sync_grad: bool = True) -> Iterator[None]:
@@ -106,6 +122,13 @@ class ManualOptimization:
         self.want_before_step = wants("on_before_optimizer_step")
         self.want_step_end = wants("on_train_step_end")
         self.steps_in_batch = 0
+        # For the cut between training_steps (see `open_window`).
+        self.inside = False
+        self.backward_after_step = False
+        self.stepped_in_batch: set[int] = set()
+        self.marks: dict[int, list[Any]] = {}
+        for opt in self.optimizers:
+            self.mark(opt)  # gradients already there (an earlier fit's) are not this run's window
 
     def reset(self) -> None:
         self.steps_in_batch = 0
@@ -124,17 +147,26 @@ class ManualOptimization:
             if not stepped:
                 trainer.state.skipped_steps += 1
             self.steps_in_batch += 1
+            self.stepped_in_batch.add(id(optimizer))
+            self.backward_after_step = False
+            self.mark(optimizer)
         finally:
             if signals is not None:
                 signals.exit_critical()
+        _recast_after_step(self.device_type)
         return stepped
 
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """`Module.manual_backward`: hooks around the strategy's (scaled) backward."""
         trainer = self.trainer
         trainer._call("on_before_backward", loss)
+        self.backward_after_step = True
         trainer.strategy.manual_backward(loss, trainer._precision, *args, **kwargs)
         trainer._call("on_after_backward")
+
+    def mark(self, optimizer: torch.optim.Optimizer) -> None:
+        """Remember `optimizer`'s gradients as they are now (after its step or zero_grad)."""
+        self.marks[id(optimizer)] = [_grad_mark(p) for p in _params(optimizer)]
 
     def clip_gradients(self, optimizer: Any, value: float | None, algorithm: str | None) -> torch.Tensor | None:
         """`Module.clip_gradients`: the Trainer's settings by default; 0/None: no clipping."""
@@ -162,10 +194,14 @@ class ManualOptimization:
         state = trainer.state
         steps_before = state.global_step
         self.steps_in_batch = 0
-        with trainer.precision.autocast():
-            output = trainer._train_step(batch, batch_idx)
-        if self.steps_in_batch:
-            trainer._precision.update()  # once per iteration, after every optimizer's step
+        self.stepped_in_batch.clear()
+        self.inside = True
+        try:
+            with trainer.precision.autocast():
+                output = trainer._train_step(batch, batch_idx)
+        finally:
+            self.inside = False
+        trainer._precision.update()  # what is still pending (AMP: a step or an unscale since the last update)
         self.steps_in_batch = 0
         state.batches_done = batch_idx + 1
         trainer._io.progress_advance(batch)
@@ -180,13 +216,73 @@ class ManualOptimization:
     def end_window(self, batches_done: int) -> None:
         self.trainer.state.batches_done = batches_done
 
+    @property
+    def device_type(self) -> str:
+        return self.trainer.strategy.device.type
+
     def cut_problem(self) -> str | None:
         if self.steps_in_batch:
             return (
                 f"it was requested inside training_step after {self.steps_in_batch} of the batch's "
                 "optimizer steps (manual optimization); resuming would repeat them"
             )
+        return None if self.inside else self.open_window()  # inside: the batch is taken (cut_problem says so)
+
+    def open_window(self) -> str | None:
+        """Whether gradients in `.grad` are a manual accumulation that has not stepped yet.
+
+        Gradients left over after the module's own `opt.step()` are not (Lightning's
+        `opt.zero_grad()` before `manual_backward` leaves them until the next batch). An
+        optimizer is accumulating when it holds gradients and either a `manual_backward`
+        ran after the last step of any optimizer, or a backward changed its gradients since
+        its own last step and it did not step in the last training_step (a discriminator
+        accumulating over batches while the generator steps every batch).
+        """
+        for index, opt in enumerate(self.optimizers):
+            params = _params(opt)
+            if not any(p.grad is not None for p in params):
+                continue
+            changed = not _unchanged(self.marks.get(id(opt)), params)
+            if self.backward_after_step or (changed and id(opt) not in self.stepped_in_batch):
+                which = f"optimizer {index}" if len(self.optimizers) > 1 else "the optimizer"
+                return (
+                    f"it was requested inside a manual accumulation window ({which} holds gradients "
+                    "from manual_backward calls since its last opt.step(), and that step has not run)"
+                )
         return None
+
+
+def _recast_after_step(device_type: str) -> None:
+    """After an in-place step inside autocast, a later forward in the same training_step must
+    cast the updated weights, not reuse the casts autocast cached before the step (PyTorch's
+    recipe has an autocast around each forward, and each one's exit clears the cache)."""
+    if torch.is_autocast_enabled(device_type):
+        torch.clear_autocast_cache()
+
+
+def _params(optimizer: torch.optim.Optimizer) -> list[torch.nn.Parameter]:
+    return [p for group in optimizer.param_groups for p in group["params"]]
+
+
+def _grad_mark(p: torch.Tensor) -> tuple[weakref.ref[torch.Tensor], int] | None:
+    """Which gradient tensor `p` holds and its version: a backward that accumulates into it
+    bumps the version, one that creates it changes the tensor (a weak reference, not an id,
+    which a new tensor could reuse)."""
+    grad = p.grad
+    return None if grad is None else (weakref.ref(grad), grad._version)
+
+
+def _unchanged(marks: list[Any] | None, params: list[torch.nn.Parameter]) -> bool:
+    if marks is None or len(marks) != len(params):
+        return False
+    for mark, p in zip(marks, params):
+        grad = p.grad
+        if mark is None or grad is None:
+            if mark is not grad:
+                return False
+        elif mark[0]() is not grad or mark[1] != grad._version:
+            return False
+    return True
 
 
 def _loss_of(output: Any) -> torch.Tensor | None:

@@ -4,8 +4,10 @@ While `fit` runs, SIGINT (Ctrl-C, Jupyter's stop button) raises `KeyboardInterru
 once, except inside the short critical section that unscales, clips, steps the optimizer
 and advances the counters: there it is deferred to the end of the section, so the weights
 are always those of a completed step. SIGTERM (what clusters send before a kill) only
-requests a stop: the current step finishes, a checkpoint is written, fit returns.
-The previous handlers are restored when fit ends; nothing is changed for good.
+requests a stop: the current step finishes, a checkpoint is written, fit returns; so does
+SLURM's warning signal (`requeue_signal`, SIGUSR1 by default), which the Trainer handles
+inside a SLURM job only. The previous handlers are restored when fit ends; nothing is
+changed for good.
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ log = logging.getLogger("trainer")
 class SignalGuard:
     """Installs the handlers on `__enter__` (main thread only) and restores them on `__exit__`."""
 
-    def __init__(self, on_terminate: Callable[[], None]) -> None:
+    def __init__(self, on_terminate: Callable[[], None], also_terminate: tuple[signal.Signals, ...] = ()) -> None:
         self._on_terminate = on_terminate
+        self._terminate_signals = (signal.SIGTERM, *(s for s in also_terminate if s != signal.SIGTERM))
+        self.received: str | None = None  # the name of the signal that asked for the stop
         self._previous: dict[int, Any] = {}
         self.in_critical = False
         self._deferred_interrupt = False
@@ -37,7 +41,8 @@ class SignalGuard:
     def __enter__(self) -> SignalGuard:
         if threading.current_thread() is not threading.main_thread():
             return self  # signal handlers can only be set from the main thread
-        for signum, handler in ((signal.SIGINT, self._handle_interrupt), (signal.SIGTERM, self._handle_terminate)):
+        handlers = [(signal.SIGINT, self._handle_interrupt), *((s, self._handle_terminate) for s in self._terminate_signals)]
+        for signum, handler in handlers:
             try:
                 self._previous[signum] = signal.signal(signum, handler)
             except (ValueError, OSError):  # e.g. an embedded interpreter without signals
@@ -66,6 +71,7 @@ class SignalGuard:
 
     def _handle_terminate(self, signum: int, frame: FrameType | None) -> None:
         self.terminated = True
+        self.received = signal.Signals(signum).name
         self._on_terminate()
 
     @contextlib.contextmanager

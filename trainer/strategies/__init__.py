@@ -2,11 +2,14 @@
 
 - `base.py`: the `Strategy` interface and its one-process case, `SingleDevice`;
 - `parallel.py`: the process group and collectives every multi-process strategy shares;
-- `ddp.py`: `DDP`, PyTorch's DistributedDataParallel under torchrun;
+- `cluster.py`: who started this process (torchrun, SLURM's srun, nobody): rank, world size, rank 0's address;
+- `collectives.py`: `DDP(timeout=...)`: collectives that fail after the timeout with an error naming the wait;
+- `requeue.py`: SLURM's warning signal and `scontrol requeue` after the stop's checkpoint;
+- `ddp.py`: `DDP`, PyTorch's DistributedDataParallel under torchrun or srun;
 - `fsdp.py`: `FSDP`, parameters, gradients and optimizer state sharded with FSDP2;
 - `sampler.py`: each rank's share of a DataLoader;
 - `resolve.py`: `Trainer(strategy=...)` from a name or an instance;
-- `launch.py`: `devices=N` without torchrun (this process is rank 0, it starts the others).
+- `launch.py`: `devices=N` without torchrun or srun (this process is rank 0, it starts the others).
 
 The loop only talks to the `Strategy` interface, so it knows nothing of torch.distributed.
 `trainer.distributed` re-exports the public names (YAML configs use
@@ -21,8 +24,13 @@ Example:
 from __future__ import annotations
 
 from trainer.strategies.base import SingleDevice, Strategy, launched_by_torchrun, resolve_device
+from trainer.strategies.cluster import ClusterEnvironment
+from trainer.strategies.collectives import CollectiveError
 from trainer.strategies.ddp import DDP
 from trainer.strategies.fsdp import FSDP
 from trainer.strategies.resolve import resolve_strategy
 
-__all__ = ["Strategy", "SingleDevice", "DDP", "FSDP", "resolve_device", "resolve_strategy", "launched_by_torchrun"]
+__all__ = [
+    "Strategy", "SingleDevice", "DDP", "FSDP", "resolve_device", "resolve_strategy", "launched_by_torchrun",
+    "ClusterEnvironment", "CollectiveError",
+]

@@ -108,6 +108,16 @@ class Strategy:
         """True when some rank's `flag` is True (one process: the flag itself)."""
         return flag
 
+    def sum_over_ranks(self, tensor: torch.Tensor) -> torch.Tensor:
+        """`tensor` summed element-wise over the ranks (one process: `tensor` itself).
+        Item-weighted accumulation uses it once per window for the count of items."""
+        return tensor
+
+    def prepare_synced_backward(self, output: Any) -> None:
+        """Make the next backward synchronise gradients although the forward that produced
+        `output` ran without sync (the last backward of an item-weighted window, whose
+        forwards all ran first). One process, or FSDP (which decides at backward): nothing."""
+
     def check_epoch_lengths(self, batches: int | None) -> None:
         """Every rank must run the same number of training batches (one process: nothing to check)."""
 

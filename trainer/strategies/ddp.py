@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import datetime
 import logging
 import re
 from collections.abc import Callable, Iterator
@@ -35,6 +36,7 @@ class DDP(ProcessGroupStrategy):
         gradient_as_bucket_view: bool = False,
         bucket_cap_mb: float | None = None,
         comm_hook: str | Callable[..., Any] | None = None,
+        timeout: int | float | datetime.timedelta | None = None,
     ) -> None:
         """Options passed to `DistributedDataParallel` (see docs/distributed.md).
 
@@ -46,11 +48,15 @@ class DDP(ProcessGroupStrategy):
             bucket_cap_mb: bucket size in MiB (None: DDP's default, 25).
             comm_hook: "fp16" or "bf16" (PyTorch's compression hooks), or a callable
                 `hook(state, bucket) -> Future` registered with state None.
+            timeout: seconds (or a `timedelta`) any rank waits in a collective before the job
+                ends on every rank with an error naming the wait (`init_process_group(timeout=...)`
+                and the Trainer's own collectives); None: the backend's (NCCL 10 min, Gloo 30 min).
 
         Example:
-            >>> DDP(find_unused_parameters=True, comm_hook="fp16")  # doctest: +SKIP
+            >>> DDP(find_unused_parameters=True, comm_hook="fp16", timeout=300)  # doctest: +SKIP
         """
         self._check_available()
+        self._set_timeout(timeout)
         if not (comm_hook is None or comm_hook in ("fp16", "bf16") or callable(comm_hook)):
             raise ValueError(
                 f"DDP(comm_hook=...) expected 'fp16', 'bf16', a callable hook(state, bucket) or None. "
@@ -91,6 +97,7 @@ class DDP(ProcessGroupStrategy):
         DDP's gradient hooks fire only for a forward that goes through the wrapper, so the
         training step is run as the forward of a small module that DDP wraps.
         """
+        self._watch_collectives()
         module.to(self.device)
         if not any(p.requires_grad for p in module.parameters()):
             self._ddp = None  # nothing to synchronise (e.g. evaluation of a frozen model)
@@ -165,6 +172,22 @@ class DDP(ProcessGroupStrategy):
         finally:
             self._manual_sync = previous
 
+    def prepare_synced_backward(self, output: Any) -> None:
+        """What DDP's forward does with gradient sync on, done before the backward instead:
+        the window's forwards all ran under no_sync (item-weighted accumulation), and arming
+        the reducer at a forward would reduce at the first backward after it."""
+        ddp = self._ddp
+        if ddp is None or not torch.is_grad_enabled():
+            return
+        from torch.nn.parallel.distributed import _find_tensors
+
+        ddp.reducer.prepare_for_forward()  # counts the iteration, as a synced forward does
+        ddp.require_forward_param_sync = True  # the next forward syncs buffers, as after a synced one
+        if ddp.find_unused_parameters and not ddp.static_graph:
+            ddp.reducer.prepare_for_backward(list(_find_tensors(output)))
+        else:
+            ddp.reducer.prepare_for_backward([])
+
     def no_sync(self, last_micro_batch: bool) -> contextlib.AbstractContextManager[Any]:
         if last_micro_batch or self._ddp is None:
             return _NO_SYNC
@@ -172,7 +195,8 @@ class DDP(ProcessGroupStrategy):
 
     def __repr__(self) -> str:
         if not self._bound:
-            return f"DDP({', '.join(f'{k}={v!r}' for k, v in self.options.items())}, comm_hook={self.comm_hook!r})"
+            timeout = "" if self.timeout is None else f", timeout={self.timeout.total_seconds():g}"
+            return f"DDP({', '.join(f'{k}={v!r}' for k, v in self.options.items())}, comm_hook={self.comm_hook!r}{timeout})"
         return super().__repr__()
 
 

@@ -20,6 +20,7 @@ How it maps onto the loop (docs/distributed.md has the user's view):
 from __future__ import annotations
 
 import contextlib
+import datetime
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -52,6 +53,7 @@ class FSDP(ProcessGroupStrategy):
         reshard_after_forward: bool = True,
         mixed_precision: bool = True,
         cpu_offload: bool = False,
+        timeout: int | float | datetime.timedelta | None = None,
     ) -> None:
         """Options of the sharding (see docs/distributed.md).
 
@@ -68,8 +70,11 @@ class FSDP(ProcessGroupStrategy):
                 float32 parameters (autocast still computes in the low precision).
             cpu_offload: keep sharded parameters, gradients and optimizer state in CPU memory
                 between uses (FSDP2's `CPUOffloadPolicy`; CUDA devices only).
+            timeout: seconds (or a `timedelta`) any rank waits in a collective before the job
+                ends on every rank with an error naming the wait; None: the backend's (as `DDP`).
         """
         self._check_available()
+        self._set_timeout(timeout)
         from torch.distributed import fsdp
 
         if not hasattr(fsdp, "fully_shard"):  # public since torch 2.6
@@ -123,6 +128,7 @@ class FSDP(ProcessGroupStrategy):
                 "automatic_optimization = False. Expected automatic optimization, or strategy='ddp' for "
                 "manual optimization (docs/distributed.md)."
             )
+        self._watch_collectives()
         root = getattr(module, _ROOT_ATTRIBUTE, None)
         if root is None:
             root = self._shard(module)
@@ -242,7 +248,8 @@ class FSDP(ProcessGroupStrategy):
 
     def __repr__(self) -> str:
         if not self._bound:
-            return f"FSDP({', '.join(f'{k}={v!r}' for k, v in self.options.items())})"
+            timeout = "" if self.timeout is None else f", timeout={self.timeout.total_seconds():g}"
+            return f"FSDP({', '.join(f'{k}={v!r}' for k, v in self.options.items())}{timeout})"
         return super().__repr__()
 
 

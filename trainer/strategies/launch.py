@@ -27,7 +27,7 @@ import tempfile
 import time
 from typing import Any, Callable, Union
 
-from trainer.strategies.base import launched_by_torchrun
+from trainer.strategies.cluster import ClusterEnvironment
 
 __all__ = ["launch_processes"]
 
@@ -68,8 +68,19 @@ def launch_processes(devices: int, strategy: Any = "auto") -> None:
         )
     from torch import distributed as dist
 
-    if launched_by_torchrun() or (dist.is_available() and dist.is_initialized()):
-        world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else int(os.environ["WORLD_SIZE"])
+    cluster = ClusterEnvironment.detect()
+    initialised = dist.is_available() and dist.is_initialized()
+    if cluster.kind == "slurm" and cluster.world_size > 1 and not initialised:  # srun started every task
+        if devices not in (cluster.world_size, cluster.local_world_size):
+            on_node = f" ({cluster.local_world_size} on this node)" if cluster.local_world_size else ""
+            raise ValueError(
+                f"Trainer(devices={devices}) under srun with {cluster.world_size} task(s) in all{on_node}. Expected "
+                f"devices to match the tasks per node (#SBATCH --ntasks-per-node={devices}), or leave it out: srun "
+                "already decides."
+            )
+        return
+    if cluster.kind == "torchrun" or initialised:
+        world = dist.get_world_size() if initialised else cluster.world_size
         if world != devices:
             raise ValueError(
                 f"Trainer(devices={devices}) under torchrun with {world} process(es) in all. Expected devices "

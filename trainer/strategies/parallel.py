@@ -1,19 +1,21 @@
-"""What every multi-process strategy shares: the process group made from torchrun's
-environment, each rank's share of the loaders, and the collectives the loop uses to agree
-(DDP and FSDP build on it)."""
+"""What every multi-process strategy shares: the process group made from torchrun's or
+SLURM's environment (cluster.py), each rank's share of the loaders, and the collectives the
+loop uses to agree, named and bounded by the strategy's timeout (collectives.py). DDP and
+FSDP build on it."""
 
 from __future__ import annotations
 
 import atexit
 import datetime
 import logging
-import os
 import sys
 from typing import Any
 
 import torch
 
-from trainer.strategies.base import Reductions, Strategy, launched_by_torchrun
+from trainer.strategies.base import Reductions, Strategy
+from trainer.strategies.cluster import ClusterEnvironment
+from trainer.strategies.collectives import CollectiveGuard, parse_timeout
 from trainer.strategies.sampler import _with_distributed_sampler
 
 __all__ = ["ProcessGroupStrategy", "unequal_counts"]
@@ -22,17 +24,26 @@ log = logging.getLogger("trainer")
 
 
 class ProcessGroupStrategy(Strategy):
-    """A strategy with one process per device, started by torchrun (or `devices=N`).
+    """A strategy with one process per device, started by torchrun, `devices=N` or `srun`.
 
-    The process group is made from torchrun's environment when the Trainer is built (NCCL
-    for CUDA, Gloo otherwise), so user code may build a `DistributedSampler` before `fit`;
-    it is destroyed when the process exits (after a barrier), or at once when a run fails.
-    One made by the user beforehand is used and never destroyed.
+    The process group is made from the launcher's environment when the Trainer is built
+    (NCCL for CUDA, Gloo otherwise), so user code may build a `DistributedSampler` before
+    `fit`; it is destroyed when the process exits (after a barrier), or at once when a run
+    fails. One made by the user beforehand is used and never destroyed. With a `timeout`
+    the group is made with it and the Trainer's collectives fail after it with an error
+    naming what this rank waited in (collectives.py).
     """
 
     #: The name `Trainer(strategy=...)` takes ("ddp", "fsdp").
     name = "parallel"
     _bound = False
+    #: `init_process_group(timeout=...)` and the bound on the Trainer's collectives; None: the backend's.
+    timeout: datetime.timedelta | None = None
+    _guard: CollectiveGuard | None = None
+
+    def _set_timeout(self, timeout: Any) -> None:
+        """Validate and keep `DDP(timeout=...)` / `FSDP(timeout=...)`."""
+        self.timeout = parse_timeout(timeout, type(self).__name__)
 
     def _check_available(self) -> None:
         from torch import distributed as dist
@@ -41,24 +52,25 @@ class ProcessGroupStrategy(Strategy):
             raise ValueError(f"Trainer(strategy={self.name!r}) needs torch.distributed, which this PyTorch build lacks.")
 
     def bind(self, device: str = "auto") -> Any:
-        """Read the rank from torchrun's environment (or the user's group), pick the device and
-        make the process group. `resolve_strategy` calls this with `Trainer(device=...)`; it
-        raises outside torchrun.
+        """Read the rank from torchrun's or SLURM's environment (or the user's group), pick the
+        device and make the process group. `resolve_strategy` calls this with
+        `Trainer(device=...)`; it raises when no launcher started this process.
         """
         from torch import distributed as dist
 
+        self._cluster = ClusterEnvironment.detect()
         if dist.is_initialized():
             self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
-            self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-        elif launched_by_torchrun():
-            self.rank, self.world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-            self.local_rank = int(os.environ["LOCAL_RANK"])
+            self.local_rank = self._cluster.local_rank
+        elif self._cluster.kind != "none":
+            self.rank, self.world_size = self._cluster.rank, self._cluster.world_size
+            self.local_rank = self._cluster.local_rank
         else:
             raise ValueError(
                 f"Trainer(strategy={self.name!r}) expected to run under torchrun (RANK, WORLD_SIZE and "
-                "LOCAL_RANK in the environment) or with a process group already initialised. Received "
-                "neither. Launch with `torchrun --nproc_per_node=N script.py`, pass devices=N, or use "
-                "strategy='auto'."
+                "LOCAL_RANK in the environment), as a task of SLURM's srun (SLURM_PROCID, SLURM_NTASKS), or "
+                "with a process group already initialised. Received none of them. Launch with `torchrun "
+                "--nproc_per_node=N script.py` or `srun python script.py`, pass devices=N, or use strategy='auto'."
             )
         self.device = self._local_device(device)
         self._created_group = False
@@ -66,23 +78,30 @@ class ProcessGroupStrategy(Strategy):
         self._bind_options()
         self._bound = True
         self._group()  # now: a DistributedSampler built before fit finds the group
+        if self.timeout is not None:
+            self._guard = CollectiveGuard(self.rank, self.world_size, self.timeout, type(self).__name__)
         return self
 
     def _bind_options(self) -> None:
         """Check the subclass's options against the chosen device (before the group exists)."""
 
     def _local_device(self, device: str) -> torch.device:
+        """`cuda:LOCAL_RANK`, counted among the GPUs this process sees (one when SLURM binds a
+        GPU per task, `--gpus-per-task=1`; all of the node's otherwise)."""
         if device == "auto":
-            return torch.device("cuda", self.local_rank) if torch.cuda.is_available() else torch.device("cpu")
+            return torch.device("cuda", self._local_gpu()) if torch.cuda.is_available() else torch.device("cpu")
         chosen = torch.device(device)
         if chosen.type == "cuda" and chosen.index is None:
-            return torch.device("cuda", self.local_rank)
+            return torch.device("cuda", self._local_gpu())
         if chosen.type not in ("cuda", "cpu"):
             raise ValueError(
                 f"Trainer(strategy={self.name!r}, device={device!r}): expected a 'cuda' or 'cpu' device. "
                 f"Received: {chosen.type!r}, which {type(self).__name__} does not support."
             )
         return chosen
+
+    def _local_gpu(self) -> int:
+        return 0 if torch.cuda.device_count() == 1 else self.local_rank  # one GPU visible: the task's own
 
     # ---------------------------------------------------------------- process group
     def _group(self) -> Any:
@@ -93,11 +112,33 @@ class ProcessGroupStrategy(Strategy):
             backend = "nccl" if self.device.type == "cuda" else "gloo"
             if self.device.type == "cuda":
                 torch.cuda.set_device(self.device)
-            dist.init_process_group(backend=backend, rank=self.rank, world_size=self.world_size)
+            options: dict[str, Any] = {} if self.timeout is None else {"timeout": self.timeout}
+            try:
+                dist.init_process_group(backend=backend, init_method=self._cluster.init_method, rank=self.rank,
+                                        world_size=self.world_size, **options)
+            except RuntimeError as error:
+                if not _rendezvous_failed(error):
+                    raise
+                raise RuntimeError(self._rendezvous_message(error)) from error
             self._created_group = True
             atexit.register(self._destroy_group)  # process exit: release it cleanly (after a barrier)
             log.info("Process group %s: rank %d of %d on %s.", backend, self.rank, self.world_size, self.device)
         return dist.group.WORLD
+
+    def _rendezvous_message(self, error: RuntimeError) -> str:
+        waited = f"{self.timeout.total_seconds():g} s" if self.timeout is not None else "the backend's timeout"
+        hint = (" Under SLURM every task must be started by srun (`srun python train.py`); `python train.py` "
+                "run directly in the batch script is one task that waits for the others."
+                if self._cluster.kind == "slurm" else "")
+        return (f"Rank {self.rank} of {self.world_size} could not form the process group ({self._cluster.describe()}) "
+                f"within {waited}: not every rank joined, or rank 0's address is unreachable. Received: "
+                f"{str(error).strip().splitlines()[0].rstrip('.') if str(error).strip() else type(error).__name__}.{hint}")
+
+    def _collective(self, operation: str, function: Any, *args: Any, **kwargs: Any) -> Any:
+        """Run a collective; with a timeout, its failure names it (CollectiveGuard.run)."""
+        if self._guard is None:
+            return function(*args, **kwargs)
+        return self._guard.run(operation, function, *args, **kwargs)
 
     def _destroy_group(self) -> None:
         """At process exit: wait for every rank, then release the group we made.
@@ -110,6 +151,8 @@ class ProcessGroupStrategy(Strategy):
         from torch import distributed as dist
 
         atexit.unregister(self._destroy_group)
+        if self._guard is not None:
+            self._guard.stop()
         if not (self._created_group and dist.is_initialized()):
             return
         self._created_group = False
@@ -164,22 +207,37 @@ class ProcessGroupStrategy(Strategy):
         from torch import distributed as dist
 
         tensor = torch.tensor([count], dtype=torch.int64, device=self.device)
-        dist.all_reduce(tensor, op=dist.ReduceOp.MIN, group=self._group())
-        return int(tensor.item())
+        return self._reduce_to_host(tensor, dist.ReduceOp.MIN, "all_reduce(MIN)")
+
+    def _reduce_to_host(self, tensor: torch.Tensor, op: Any, name: str) -> int:
+        """All-reduce a one-element tensor and read it, the read inside the named collective
+        (with NCCL that read is where a rank waits)."""
+        from torch import distributed as dist
+
+        def reduce() -> int:
+            dist.all_reduce(tensor, op=op, group=self._group())
+            return int(tensor.item())
+
+        return int(self._collective(name, reduce))
+
+    def sum_over_ranks(self, tensor: torch.Tensor) -> torch.Tensor:
+        from torch import distributed as dist
+
+        summed = tensor.to(self.device)
+        if summed is tensor:
+            summed = tensor.clone()
+        self._collective("all_reduce(SUM)", dist.all_reduce, summed, op=dist.ReduceOp.SUM, group=self._group())
+        return summed
 
     def all_agree(self, flag: bool) -> bool:
         from torch import distributed as dist
 
-        tensor = self._flag_tensor(flag)
-        dist.all_reduce(tensor, op=dist.ReduceOp.MIN, group=self._group())
-        return bool(tensor.item())
+        return bool(self._reduce_to_host(self._flag_tensor(flag), dist.ReduceOp.MIN, "all_reduce(MIN)"))
 
     def any_rank(self, flag: bool) -> bool:
         from torch import distributed as dist
 
-        tensor = self._flag_tensor(flag)
-        dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=self._group())
-        return bool(tensor.item())
+        return bool(self._reduce_to_host(self._flag_tensor(flag), dist.ReduceOp.MAX, "all_reduce(MAX)"))
 
     def reduce_epoch(self, values: dict[str, torch.Tensor], reductions: Reductions) -> dict[str, torch.Tensor]:
         """Weighted mean over all ranks' samples ("mean"), or sum / max / min over ranks.
@@ -210,21 +268,34 @@ class ProcessGroupStrategy(Strategy):
     def barrier(self) -> None:
         from torch import distributed as dist
 
-        dist.barrier(group=self._group())
+        self._collective("barrier", dist.barrier, group=self._group())
 
     def all_gather_object(self, obj: Any) -> list[Any]:
         from torch import distributed as dist
 
         gathered: list[Any] = [None] * self.world_size
-        dist.all_gather_object(gathered, obj, group=self._group())
+        self._collective("all_gather_object", dist.all_gather_object, gathered, obj, group=self._group())
         return gathered
 
     def broadcast_object(self, obj: Any) -> Any:
         from torch import distributed as dist
 
         holder = [obj]
-        dist.broadcast_object_list(holder, src=0, group=self._group())
+        self._collective("broadcast_object_list", dist.broadcast_object_list, holder, src=0, group=self._group())
         return holder[0]
+
+    def _watch_collectives(self) -> None:
+        """With a timeout: start the collective watchdog for the run (`setup_module`); it
+        stops at `teardown` and when the group is released."""
+        if self._guard is not None:
+            from torch.distributed import distributed_c10d
+
+            try:
+                store = distributed_c10d._get_default_store()
+            except (AttributeError, RuntimeError, ValueError) as error:  # a torch without it: names, no watchdog
+                log.warning("No collective watchdog: the process group's store is not available (%s).", error)
+                return
+            self._guard.start(store)
 
     def teardown(self, failed: bool = False) -> None:
         """The group stays for the next fit/validate/test in this process (a new group on the
@@ -233,11 +304,33 @@ class ProcessGroupStrategy(Strategy):
         After a failure nothing is destroyed at once: if every rank failed together (an agreed
         decision such as a non-finite loss), the group still works; if one rank failed alone,
         torchrun ends the others when this process exits.
+
+        Raises:
+            CollectiveError: with a timeout, called while handling a failure of DDP's or
+                FSDP's own collectives (the gradient all-reduce in backward): the same error,
+                explained as the Trainer's collectives explain theirs.
         """
         self._failed = self._failed or failed
+        guard = self._guard
+        if guard is None:
+            return
+        explained = guard.explain(sys.exc_info()[1]) if failed else None
+        guard.stop()
+        if explained is not None:
+            raise explained from sys.exc_info()[1]
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(rank={self.rank}, world_size={self.world_size}, device={self.device})"
+
+
+def _rendezvous_failed(error: RuntimeError) -> bool:
+    """`init_process_group` gave up meeting the other ranks (a store that timed out or could
+    not be reached), not some other problem."""
+    from torch import distributed as dist
+
+    store_errors = tuple(getattr(dist, name) for name in ("DistStoreError", "DistNetworkError") if hasattr(dist, name))
+    text = str(error).lower()
+    return isinstance(error, store_errors) or "timed out" in text or "connect" in text
 
 
 def unequal_counts(counts: list[int | None]) -> str | None:

@@ -1,0 +1,102 @@
+"""Resuming inside an epoch.
+
+* The position check: `batches_done` counts micro-batches of the loader the checkpoint was
+  written with, so a run resumed with another batch size (over all ranks) would skip or
+  repeat samples; the position is converted where that is exact and refused otherwise, and a
+  changed accumulation is said.
+* What the checkpoint restores wins over what the epoch-start hooks reset: after the resumed
+  epoch's `on_train_epoch_start`, the callbacks' states, the random streams and
+  `on_load_checkpoint` are applied once more.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sized
+from typing import Any
+
+from trainer._utils import set_rng_state
+from trainer.checkpoint import CheckpointError, callback_keys
+from trainer.loops.context import LoopHost
+from trainer.loops.data import loader_batch_size, rebatch_problem
+
+__all__ = ["check_resume", "restore_after_epoch_start"]
+
+
+def check_resume(host: LoopHost, checkpoint: dict[str, Any], loader: Any) -> None:
+    """After `restore`, with the loader the run trains on: the saved position still
+    names the same samples (converted to a new batch size, or refused), and warn where
+    the resume can't be exact."""
+    _check_position(host, checkpoint, loader)
+    reason = host._data_order.fresh_worker_iterator_warning(loader)
+    if reason is not None:
+        warnings.warn(f"This resume is not bit-identical to an uninterrupted run: {reason}.", stacklevel=4)
+
+
+def _check_position(host: LoopHost, checkpoint: dict[str, Any], loader: Any) -> None:
+    """`batches_done` counts micro-batches of the saved loader: with another batch size
+    it would skip or repeat samples, so it is converted when that is exact, else refused."""
+    trainer = host
+    state, done = trainer.state, trainer.state.batches_done
+    if done == 0:  # an epoch boundary: nothing of the epoch was consumed
+        return
+    name = repr(str(checkpoint.get("_path", "<in memory>")))
+    where = f"{done} batches into epoch {state.epoch}"
+    old, new = trainer._data_order.saved_batch_size(), loader_batch_size(loader)
+    # Counted over all ranks: a run on N processes takes N batches per step (a change of
+    # world size that keeps the global batch is the documented, not bit-exact, re-split).
+    saved_world, world = len(checkpoint.get("rng") or [None]), trainer.strategy.world_size
+    if old is not None and (new is None or old * saved_world != new * world):
+        samples = done * old * saved_world
+        problem = rebatch_problem(loader)
+        sampler = getattr(loader, "sampler", None)
+        if problem is None and new is not None and isinstance(sampler, Sized) and samples > len(sampler) * world:
+            problem = "the epoch's last, partial batch was already consumed"
+        if problem is None and new is not None and samples % (new * world):
+            problem = f"{samples} samples are not a whole number of batches of {new * world}"
+        if problem is not None or new is None:
+            on = f" on {saved_world} processes" if saved_world != world else ""
+            raise CheckpointError(
+                f"Checkpoint {name} was written {where} with batch_size={old} ({samples} samples); this "
+                f"run's loader has batch_size={new}, and the position can't be converted: {problem}. "
+                "Resuming would skip or repeat samples. Resume with batch_size="
+                f"{old}{on} (and change it at an epoch boundary), or from a checkpoint written at an epoch "
+                "boundary (such as last.ckpt after an epoch ended)."
+            )
+        state.batches_done = samples // (new * world)
+        trainer._data_order.rebatched(new)
+        warnings.warn(
+            f"Checkpoint {name} was written {where} with batch_size={old}; this run's loader has "
+            f"batch_size={new}, so it resumes after batch {state.batches_done} of {new}: the same {samples} "
+            "samples count as consumed and the epoch goes on in the same sample order. The run is not "
+            f"the one that used batch_size={new} from the start.",
+            stacklevel=4,
+        )
+    saved_k = (checkpoint.get("config") or {}).get("accumulate_grad_batches")
+    k = trainer.args.accumulate_grad_batches
+    if isinstance(saved_k, int) and saved_k != k:
+        warnings.warn(
+            f"Checkpoint {name} was written {where} with accumulate_grad_batches={saved_k}; this run "
+            f"uses {k}. The position is counted in micro-batches, so the epoch resumes at the same "
+            f"sample, but the windows of {k} micro-batches start at the resume point: this is not "
+            f"the run that used accumulate_grad_batches={k} from the start (its optimizer steps group "
+            "other batches).",
+            stacklevel=4,
+        )
+
+
+def restore_after_epoch_start(host: LoopHost) -> None:
+    """On a resume inside an epoch, after that epoch's `on_train_epoch_start` hooks ran
+    again: what the checkpoint restores wins over what they reset. The callbacks' states,
+    the random streams and `on_load_checkpoint` (module, then callbacks) once more, with
+    the same checkpoint dict; then the dict is let go. Only the first resumed epoch."""
+    checkpoint = host._io.take_resumed_checkpoint()
+    if checkpoint is None:
+        return
+    saved = dict(checkpoint.get("callbacks", {}))
+    for key, callback in zip(callback_keys(host.callbacks), host.callbacks):
+        if key in saved:
+            callback.load_state_dict(saved[key])
+    rngs = checkpoint["rng"]
+    set_rng_state(rngs[min(host.strategy.rank, len(rngs) - 1)])
+    host._dispatch.call("on_load_checkpoint", host, host._module, checkpoint)
