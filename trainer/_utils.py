@@ -69,7 +69,9 @@ def rng_state() -> dict[str, Any]:
         "torch": torch.get_rng_state(),
     }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+        # The device this process computes on (the strategy makes it the current one), not every
+        # visible GPU: a resume on a machine that sees fewer GPUs restores it all the same.
+        state["cuda"] = [torch.cuda.get_rng_state(torch.cuda.current_device())]
     return state
 
 
@@ -84,8 +86,19 @@ def set_rng_state(state: Mapping[str, Any]) -> None:
         (npy["name"], npy["keys"].numpy().astype(np.uint32), npy["pos"], npy["has_gauss"], npy["gauss"])
     )
     torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    if state.get("cuda") and torch.cuda.is_available():
+        _set_cuda_rng_state(list(state["cuda"]))
+
+
+def _set_cuda_rng_state(states: list[torch.Tensor]) -> None:
+    """The saved CUDA state onto the current device. One state: the device the saving process
+    used. Several (files written before: one per GPU that process could see, even if this
+    machine sees fewer): the one of the current device's index, else the first."""
+    if len(states) == 1:
+        torch.cuda.set_rng_state(states[0])  # the current device, applied when CUDA initialises
+        return
+    index = torch.cuda.current_device()
+    torch.cuda.set_rng_state(states[index] if index < len(states) else states[0], index)
 
 
 def length_of(loader: Any) -> int | None:
