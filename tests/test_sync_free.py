@@ -67,3 +67,40 @@ def test_the_guard_can_be_turned_off():
     model = TinyNet(dropout=0.0, blow_up_at=(2,))
     Trainer(max_steps=4, nonfinite_loss="off", **QUIET).fit(model, loader(make_data(), shuffle=False))
     assert not all(torch.isfinite(p).all() for p in model.parameters())  # no guard: it reached the weights
+
+
+def test_amp_with_a_fused_optimizer_reads_nothing_per_step(host_reads, tmp_path):  # noqa: F811
+    """The GradScaler's skip decision stays on the device (the fused kernel applies it); the
+    skip count is read with the logging step's other values."""
+    steps, every = 20, 5
+    trainer = Trainer(precision="amp", max_steps=steps, log_every_n_steps=every, root_dir=tmp_path,
+                      enable_progress_bar=False, enable_checkpointing=False, num_sanity_val_steps=0, device="cpu")
+    trainer.fit(Fused(), loader(make_data(200)))
+    reads = dict(host_reads)
+    assert reads.pop("tolist", 0) == steps // every
+    assert reads == {"item": steps // every}
+
+
+def test_amp_with_a_fused_optimizer_counts_its_device_skips_like_the_scaler():
+    """An overflowing step is skipped by the fused kernel and counted at the next logging step;
+    the weights equal PyTorch's AMP recipe with the same fused optimizer."""
+    torch.manual_seed(0)
+    model = Fused(blow_up_at=(3,))
+    reference = copy.deepcopy(model)
+    trainer = Trainer(precision="amp", max_epochs=1, log_every_n_steps=4, **QUIET)
+    trainer.fit(model, loader(make_data(), shuffle=False))
+    opt = torch.optim.Adam(reference.parameters(), lr=0.01, fused=True)
+    scaler = torch.amp.GradScaler("cpu")
+    skipped = 0
+    for i, batch in enumerate(loader(make_data(), shuffle=False)):
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = reference.training_step(batch, i)
+        scaler.scale(loss).backward()
+        scale = scaler.get_scale()
+        scaler.step(opt)
+        scaler.update()
+        skipped += scaler.get_scale() < scale  # the scale backs off exactly on a skipped step
+        opt.zero_grad(set_to_none=True)
+    assert skipped >= 1 and trainer.state.skipped_steps == skipped and trainer.global_step == 10
+    assert_same_weights(model, reference)
+    assert float(trainer.precision.scaler.get_scale()) == float(scaler.get_scale())

@@ -70,7 +70,9 @@ class Callback(CallbackBase):
         """After the optimizer step, before its gradients are cleared (automatic optimization)."""
 
     def on_train_step_end(self, trainer: Trainer, module: Any, stepped: bool) -> None:
-        """After an optimizer step and `zero_grad` (`stepped` is False for a skipped step)."""
+        """After an optimizer step and `zero_grad` (`stepped` is False for a skipped step; a
+        fused optimizer skips on the device, unknown to the host, so its steps pass True and
+        its skips are counted in `skipped_steps` at the next logging step)."""
 
     # --------------------------------------------------------------------- evaluation
     def on_validation_start(self, trainer: Trainer, module: Any) -> None: ...

@@ -114,14 +114,21 @@ class Precision:
         torch.nn.utils.clip_grad_value_(params, max_value)
         return None
 
-    def optimizer_step(self, optimizer: torch.optim.Optimizer, *, update: bool = True) -> bool:
+    def optimizer_step(self, optimizer: torch.optim.Optimizer, *, update: bool = True, defer_skips: bool = False) -> bool:
         """Apply the gradients; return whether the optimizer really stepped.
 
         With `update=False` (manual optimization) the strategy's bookkeeping after a step
-        stays pending until `update()` or the next `backward` (see AMP).
+        stays pending until `update()` or the next `backward` (see AMP). With `defer_skips`
+        a step the optimizer may skip on the device (AMP with a fused optimizer) returns True
+        without a host read, and `take_device_skips` counts such skips later.
         """
         optimizer.step()
         return True
+
+    def take_device_skips(self) -> torch.Tensor | None:
+        """The device-side count of steps skipped since the last call (`defer_skips=True`
+        steps), then reset; None when there is none to read."""
+        return None
 
     def update(self) -> None:
         """Settle what is pending since the last update: steps taken with `update=False` and
@@ -193,6 +200,7 @@ class AMP(Precision):
         self._unscaled: set[int] = set()
         self._stepped: set[int] = set()
         self._pending_state: dict[str, Any] | None = None
+        self._device_skips: torch.Tensor | None = None  # defer_skips steps skipped, not yet read
 
     def setup(self, device: torch.device) -> None:
         super().setup(device)
@@ -224,18 +232,25 @@ class AMP(Precision):
             self.scaler.unscale_(optimizer)
             self._unscaled.add(id(optimizer))
 
-    def optimizer_step(self, optimizer: torch.optim.Optimizer, *, update: bool = True) -> bool:
+    def optimizer_step(self, optimizer: torch.optim.Optimizer, *, update: bool = True, defer_skips: bool = False) -> bool:
         scaler = self.scaler
         assert scaler is not None
         if id(optimizer) in self._stepped:  # its second step since the last update (GradScaler forbids it)
             self.update()
         if getattr(optimizer, "_step_supports_amp_scaling", False):
             # Fused optimizers (Adam/AdamW/SGD with fused=True) always run their step and
-            # skip on the device; whether they skipped is the scaler's found_inf, read here
-            # (a non-fused step makes the same read inside GradScaler.step).
+            # skip on the device; whether they skipped is the scaler's found_inf. Deferred (the
+            # automatic loop), it is counted on the device and read at logging steps; otherwise
+            # (manual optimization's `opt.stepped`) it is read here.
             scaler.step(optimizer)
-            found = scaler._per_optimizer_states[id(optimizer)]["found_inf_per_device"]
-            stepped = not any(bool(t.item()) for t in found.values())
+            found = list(scaler._per_optimizer_states[id(optimizer)]["found_inf_per_device"].values())
+            if defer_skips:
+                skipped = found[0].reshape(()) if len(found) == 1 else torch.stack([f.reshape(()).to(found[0].device) for f in found]).amax()
+                skipped = (skipped > 0).float()
+                self._device_skips = skipped if self._device_skips is None else self._device_skips + skipped
+                stepped = True
+            else:
+                stepped = not any(bool(t.item()) for t in found)
         else:
             if optimizer not in self._hooked:
                 # The post-hook fires only when optimizer.step() really runs, which is how we
@@ -265,6 +280,10 @@ class AMP(Precision):
         self.scaler.update()
         self._stepped.clear()
         self._unscaled.clear()
+
+    def take_device_skips(self) -> torch.Tensor | None:
+        skips, self._device_skips = self._device_skips, None
+        return skips
 
     def _count_step(self, *_: Any) -> None:
         self._steps_taken += 1

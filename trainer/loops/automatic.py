@@ -15,6 +15,7 @@ The AMP order itself lives in `trainer.precision`; this file only says when.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 from typing import Any
@@ -57,6 +58,12 @@ class AutomaticOptimization:
             and trainer.args.nonfinite_loss != "off"
         )
         self.pending_skips: torch.Tensor | None = None  # device count of skips not yet read
+        # amp with a fused optimizer: the GradScaler's skip stays on the device too, counted by
+        # the precision and read with the rest at logging steps (a Precision subclass whose
+        # optimizer_step lacks `defer_skips` keeps its own behaviour).
+        self.defer_skips = bool(getattr(self.optimizer, "_step_supports_amp_scaling", False)) and (
+            "defer_skips" in inspect.signature(trainer._precision.optimizer_step).parameters
+        )
         self.pending_since = trainer.state.global_step
         self.skipped_where: list[str] = []  # counted, not yet reported
         self.held: HeldWindow | None = None  # an item-weighted window's micro-batches (items.py)
@@ -140,14 +147,22 @@ class AutomaticOptimization:
         else:
             self._step(window_loss, batches_done)
 
+    def pending(self) -> bool:
+        """Whether skips counted on the device (or not yet reported) wait for `reconcile`."""
+        return self.pending_skips is not None or bool(self.skipped_where) or self.defer_skips
+
     def reconcile(self, raise_now: bool = True) -> None:
         """Fold the device-counted skips into `skipped_steps` (one host read; at logging steps,
-        epoch ends and saves only). Under nonfinite_loss="error" a skip then raises (a save
-        counts it and leaves the error to the next logging step or epoch end)."""
+        epoch ends and saves only). Under nonfinite_loss="error" a skip of the loss guard then
+        raises (a save counts it and leaves the error to the next logging step or epoch end);
+        amp's skips (fused optimizers) are only counted, as amp always skips such steps."""
         pending, self.pending_skips = self.pending_skips, None
         since, self.pending_since = self.pending_since, self.trainer.state.global_step
         count = int(pending.item()) if pending is not None else 0
         state = self.trainer.state
+        amp_skips = self.trainer._precision.take_device_skips() if self.defer_skips else None
+        if amp_skips is not None:
+            state.skipped_steps += int(amp_skips.item())
         if count:
             state.skipped_steps += count
             self.skipped_where.append(f"{count} of optimizer steps {since + 1}..{state.global_step}")
@@ -184,7 +199,7 @@ class AutomaticOptimization:
             elif norm_wanted:
                 norm = precision.gradient_norm(optimizer, self.parameters)
             if found_inf is None:
-                stepped = precision.optimizer_step(optimizer)
+                stepped = precision.optimizer_step(optimizer, defer_skips=True) if self.defer_skips else precision.optimizer_step(optimizer)
             else:  # skipped on the device when found_inf is 1; the host does not wait to know
                 optimizer.grad_scale, optimizer.found_inf = None, found_inf  # type: ignore[attr-defined]
                 try:
@@ -207,7 +222,7 @@ class AutomaticOptimization:
         if self.want_step_end:
             trainer._call("on_train_step_end", stepped)
         if log_now:
-            if self.pending_skips is not None or self.skipped_where:
+            if self.pending():
                 self.reconcile()
             trainer._io.log_step(window_loss, norm)
 

@@ -213,7 +213,7 @@ class FitLoop:
     def reconcile(self, raise_now: bool = True) -> None:
         """Device-counted skips (fused optimizers) made visible: before epoch ends and saves."""
         optimization = self.optimization
-        if isinstance(optimization, AutomaticOptimization) and (optimization.pending_skips is not None or optimization.skipped_where):
+        if isinstance(optimization, AutomaticOptimization) and optimization.pending():
             optimization.reconcile(raise_now)
 
     def end_epoch(self) -> None:
