@@ -6,7 +6,9 @@ no folder.
 
 Folder scheme: each run writes into `root_dir/<name>/version_N`, N being one more than the
 highest version already there; the folder is created atomically, so two runs (two
-Trainers, two processes) never share one.
+Trainers, two processes) never share one. A named run (`version="exp1"`), and inside a
+SLURM batch job a run without a name (`slurm-<job id>`), reuses its folder on every rerun
+(`trainer/logging/runs.py`).
 
 Hyperparameters: `log_hyperparams` writes TensorBoard's HParams record that starts a run
 into the run's own event file (no sub-run), plus a readable table under the Text tab.
@@ -27,10 +29,11 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
+
+from trainer.logging.runs import check_run_name, make_run_dir, next_version_dir
 
 __all__ = ["Logger", "TensorBoardLogger", "next_version_dir", "flatten_params", "hparam_value"]
 
@@ -47,21 +50,6 @@ class Logger(Protocol):
     def close(self) -> None: ...
 
 
-def next_version_dir(root: str | os.PathLike[str], name: str) -> Path:
-    """`root/name/version_N` for the first N above every existing one, created atomically."""
-    parent = Path(root) / name
-    parent.mkdir(parents=True, exist_ok=True)
-    taken = [int(m.group(1)) for p in parent.iterdir() if (m := re.fullmatch(r"version_(\d+)", p.name))]
-    version = max(taken, default=-1) + 1
-    while True:
-        candidate = parent / f"version_{version}"
-        try:
-            candidate.mkdir()  # atomic: two processes can't both get the same folder
-            return candidate
-        except FileExistsError:
-            version += 1
-
-
 class TensorBoardLogger:
     """Writes TensorBoard event files with `torch.utils.tensorboard.SummaryWriter`.
 
@@ -70,6 +58,9 @@ class TensorBoardLogger:
     Args:
         root_dir: the folder runs go under.
         name: a sub-folder for this experiment; each run gets `root_dir/name/version_N`.
+        version: name the run's folder, so that running the same command again continues
+            it (`root_dir/name/<version>`; an int `n` gives `version_n`, as in Lightning).
+            None: a new `version_N`, or `slurm-<job id>` inside a SLURM batch job.
         version_dir: write into exactly this folder instead of a new version folder
             (for example to continue a run's curves in its old folder).
         flush_secs: how often the writer flushes on its own (it also flushes at epoch ends).
@@ -85,6 +76,7 @@ class TensorBoardLogger:
         root_dir: str | os.PathLike[str] = "runs",
         name: str = "default",
         *,
+        version: int | str | None = None,
         version_dir: str | os.PathLike[str] | None = None,
         flush_secs: int = 30,
     ) -> None:
@@ -92,8 +84,13 @@ class TensorBoardLogger:
             raise ValueError(
                 f"TensorBoardLogger(name=...) expected a plain folder name such as 'mlp'. Received: {name!r}."
             )
+        if not (isinstance(version, int) and not isinstance(version, bool) and version >= 0):
+            check_run_name(version, "TensorBoardLogger(version=...)")
+        if version is not None and version_dir is not None:
+            raise ValueError("TensorBoardLogger: expected version= or version_dir=, not both. Received both.")
         self.root_dir = Path(root_dir)
         self.name = name
+        self.version = version
         self.flush_secs = flush_secs
         self._log_dir: Path | None = Path(version_dir) if version_dir is not None else None
         self._writer: Any = None
@@ -102,7 +99,7 @@ class TensorBoardLogger:
     def log_dir(self) -> Path:
         """The run's folder (created on first access)."""
         if self._log_dir is None:
-            self._log_dir = next_version_dir(self.root_dir, self.name)
+            self._log_dir = make_run_dir(self.root_dir, self.name, self.version)
         else:
             self._log_dir.mkdir(parents=True, exist_ok=True)
         return self._log_dir

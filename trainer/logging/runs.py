@@ -1,0 +1,116 @@
+"""Run folders: `root_dir/<name>/<version>`, and how a rerun of the same command finds its own.
+
+A run's folder is, in this order:
+
+- the one it names: `Trainer(run_name="exp1")` or `TensorBoardLogger(version="exp1")` gives
+  `root_dir/default/exp1` (`version=3`: `version_3`), the same folder on every rerun;
+- inside a SLURM batch job with no name given: `slurm-<SLURM_JOB_ID>`, so a requeued job (it
+  keeps its id) lands in the folder of its first attempt with no extra argument;
+- otherwise `version_N`, one more than the highest there, created atomically so two runs
+  never share one.
+
+Example:
+    >>> import tempfile
+    >>> root = tempfile.mkdtemp()
+    >>> planned_run_dir(root, "default", "exp1", environ={}).name
+    'exp1'
+    >>> planned_run_dir(root, "default", None, environ={"SLURM_JOB_ID": "4242"}).name
+    'slurm-4242'
+    >>> planned_run_dir(root, "default", None, environ={}) is None  # a new version_N when made
+    True
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+__all__ = [
+    "DEFAULT_NAME",
+    "check_run_name",
+    "environment_run_name",
+    "make_run_dir",
+    "next_version_dir",
+    "planned_run_dir",
+    "run_folder_of",
+    "version_folder",
+]
+
+#: The experiment folder of the Trainer's own runs (and TensorBoardLogger's default `name`).
+DEFAULT_NAME = "default"
+
+
+def check_run_name(value: object, where: str = "Trainer(run_name=...)") -> str | None:
+    """A run name is a plain folder name (no separators, not `.`/`..`); None stays None.
+
+    Raises:
+        ValueError: anything else, saying what is accepted.
+    """
+    if value is None:
+        return None
+    if isinstance(value, str) and value.strip() == value and value and Path(value).name == value and value not in (".", ".."):
+        return value
+    raise ValueError(
+        f"{where} expected a plain folder name such as 'exp1' (no '/' or surrounding spaces), or None for "
+        f"a new version_N folder. Received: {value!r} of type {type(value).__name__}"
+    )
+
+
+def version_folder(version: int | str) -> str:
+    """`3` -> `version_3` (Lightning's folders); a name stays as it is."""
+    return f"version_{version}" if isinstance(version, int) and not isinstance(version, bool) else str(version)
+
+
+def environment_run_name(environ: Mapping[str, str] | None = None) -> str | None:
+    """`slurm-<SLURM_JOB_ID>` inside a SLURM batch job, whose id a requeue keeps; else None
+    (also in an interactive allocation, which is never requeued)."""
+    from trainer.strategies.cluster import slurm_job
+
+    job = slurm_job(os.environ if environ is None else environ)
+    return None if job is None else f"slurm-{job}"
+
+
+def planned_run_dir(
+    root: str | os.PathLike[str], name: str, version: int | str | None, *, environ: Mapping[str, str] | None = None
+) -> Path | None:
+    """The run's folder when it is known before the run starts (named, or from SLURM's job id);
+    None when the run gets a new `version_N`. Nothing is created."""
+    chosen = version if version is not None else environment_run_name(environ)
+    return None if chosen is None else Path(root) / name / version_folder(chosen)
+
+
+def make_run_dir(root: str | os.PathLike[str], name: str, version: int | str | None) -> Path:
+    """The run's folder, created: the planned one (reused by a rerun) or a new `version_N`."""
+    planned = planned_run_dir(root, name, version)
+    if planned is None:
+        return next_version_dir(root, name)
+    planned.mkdir(parents=True, exist_ok=True)
+    return planned
+
+
+def next_version_dir(root: str | os.PathLike[str], name: str) -> Path:
+    """`root/name/version_N` for the first N above every existing one, created atomically."""
+    parent = Path(root) / name
+    parent.mkdir(parents=True, exist_ok=True)
+    taken = [int(m.group(1)) for p in parent.iterdir() if (m := re.fullmatch(r"version_(\d+)", p.name))]
+    version = max(taken, default=-1) + 1
+    while True:
+        candidate = parent / f"version_{version}"
+        try:
+            candidate.mkdir()  # atomic: two processes can't both get the same folder
+            return candidate
+        except FileExistsError:
+            version += 1
+
+
+def run_folder_of(checkpoint: str | os.PathLike[str], root: str | os.PathLike[str]) -> Path:
+    """The run folder (`root/<name>/<version>`) a checkpoint under `root` belongs to: its
+    `last.ckpt` sits in it, ModelCheckpoint's files in its `checkpoints/`."""
+    path, base = Path(checkpoint), Path(root)
+    try:
+        parts = path.relative_to(base).parts
+    except ValueError:
+        return path.parent
+    return base / parts[0] / parts[1] if len(parts) >= 3 else path.parent
