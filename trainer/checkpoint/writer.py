@@ -1,0 +1,134 @@
+"""Writing a collected checkpoint: now or in the background, one file or FSDP's shards, with
+the newest `keep` last-style checkpoints kept, and every rank told how the write went.
+
+`CheckpointWriter.write` is what `RunIO.save` calls once the state is collected:
+
+- a single file (one process, DDP): rank 0 writes it (`save_atomic`); in the background when
+  asked (`Trainer(async_checkpointing=True)` inside fit, see `trainer/checkpoint/background.py`);
+- FSDP's folder: every rank writes its shards (`save_sharded`), always synchronously here;
+- then, for a synchronous write, all ranks agree on whether it succeeded (also the barrier:
+  no rank goes on before the file is complete, and a failed write on rank 0 fails every rank);
+  for a background write, at the next save or when fit ends (`settle`).
+
+Example:
+    >>> import tempfile, torch
+    >>> from pathlib import Path
+    >>> from trainer.checkpoint import FORMAT, FORMAT_VERSION, load_checkpoint
+    >>> from trainer.strategies import SingleDevice
+    >>> writer, target = CheckpointWriter(), Path(tempfile.mkdtemp()) / "a.ckpt"
+    >>> state = {"format": FORMAT, "format_version": FORMAT_VERSION, "w": torch.ones(2)}
+    >>> writer.write(state, target, SingleDevice("cpu"), background=True)
+    >>> writer.settle(SingleDevice("cpu"), enabled=True)
+    >>> load_checkpoint(target)["w"]
+    tensor([1., 1.])
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+from trainer.checkpoint.background import BackgroundWrites, stage
+from trainer.checkpoint.format import save_atomic
+from trainer.checkpoint.retention import keep_previous, prune_kept
+
+__all__ = ["CheckpointWriter"]
+
+log = logging.getLogger("trainer")
+
+
+class CheckpointWriter:
+    """The run's checkpoint writes (see the module)."""
+
+    def __init__(self) -> None:
+        self.background = BackgroundWrites()
+        self._in_flight: Path | None = None
+
+    def write(self, state: dict[str, Any], target: Path, strategy: Any, *, background: bool = False,
+              keep: int | None = None, shards: Any = None) -> None:
+        """Write `state` (from `collect_state`) to `target` on every rank's behalf.
+
+        Args:
+            strategy: the run's strategy (rank, agreement).
+            background: rank 0 writes a staged copy in the background (single files only).
+            keep: for the run's `last.ckpt`: how many last-style checkpoints to keep (1: only
+                it; older `last-step=N.ckpt` beyond that are removed). None: any other save.
+            shards: the Trainer, for FSDP's sharded folders (`save_sharded`); None otherwise.
+        """
+        step = int(state.get("loop", {}).get("global_step", 0)) if isinstance(state.get("loop"), dict) else 0
+        if background and shards is None:
+            if strategy.is_global_zero:
+                staged = stage(state, self.background.pool)  # the only part that blocks training
+                self._in_flight = target
+                self.background.submit(lambda: self._write_file(staged, target, keep, step), target.name)
+            return
+        failure: Exception | None = None
+        if strategy.is_global_zero or shards is not None:
+            try:
+                if shards is not None:
+                    from trainer.checkpoint.sharded import save_sharded
+
+                    if strategy.is_global_zero and keep is not None:
+                        keep_previous(target, keep, step)
+                    save_sharded(state, target, shards)
+                    if strategy.is_global_zero and keep is not None:
+                        prune_kept(target, keep)
+                else:
+                    self._write_file(state, target, keep, step)
+            except Exception as error:  # noqa: BLE001 - re-raised below, after the other ranks know
+                failure = error
+        # Also the barrier: no rank goes on before the file is complete, and a failed write
+        # on rank 0 fails every rank instead of leaving them waiting in a later collective.
+        written = strategy.all_agree(failure is None)
+        if failure is not None:
+            raise failure
+        if not written:
+            raise RuntimeError(f"Checkpoint {str(target)!r} could not be written on rank 0 (see its error).")
+
+    @staticmethod
+    def _write_file(state: dict[str, Any], target: Path, keep: int | None, step: int) -> None:
+        if keep is not None:
+            keep_previous(target, keep, step)
+        save_atomic(state, target)
+        if keep is not None:
+            prune_kept(target, keep)
+
+    def settle(self, strategy: Any, *, enabled: bool) -> None:
+        """Every rank, when background writes are `enabled`: wait for the write in flight and
+        agree on its outcome; raise its error (rank 0) or say rank 0 failed (the others)."""
+        if not enabled:
+            return
+        failed_path, self._in_flight = self._in_flight, None
+        error = self.background.wait()
+        ok = strategy.all_agree(error is None) if strategy.world_size > 1 else error is None
+        if error is not None:
+            raise error
+        if not ok:
+            raise RuntimeError(
+                f"A background checkpoint write on rank 0 failed{f' ({failed_path})' if failed_path else ''} "
+                "(see its error); the previous checkpoint at that path is intact."
+            )
+
+    def remove(self, path: str | Path) -> None:
+        """Delete a checkpoint (a file or a sharded folder) once the write in flight is
+        complete: the file it replaces is never deleted before the new one is on disk."""
+        target = Path(path)
+        self.background.after_write(lambda: _remove(target))
+
+    def close(self) -> None:
+        """Fit ended (also after an error): wait for the write in flight on this rank alone; a
+        failure is logged (the error that ended fit, if any, is the one raised). Buffers freed."""
+        failed_path, self._in_flight = self._in_flight, None
+        error = self.background.wait()
+        self.background.pool.clear()
+        if error is not None:
+            log.error("The background write of checkpoint %s failed: %s", failed_path, error)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
