@@ -33,7 +33,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from trainer.logging.runs import check_run_name, make_run_dir, next_version_dir
+from trainer.logging.identity import folder_identity, folder_to_continue, same_folder
+from trainer.logging.runs import check_run_name, make_run_dir, next_version_dir, planned_run_dir
 
 __all__ = ["Logger", "TensorBoardLogger", "next_version_dir", "flatten_params", "hparam_value"]
 
@@ -94,6 +95,7 @@ class TensorBoardLogger:
         self.flush_secs = flush_secs
         self._log_dir: Path | None = Path(version_dir) if version_dir is not None else None
         self._writer: Any = None
+        self._purge_step: int | None = None  # a resume: TensorBoard hides the folder's later steps
 
     @property
     def log_dir(self) -> Path:
@@ -110,8 +112,33 @@ class TensorBoardLogger:
         if self._writer is None:
             from torch.utils.tensorboard import SummaryWriter
 
-            self._writer = SummaryWriter(log_dir=str(self.log_dir), flush_secs=self.flush_secs)
+            purge, self._purge_step = self._purge_step, None  # once: a writer opened again later keeps everything
+            self._writer = SummaryWriter(log_dir=str(self.log_dir), flush_secs=self.flush_secs, purge_step=purge)
         return self._writer
+
+    def run_identity(self) -> dict[str, Any] | None:
+        """The run's folder, saved in checkpoints (None until one was chosen)."""
+        return None if self._log_dir is None else folder_identity(self._log_dir, self.root_dir, self.name)
+
+    def continue_run(self, identity: Mapping[str, Any], step: int | None) -> bool:
+        """Continue the saved run's folder (`trainer/logging/identity.py`) unless this logger has
+        a folder of its own (`version=`, `version_dir=`, or one already made).
+
+        With `step`, the next event file starts with `purge_step=step + 1`: TensorBoard then
+        hides what the folder's older event files hold for later steps (written after that
+        checkpoint by a run that was killed), so the continued curves have one value per step.
+        """
+        target = folder_to_continue(identity, self.root_dir, self.name)
+        own = self._log_dir
+        if own is None and self.version is not None:
+            own = planned_run_dir(self.root_dir, self.name, self.version)
+        if target is None or (own is not None and not same_folder(own, target)):
+            return False
+        self.close()
+        self._log_dir = target
+        if step is not None:
+            self._purge_step = int(step) + 1
+        return True
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         """Write each value as a scalar at `step` (the Trainer passes `global_step`).
