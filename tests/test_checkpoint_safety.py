@@ -33,7 +33,8 @@ def test_numpy_scalars_in_optimizer_and_scheduler_state_are_stored_as_numbers(tm
     assert len(written) >= 4  # last.ckpt, manual.ckpt and ModelCheckpoint's files
     for path in written:
         state = torch.load(path, weights_only=True)  # raises on anything but plain data
-        assert isinstance(state["lr_schedulers"][0]["state"]["T_max"], int)
+        assert isinstance(state["schedulers"][0]["state"]["T_max"], int)
+        assert state["lr_schedulers"][0] is state["schedulers"][0]["state"]  # Lightning's key: the same object
     resumed = Trainer(max_epochs=2, logger=False, enable_checkpointing=False, enable_progress_bar=False)
     resumed.fit(NumpyHyperparameters(), loader(make_data()), ckpt_path=tmp_path / "manual.ckpt")
     assert resumed.global_step == 20

@@ -75,7 +75,7 @@ def test_gan_mid_epoch_resume_is_exact(tmp_path, precision):
     first.fit(model, points_loader(make_points()))  # stops after batch 5 of epoch 1 (11 batches/epoch)
     saved = load_checkpoint(first.log_dir / "last.ckpt")
     assert saved["cut"]["clean"] and saved["loop"]["batches_done"] == 5 and saved["loop"]["epoch"] == 1
-    assert [entry["class"] for entry in saved["lr_schedulers"]] == ["StepLR", "StepLR"]
+    assert [entry["class"] for entry in saved["schedulers"]] == ["StepLR", "StepLR"]
     assert len(saved["optimizers"]) == 2 and saved["gan_calls"] == 16
 
     torch.manual_seed(123)  # the checkpoint's random streams must win

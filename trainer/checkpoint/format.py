@@ -38,6 +38,8 @@ from typing import IO, Any, cast
 
 import torch
 
+from trainer.checkpoint.layout import from_lightning, is_lightning, lightning_refusal, upgrade
+
 __all__ = [
     "FORMAT",
     "FORMAT_VERSION",
@@ -52,7 +54,7 @@ __all__ = [
 log = logging.getLogger("trainer")
 
 FORMAT = "loopwright.checkpoint"
-FORMAT_VERSION = 2  # 2: lists of optimizers and schedulers with their classes (1 is still read)
+FORMAT_VERSION = 3  # 3: Lightning's keys too; 2: lists of optimizers and schedulers with their classes (both still read)
 _TMP_SUFFIX = ".tmp"
 _ZIP_MAGIC = b"PK\x03\x04"
 _END_RECORD = b"PK\x05\x06"  # a zip's end-of-central-directory record: 22 bytes, then its comment
@@ -226,6 +228,9 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: Any = "cpu", *, 
     except MemoryError:
         raise
     except pickle.UnpicklingError as error:
+        lightning = lightning_refusal(source, name, _unsafe_detail(error))
+        if lightning is not None:
+            raise CheckpointError(lightning) from None
         raise CheckpointError(
             f"Checkpoint {name} holds objects that are not plain data or tensors, so it was refused "
             f"without running any of it ({_unsafe_detail(error)}). Only files written by "
@@ -233,6 +238,11 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: Any = "cpu", *, 
         ) from None
     except Exception as error:  # noqa: BLE001 - any failure to parse means a damaged file
         raise _corrupt(name, f"{type(error).__name__}: {_first_line(error)}") from None
+    if is_lightning(state):  # a PyTorch Lightning checkpoint: read into our layout
+        try:
+            state = {**from_lightning(state, name), "format": FORMAT, "format_version": FORMAT_VERSION}
+        except ValueError as error:
+            raise CheckpointError(str(error)) from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise CheckpointError(
             f"Checkpoint {name} is not a checkpoint of this trainer (no {FORMAT!r} marker). "
@@ -245,6 +255,7 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: Any = "cpu", *, 
             f"Checkpoint {name} has format version {version!r}, newer than this version of the "
             f"trainer reads ({FORMAT_VERSION}). Upgrade the package to load it."
         )
+    upgrade(state)  # an older version of ours: the current keys, in memory
     state["_path"] = str(source)  # in memory only: lets later errors name the file
     return state
 
@@ -394,16 +405,15 @@ def _unsafe_detail(error: BaseException) -> str:
     return _first_line(error)
 
 
-
-
 _PLAIN_LEAVES = (bool, int, float, complex, str, bytes, type(None), torch.Tensor, torch.dtype, torch.device, torch.Size)
 
 
-def plain_state(value: Any, target: Any = None, where: str = "checkpoint") -> Any:
+def plain_state(value: Any, target: Any = None, where: str = "checkpoint", _seen: dict[int, Any] | None = None) -> Any:
     """`value` with NumPy scalars and arrays turned into Python numbers and tensors, so the
     file loads with `torch.load(weights_only=True)`; anything else that is not plain data
     fails the save at once, naming the entry (a checkpoint that can't be loaded back is
-    worse than no checkpoint).
+    worse than no checkpoint). A dict or list met twice (Lightning's `state_dict` is our
+    `module`) stays one object, which the file stores once.
 
     Example:
         >>> import numpy as np
@@ -415,20 +425,27 @@ def plain_state(value: Any, target: Any = None, where: str = "checkpoint") -> An
         return value.item()
     if isinstance(value, _PLAIN_LEAVES):
         return value
+    if not isinstance(value, (dict, list, tuple)):
+        if numpy is not None and isinstance(value, numpy.ndarray):
+            return torch.from_numpy(value.copy())
+        raise CheckpointError(
+            f"Can't write checkpoint {str(target)!r}: {where} is a {type(value).__module__}.{type(value).__qualname__}, "
+            "which torch.load(weights_only=True) would refuse, so the file could never be loaded. Expected "
+            "tensors, numbers, strings, lists and dicts: convert it (e.g. float(x), x.tolist()) in the "
+            "state_dict or on_save_checkpoint that adds it."
+        )
+    seen = {} if _seen is None else _seen
+    if id(value) in seen:
+        return seen[id(value)]
+    result: Any
     if isinstance(value, dict):
-        items = {key: plain_state(item, target, f"{where}[{key!r}]") for key, item in value.items()}
-        return collections.OrderedDict(items) if isinstance(value, collections.OrderedDict) else items
-    if isinstance(value, (list, tuple)):
-        items_list = [plain_state(item, target, f"{where}[{index}]") for index, item in enumerate(value)]
-        return items_list if isinstance(value, list) else tuple(items_list)
-    if numpy is not None and isinstance(value, numpy.ndarray):
-        return torch.from_numpy(value.copy())
-    raise CheckpointError(
-        f"Can't write checkpoint {str(target)!r}: {where} is a {type(value).__module__}.{type(value).__qualname__}, "
-        "which torch.load(weights_only=True) would refuse, so the file could never be loaded. Expected "
-        "tensors, numbers, strings, lists and dicts: convert it (e.g. float(x), x.tolist()) in the "
-        "state_dict or on_save_checkpoint that adds it."
-    )
+        items = {key: plain_state(item, target, f"{where}[{key!r}]", seen) for key, item in value.items()}
+        result = collections.OrderedDict(items) if isinstance(value, collections.OrderedDict) else items
+    else:
+        items_list = [plain_state(item, target, f"{where}[{index}]", seen) for index, item in enumerate(value)]
+        result = items_list if isinstance(value, list) else tuple(items_list)
+    seen[id(value)] = result
+    return result
 
 
 def find_last(root_dir: str | os.PathLike[str]) -> Path | None:

@@ -53,7 +53,7 @@ def save_sharded(state: dict[str, Any], target: Path, trainer: ShardHost) -> Non
 
     strategy, module = trainer.strategy, module_of(trainer)
     tensors: dict[str, Any] = {"module": state["module"], "optimizers": {}}
-    meta = dict(state, module={}, sharded={"world_size": strategy.world_size})
+    meta = dict(state, module={}, state_dict={}, sharded={"world_size": strategy.world_size})  # tensors: in the shards
     entries = []
     optimizers = trainer._opt.optimizers if trainer._opt is not None and "optimizers" in state else []
     for index, (optimizer, entry) in enumerate(zip(optimizers, state.get("optimizers", []))):
@@ -64,6 +64,7 @@ def save_sharded(state: dict[str, Any], target: Path, trainer: ShardHost) -> Non
             entries.append(entry)
     if "optimizers" in state:
         meta["optimizers"] = entries
+        meta["optimizer_states"] = [entry["state"] for entry in entries]  # Lightning's key: the same objects
     token = strategy.broadcast_object(os.getpid())
     temporary = target.with_name(f".{target.name}.{token}.tmp")
     prepared: OSError | None = None

@@ -13,6 +13,8 @@ import torch
 from trainer._utils import rng_state, set_rng_state
 from trainer.checkpoint.format import FORMAT, FORMAT_VERSION, CheckpointError, _first_line, plain_state
 from trainer.checkpoint.host import CallbackState, PendingWork, StateHost, module_of
+from trainer.checkpoint.trackers import continue_loggers, logger_identities
+from trainer.checkpoint.layout import add_lightning_keys, adopt_streams, reunite
 
 __all__ = ["callback_keys", "cut_problem", "collect_state", "collect_weights", "restore_module", "restore_state"]
 
@@ -90,7 +92,7 @@ def collect_state(trainer: StateHost, *, allow_partial: bool = False, target: An
         "optimizers": [
             {"class": _class_name(o), "state": o.state_dict()} for o in (opt.optimizers if opt is not None else [])
         ],
-        "lr_schedulers": [
+        "schedulers": [
             {"class": _class_name(c.scheduler), "state": c.scheduler.state_dict()}
             for c in (opt.schedulers if opt is not None else [])
         ],
@@ -105,11 +107,15 @@ def collect_state(trainer: StateHost, *, allow_partial: bool = False, target: An
         "config": _plain(trainer.args.model_dump(exclude={"callbacks", "logger", "precision"})),
         "hparams": _plain(dict(getattr(module, "hparams", {}) or {})),
         "experiment": _plain(trainer.experiment_config),
+        "loggers": _plain(logger_identities(trainer.loggers)),  # each tracker's run, continued on resume
     }
     datamodule: Any = trainer._datamodule
     if callable(getattr(datamodule, "state_dict", None)):
         state["datamodule"] = datamodule.state_dict()
+    add_lightning_keys(state, state["loop"])  # also read the Lightning way: the same objects, stored once
+    before = dict(state)
     trainer._call("on_save_checkpoint", state)
+    reunite(state, before)
     return plain_state(state, target)
 
 
@@ -132,6 +138,7 @@ def collect_weights(trainer: StateHost, target: Any = None) -> dict[str, Any]:
         "module_class": f"{type(module).__module__}.{type(module).__qualname__}",
         "hparams": _plain(dict(getattr(module, "hparams", {}) or {})),
     }
+    add_lightning_keys(state, trainer.state.state_dict())
     return plain_state(state, target)
 
 
@@ -178,6 +185,7 @@ def _source(checkpoint: dict[str, Any]) -> str:
 def restore_state(trainer: StateHost, checkpoint: dict[str, Any]) -> None:
     """Put the Trainer back exactly where `collect_state` found it."""
     source = _source(checkpoint)
+    lightning = adopt_streams(checkpoint, source) if "lightning" in (checkpoint.get("origin") or {}) else None
     opt = trainer._opt
     module = module_of(trainer)
     if "_shards" in checkpoint:  # a sharded folder (FSDP): weights and optimizer states from the shards
@@ -195,6 +203,7 @@ def restore_state(trainer: StateHost, checkpoint: dict[str, Any]) -> None:
         _restore_list(source, "LR scheduler", [c.scheduler for c in opt.schedulers], _saved_list(checkpoint, "lr_scheduler"))
     _restore_precision(trainer, checkpoint["precision"], source)
     trainer.state.load_state_dict(checkpoint["loop"])
+    continue_loggers(trainer.loggers, checkpoint.get("loggers"), trainer.global_step)  # before any logger writes
     saved_callbacks = dict(checkpoint.get("callbacks", {}))
     for key, callback in zip(callback_keys(trainer.callbacks), trainer.callbacks):
         if key in saved_callbacks:
@@ -227,6 +236,8 @@ def restore_state(trainer: StateHost, checkpoint: dict[str, Any]) -> None:
             stacklevel=4,
         )
     trainer._call("on_load_checkpoint", checkpoint)
+    if lightning is not None:  # what was taken over, and what this process's own streams stand in for
+        warnings.warn(lightning, stacklevel=4)
 
 
 def _class_name(obj: Any) -> str:
@@ -234,11 +245,8 @@ def _class_name(obj: Any) -> str:
 
 
 def _saved_list(checkpoint: dict[str, Any], kind: str) -> list[dict[str, Any]]:
-    """The saved optimizers or schedulers as [{"class", "state"}] (format 1 held one, bare)."""
-    if kind + "s" in checkpoint:
-        return list(checkpoint[kind + "s"])
-    single = checkpoint.get(kind)
-    return [] if single is None else [{"class": None, "state": single}]
+    """The saved optimizers or schedulers as [{"class", "state"}] (`upgrade` gives older files these keys)."""
+    return list(checkpoint.get({"optimizer": "optimizers", "lr_scheduler": "schedulers"}[kind], []))
 
 
 def _restore_list(source: str, what: str, targets: list[Any], saved: list[dict[str, Any]], load: Any = None) -> None:
