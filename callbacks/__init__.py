@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+from trainer import Callback
+
 from callbacks.checkpoint import ModelCheckpoint
 from callbacks.early_stopping import EarlyStopping
 from callbacks.lambda_callback import LambdaCallback
 from callbacks.lr_monitor import LearningRateMonitor
+from callbacks.model_summary import ModelSummary
+from callbacks.progress import RichProgressBar, TQDMProgressBar
 
-__all__: list[str] = ["ModelCheckpoint", "EarlyStopping", "LambdaCallback", "LearningRateMonitor"]
+__all__: list[str] = [
+    "Callback", "ModelCheckpoint", "EarlyStopping", "LambdaCallback", "LearningRateMonitor", "ModelSummary",
+    "TQDMProgressBar", "RichProgressBar",
+]

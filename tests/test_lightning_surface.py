@@ -45,8 +45,8 @@ def test_one_callback_alone_is_taken():
     [
         ({"devices": [0, 1]}, "devices=N (N processes"),
         ({"accelerator": "tpu"}, "accelerator='tpu'"),
-        ({"enable_model_summary": False}, "is Lightning's"),
-        ({"deterministic": True}, "torch.use_deterministic_algorithms"),
+        ({"plugins": []}, "is Lightning's"),
+        ({"num_nodes": 2}, "torchrun --nnodes"),
         ({"resume_from_checkpoint": "x.ckpt"}, "ckpt_path"),
         ({"max_epoch": 3}, "Did you mean 'max_epochs'?"),
     ],

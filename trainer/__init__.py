@@ -14,6 +14,15 @@ from trainer.logging.loggers import TensorBoardLogger
 from trainer.module import Module
 from trainer.precision import AMP, BF16, FP32, Precision
 from trainer.trainer import Trainer
+from trainer._utils import seed_everything
 
-__all__ = ["Trainer", "Module", "DataModule", "Callback", "MonitorError", "TensorBoardLogger", "Precision", "FP32", "AMP", "BF16"]
+# Lightning's names, so a Lightning project moves over by its imports alone
+# (`import trainer as L`: L.LightningModule, L.LightningDataModule, L.Trainer, L.Callback).
+LightningModule = Module
+LightningDataModule = DataModule
+
+__all__ = [
+    "Trainer", "Module", "DataModule", "Callback", "MonitorError", "TensorBoardLogger", "Precision", "FP32", "AMP", "BF16",
+    "LightningModule", "LightningDataModule", "seed_everything",
+]
 __version__ = "0.1.0"

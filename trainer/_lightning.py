@@ -26,18 +26,8 @@ _ACCELERATORS = {"cpu": "cpu", "gpu": "cuda", "cuda": "cuda", "mps": "mps", "aut
 
 # Lightning arguments we do not take, and what to write instead.
 _INSTEAD = {
-    "enable_model_summary": "the one-line summary is logged at INFO when fit starts; drop the argument",
-    "deterministic": "call torch.use_deterministic_algorithms(True) before fit (a process-wide switch we do not flip for you)",
-    "benchmark": "set torch.backends.cudnn.benchmark yourself before fit",
     "num_nodes": "launch with torchrun --nnodes=N; strategy='ddp' reads the world size from torchrun",
-    "sync_batchnorm": "wrap the model with torch.nn.SyncBatchNorm.convert_sync_batchnorm(model) before fit",
-    "reload_dataloaders_every_n_epochs": "not supported: pass loaders that produce each epoch's data themselves",
-    "detect_anomaly": "wrap fit in `with torch.autograd.detect_anomaly():`",
     "plugins": "not supported: pass precision=... or a trainer.precision.Precision instance",
-    "barebones": "not needed: logger=False, enable_progress_bar=False, enable_checkpointing=False",
-    "inference_mode": "predict always runs under torch.inference_mode, validate/test under torch.no_grad",
-    "use_distributed_sampler": "the Trainer adds a DistributedSampler only to DataLoaders over map-style datasets without one",
-    "overfit_batches": "use limit_train_batches=n with a loader without shuffle, and pass the same loader as val_loader",
     "track_grad_norm": "the gradient norm is logged as train/grad_norm automatically",
     "accumulate_grad_batches_schedule": "not supported",
     "gradient_clip_algorithm_norm_type": "not supported",

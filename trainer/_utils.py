@@ -42,13 +42,34 @@ def move_to_device(batch: Any, device: torch.device) -> Any:
     return batch
 
 
-def seed_everything(seed: int) -> None:
-    """Seed Python's `random`, NumPy's global generator and torch (CPU and every CUDA device)."""
+def seed_everything(seed: int | None = None, workers: bool = False) -> int:
+    """Seed Python's `random`, NumPy's global generator and torch (CPU and every CUDA device);
+    return the seed (Lightning's `seed_everything`).
+
+    `seed=None` reads `PL_GLOBAL_SEED` from the environment, else 0 (with a warning), as
+    Lightning does. `workers` is accepted for Lightning code: DataLoader workers already get
+    distinct torch seeds from PyTorch; seed NumPy/`random` inside workers with `worker_init_fn`.
+    """
+    import os
+    import warnings
+
     import numpy as np  # imported when first needed: keeps `import trainer` light
 
+    if seed is None:
+        env = os.environ.get("PL_GLOBAL_SEED")
+        if env is None:
+            seed = 0
+            warnings.warn("seed_everything(None): no seed found (PL_GLOBAL_SEED is unset), seed set to 0.", stacklevel=2)
+        else:
+            seed = int(env)
+    seed = int(seed)
+    if not 0 <= seed <= 2**32 - 1:
+        raise ValueError(f"seed_everything(seed=...) expected an int in [0, 2**32 - 1] (NumPy's range). Received: {seed}.")
+    os.environ["PL_GLOBAL_SEED"] = str(seed)  # Lightning's variable: processes started later see it
     random.seed(seed)
-    np.random.seed(seed % 2**32)
+    np.random.seed(seed)
     torch.manual_seed(seed)
+    return seed
 
 
 def rng_state() -> dict[str, Any]:

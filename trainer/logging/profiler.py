@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["StepProfiler", "PROFILER_KEYS"]
+__all__ = ["StepProfiler", "SimpleProfiler", "PROFILER_KEYS"]
 
 log = logging.getLogger("trainer")
 
@@ -52,11 +52,17 @@ class StepProfiler:
 
     @classmethod
     def from_arg(cls, value: Any) -> StepProfiler | None:
-        """None/False: no profiler; True: the defaults; a dict: those settings."""
-        if value is None or value is False:
+        """None/False/"simple": no torch profiler; True/"pytorch": the defaults; a dict: those settings."""
+        if value is None or value is False or value == "simple":
             return None
-        if value is True:
+        if value is True or value == "pytorch":  # Lightning's name for torch.profiler
             return cls()
+        if value == "advanced":
+            raise ValueError(
+                "Trainer(profiler='advanced') is Lightning's cProfile report per action, which is not offered here. "
+                "Expected 'simple' (the time spent in every hook and step, logged when fit ends), 'pytorch' or True "
+                "(torch.profiler traces of a few optimizer steps), or a dict of torch.profiler schedule options."
+            )
         if isinstance(value, dict):
             unknown = sorted(set(value) - set(PROFILER_KEYS))
             if unknown:
@@ -65,7 +71,8 @@ class StepProfiler:
                 )
             return cls(**value)
         raise ValueError(
-            f"Trainer(profiler=...) expected None, True or a dict such as {{'active': 3}}. Received: {value!r}."
+            f"Trainer(profiler=...) expected None, True, 'simple', 'pytorch' or a dict such as {{'active': 3}}. "
+            f"Received: {value!r}."
         )
 
     def start(self, folder: Path) -> None:
@@ -104,3 +111,52 @@ class StepProfiler:
         assert self.folder is not None
         (self.folder / "summary.txt").write_text(table, encoding="utf-8")
         log.info("Profiler: traces and summary.txt in %s\n%s", self.folder, table)
+
+
+class SimpleProfiler:
+    """`Trainer(profiler="simple")`: how long every hook, training batch and evaluation step
+    took, as Lightning's SimpleProfiler reports it (`summary()`; logged at INFO when fit ends).
+
+    The Trainer wraps the callables it times once, when a run starts, so nothing is added to
+    a run without it.
+
+    Example:
+        >>> timer = SimpleProfiler()
+        >>> timed = timer.wrap(lambda: 1, "[Module]Net.on_fit_start")
+        >>> timed(), timer.calls("[Module]Net.on_fit_start")
+        (1, 1)
+    """
+
+    def __init__(self) -> None:
+        self.durations: dict[str, list[float]] = {}
+
+    def wrap(self, fn: Any, action: str) -> Any:
+        import functools
+        import time
+
+        record = self.durations.setdefault(action, [])
+
+        @functools.wraps(fn)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                record.append(time.perf_counter() - start)
+
+        return timed
+
+    def calls(self, action: str) -> int:
+        return len(self.durations.get(action, []))
+
+    def summary(self) -> str:
+        """The report: one row per action, the slowest total first."""
+        rows = [(name, sum(d) / len(d), len(d), sum(d)) for name, d in self.durations.items() if d]
+        rows.sort(key=lambda row: -row[3])
+        overall = sum(row[3] for row in rows) or 1.0
+        width = max([len("Action")] + [len(row[0]) for row in rows])
+        header = f"{'Action':<{width}} | Mean duration (s) | Num calls | Total time (s) | Percentage %"
+        lines = ["Profiler Report", header, "-" * len(header)]
+        for name, mean, count, total in rows:
+            lines.append(f"{name:<{width}} | {mean:<17.6g} | {count:<9d} | {total:<14.6g} | {100 * total / overall:.1f}")
+        return "\n".join(lines)

@@ -16,24 +16,35 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["ProgressBar"]
+__all__ = ["ProgressBar", "RichBar"]
 
 
 class ProgressBar:
-    """Draws the training and validation bars; `close` is safe to call at any time."""
+    """Draws the training and validation bars; `close` is safe to call at any time.
 
-    def __init__(self) -> None:
+    `refresh_rate=n` (Lightning's TQDMProgressBar) redraws every n batches; `leave=False` clears
+    each epoch's bar when the next starts (Lightning's default; ours keeps them).
+    """
+
+    def __init__(self, refresh_rate: int = 1, leave: bool = True) -> None:
+        self.leave = leave
         self._bar: Any = None
         self._val_bar: Any = None
+        self.refresh_rate = refresh_rate
+        self._pending = self._val_pending = 0
 
     def start_train_epoch(self, epoch: int, total: int | None) -> None:
         tqdm = _auto_tqdm()
         self.close()
-        self._bar = tqdm(total=total, desc=f"Epoch {epoch}", unit="batch", dynamic_ncols=True, leave=True, position=0)
+        self._pending = 0
+        self._bar = tqdm(total=total, desc=f"Epoch {epoch}", unit="batch", dynamic_ncols=True, leave=self.leave, position=0)
 
     def advance(self, n: int = 1) -> None:
         if self._bar is not None:
-            self._bar.update(n)
+            self._pending += n
+            if self._pending >= self.refresh_rate:
+                self._bar.update(self._pending)
+                self._pending = 0
 
     def set_postfix(self, values: Mapping[str, float]) -> None:
         """Show `values` after the bar (drawn with the next update, not immediately)."""
@@ -47,6 +58,9 @@ class ProgressBar:
         # Text bars in a Jupyter cell can't move the cursor up: draw over the training line instead.
         nested = below and not _text_in_jupyter(tqdm)
         if below:
+            if self._pending:
+                self._bar.update(self._pending)
+                self._pending = 0
             self._bar.refresh()  # show the finished count and postfix before drawing below it
         self._val_bar = tqdm(
             total=total, desc=desc, unit="batch", dynamic_ncols=True, leave=not below, position=1 if nested else 0
@@ -54,18 +68,27 @@ class ProgressBar:
 
     def advance_validation(self) -> None:
         if self._val_bar is not None:
-            self._val_bar.update(1)
+            self._val_pending += 1
+            if self._val_pending >= self.refresh_rate:
+                self._val_bar.update(self._val_pending)
+                self._val_pending = 0
 
     def end_validation(self) -> None:
         if self._val_bar is not None:
+            if self._val_pending:
+                self._val_bar.update(self._val_pending)
             self._val_bar.close()
             self._val_bar = None
+        self._val_pending = 0
 
     def close(self) -> None:
         self.end_validation()
         if self._bar is not None:
+            if self._pending:
+                self._bar.update(self._pending)
             self._bar.close()
             self._bar = None
+        self._pending = 0
 
 
 def _auto_tqdm() -> Any:
@@ -87,3 +110,73 @@ def _text_in_jupyter(tqdm: Any) -> bool:
     ipython = sys.modules.get("IPython")
     shell = ipython.get_ipython() if ipython is not None else None  # type: ignore[attr-defined]
     return not widgets and shell is not None and "IPKernelApp" in getattr(shell, "config", {})
+
+
+class RichBar:
+    """The same bars drawn with `rich` (Lightning's RichProgressBar): one task per training
+    epoch, kept, and a transient one per validation pass."""
+
+    def __init__(self, refresh_rate: int = 1, leave: bool = False) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.refresh_rate, self.leave = refresh_rate, leave
+        self._columns = (TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                         TimeElapsedColumn(), TextColumn("{task.fields[postfix]}"))
+        self._progress_class = Progress
+        self._progress: Any = None
+        self._task: Any = None
+        self._val_task: Any = None
+        self._pending = self._val_pending = 0
+
+    def _ensure(self) -> Any:
+        if self._progress is None:
+            self._progress = self._progress_class(*self._columns, transient=False, auto_refresh=False)
+            self._progress.start()
+        return self._progress
+
+    def start_train_epoch(self, epoch: int, total: int | None) -> None:
+        progress = self._ensure()
+        if self._task is not None and not self.leave:
+            progress.remove_task(self._task)
+        self._pending = 0
+        self._task = progress.add_task(f"Epoch {epoch}", total=total, postfix="")
+        progress.refresh()
+
+    def advance(self, n: int = 1) -> None:
+        if self._task is not None:
+            self._pending += n
+            if self._pending >= self.refresh_rate:
+                self._progress.update(self._task, advance=self._pending, refresh=True)
+                self._pending = 0
+
+    def set_postfix(self, values: Mapping[str, float]) -> None:
+        if self._task is not None and values:
+            self._progress.update(self._task, postfix=" ".join(f"{k}={v:.4g}" for k, v in values.items()))
+
+    def start_validation(self, total: int | None, desc: str = "Validation") -> None:
+        self.end_validation()
+        self._val_task = self._ensure().add_task(desc, total=total, postfix="")
+
+    def advance_validation(self) -> None:
+        if self._val_task is not None:
+            self._val_pending += 1
+            if self._val_pending >= self.refresh_rate:
+                self._progress.update(self._val_task, advance=self._val_pending, refresh=True)
+                self._val_pending = 0
+
+    def end_validation(self) -> None:
+        if self._val_task is not None:
+            self._progress.remove_task(self._val_task)
+            self._progress.refresh()
+            self._val_task = None
+        self._val_pending = 0
+
+    def close(self) -> None:
+        self.end_validation()
+        if self._task is not None and self._pending:
+            self._progress.update(self._task, advance=self._pending)
+        self._pending = 0
+        if self._progress is not None:
+            self._progress.refresh()
+            self._progress.stop()
+        self._progress, self._task = None, None

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from trainer._args import TrainerArgs
     from trainer.logging.metrics import MetricStore
+    from trainer.logging.profiler import SimpleProfiler
     from trainer.logging.run import RunIO
     from trainer.loops.data import DataOrder
     from trainer.loops.hooks import CallbackBase, Dispatcher
@@ -91,6 +92,8 @@ class LoopHost(Protocol):
     def _manual(self) -> ManualSteps | None: ...
     @property
     def _preempted(self) -> bool: ...
+    @property
+    def _timer(self) -> SimpleProfiler | None: ...
 
     # what they call
     def _call(self, hook: str, *args: Any) -> None:
@@ -104,6 +107,9 @@ class LoopHost(Protocol):
 
     def _read_metric(self, name: str) -> float | None:
         """One logged metric as a float (a host read)."""
+
+    def _reload_loaders(self, model: Module) -> tuple[Any, Any] | None:
+        """`reload_dataloaders_every_n_epochs`: the train and val loaders again (None: passed directly)."""
 
 
 def module_of(host: LoopHost) -> Module:

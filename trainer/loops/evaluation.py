@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections.abc import Callable
 from typing import Any
@@ -29,7 +30,8 @@ class EvalLoop:
         self.stage: str | None = None  # None while training: `self.log` then defaults to per-step
 
     def run(
-        self, loader: Any, stage: str, limit: int | None = None, before_end: Callable[[], None] | None = None
+        self, loader: Any, stage: str, limit: int | None = None, before_end: Callable[[], None] | None = None,
+        keep: bool = True,
     ) -> dict[str, float] | list[Any]:
         """One pass: on_<stage>_start, the epoch (its batch hooks), on_<stage>_end.
 
@@ -41,14 +43,13 @@ class EvalLoop:
         """
         trainer = self.trainer
         module = module_of(trainer)
-        device = trainer.strategy.device
         step = trainer.strategy.step_callable(module, _STEP[stage])  # Lightning lets a step omit batch_idx
+        timer = trainer._timer
+        if timer is not None:  # profiler="simple"
+            step = timer.wrap(step, f"[Module]{type(module).__name__}.{_STEP[stage]}")
         modes = {sub: sub.training for sub in module.modules()}
-        predictions: list[Any] = []
         module.eval()
         self.stage = stage
-        wants = trainer._dispatch.wants
-        want_start, want_end = wants(f"on_{stage}_batch_start"), wants(f"on_{stage}_batch_end")
         total = length_of(loader)
         if limit is not None:  # limit_<stage>_batches / num_sanity_val_steps
             total = limit if total is None else min(total, limit)
@@ -56,39 +57,9 @@ class EvalLoop:
         trainer.strategy.check_eval_lengths(total, stage)  # FSDP: every step is a collective
         with trainer._bookkeeping():
             trainer._io.progress_start_eval(stage, total)
-        grad_mode = torch.inference_mode() if stage == "predict" else torch.no_grad()
         try:
-            trainer._call(f"on_{stage}_start")
-            trainer._call(f"on_{stage}_epoch_start")
-            with grad_mode:
-                for batch_idx, batch in enumerate(loader):
-                    batch = move_to_device(batch, device)
-                    trainer._metrics.batch = batch  # its size weights the epoch means
-                    if want_start:
-                        trainer._call(f"on_{stage}_batch_start", batch, batch_idx)
-                    with trainer.precision.autocast():
-                        output = step(batch, batch_idx)
-                    if stage == "predict":
-                        predictions.append(output)
-                    if want_end:
-                        trainer._call(f"on_{stage}_batch_end", output, batch, batch_idx)
-                    trainer._io.progress_advance_eval()
-            if stage == "predict":
-                trainer._call("on_predict_epoch_end")
-                trainer._call("on_predict_end")
-                return predictions
-            # The module's epoch-end hook may still log (e.g. a metric computed over the
-            # epoch), so it runs before the epoch closes; callbacks then see the results.
-            trainer._dispatch.call_module(f"on_{stage}_epoch_end")
-            epoch_values = trainer._metrics.close_epoch(trainer.strategy.reduce_epoch)
-            results = to_floats(epoch_values)
-            if not trainer._sanity_checking:  # the sanity check's numbers are never written
-                trainer._io.log_eval(results)
-            trainer._dispatch.call_callbacks(f"on_{stage}_epoch_end", trainer, module)
-            if before_end is not None:
-                before_end()
-            trainer._call(f"on_{stage}_end")
-            return results
+            with grad_mode(trainer):
+                return self._run(loader, stage, step, keep, before_end)
         finally:
             self.stage = None
             trainer._metrics.batch = None
@@ -96,3 +67,58 @@ class EvalLoop:
                 trainer._io.progress_end_eval()
             for sub, mode in modes.items():
                 sub.training = mode
+
+    def _run(self, loader: Any, stage: str, step: Callable[[Any, int], Any], keep: bool,
+             before_end: Callable[[], None] | None) -> dict[str, float] | list[Any]:
+        trainer = self.trainer
+        module = module_of(trainer)
+        device = trainer.strategy.device
+        wants = trainer._dispatch.wants
+        want_start, want_end = wants(f"on_{stage}_batch_start"), wants(f"on_{stage}_batch_end")
+        predictions: list[Any] = []
+        trainer._call(f"on_{stage}_start")
+        trainer._call(f"on_{stage}_epoch_start")
+        for batch_idx, batch in enumerate(loader):
+            batch = move_to_device(batch, device)
+            trainer._metrics.batch = batch  # its size weights the epoch means
+            if want_start:
+                trainer._call(f"on_{stage}_batch_start", batch, batch_idx)
+            with trainer.precision.autocast():
+                output = step(batch, batch_idx)
+            if stage == "predict" and keep:
+                predictions.append(output)
+            if want_end:
+                trainer._call(f"on_{stage}_batch_end", output, batch, batch_idx)
+            trainer._io.progress_advance_eval()
+        if stage == "predict":
+            trainer._call("on_predict_epoch_end")
+            trainer._call("on_predict_end")
+            return predictions
+        # The module's epoch-end hook may still log (e.g. a metric computed over the
+        # epoch), so it runs before the epoch closes; callbacks then see the results.
+        trainer._dispatch.call_module(f"on_{stage}_epoch_end")
+        epoch_values = trainer._metrics.close_epoch(trainer.strategy.reduce_epoch)
+        results = to_floats(epoch_values)
+        if not trainer._sanity_checking:  # the sanity check's numbers are never written
+            trainer._io.log_eval(results)
+        trainer._dispatch.call_callbacks(f"on_{stage}_epoch_end", trainer, module)
+        if before_end is not None:
+            before_end()
+        trainer._call(f"on_{stage}_end")
+        return results
+
+
+def grad_mode(trainer: LoopHost) -> contextlib.AbstractContextManager[Any]:
+    """`torch.inference_mode` for a whole pass (`Trainer(inference_mode=True)`, Lightning's default),
+    else `torch.no_grad`; also `no_grad` where inference tensors are not supported: FSDP, and
+    collectives over Gloo (as Lightning decides)."""
+    from trainer.strategies.fsdp import FSDP
+
+    distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+    if (
+        not trainer.args.inference_mode
+        or isinstance(trainer.strategy, FSDP)
+        or (distributed and torch.distributed.get_backend() == "gloo")
+    ):
+        return torch.no_grad()
+    return torch.inference_mode()

@@ -71,6 +71,9 @@ class FitLoop:
         self.validate_at_end = False
         self.val_limit: int | None = None
         self.profiler = StepProfiler.from_arg(args.profiler)
+        if trainer._timer is not None:  # profiler="simple": time every training batch
+            self.optimization.run = trainer._timer.wrap(self.optimization.run, "run_training_batch")  # type: ignore[method-assign]
+        self.loaded_epoch = 0  # reload_dataloaders_every_n_epochs: the epoch the loaders were made for
         self.rng_before_validation: dict[str, Any] | None = None  # while a validation is pending
 
     # ------------------------------------------------------------------------ epochs
@@ -107,8 +110,9 @@ class FitLoop:
         finally:
             trainer.state.stop_clock()
 
-    def _run(self, train_loader: Any) -> None:
-        trainer, args = self.trainer, self.trainer.args
+    def _measure(self, train_loader: Any) -> None:
+        """Batches per epoch, the validation schedule and the validation limit of these loaders."""
+        args = self.trainer.args
         self.epoch_batches = batch_limit(args.limit_train_batches, length_of(train_loader), "limit_train_batches")
         if self.epoch_batches == 0:
             raise ValueError(
@@ -118,6 +122,27 @@ class FitLoop:
         self.schedule = ValidationSchedule(args.val_check_interval, args.check_val_every_n_epoch, self.epoch_batches)
         if self.val_loader is not None:
             self.val_limit = batch_limit(args.limit_val_batches, length_of(self.val_loader), "limit_val_batches")
+
+    def _reload(self, train_loader: Any) -> Any:
+        """`reload_dataloaders_every_n_epochs=n`: at the start of every n-th epoch, the data
+        source's loaders again (Lightning's rule); loaders passed to fit directly stay."""
+        trainer, n = self.trainer, self.trainer.args.reload_dataloaders_every_n_epochs
+        state = trainer.state
+        if not n or state.batches_done or state.epoch - self.loaded_epoch < n:
+            return train_loader
+        self.loaded_epoch = state.epoch
+        reloaded = trainer._reload_loaders(module_of(trainer))
+        if reloaded is None:
+            return train_loader
+        train_loader, val_loader = reloaded
+        self.val_loader = val_loader if trainer.args.limit_val_batches != 0 else None
+        self._measure(train_loader)
+        return train_loader
+
+    def _run(self, train_loader: Any) -> None:
+        trainer, args = self.trainer, self.trainer.args
+        self._measure(train_loader)
+        self.loaded_epoch = trainer.state.epoch
         if self.finished():
             log.warning(  # a warning, so a notebook (no logging configured) shows it
                 "Nothing to train: the run already reached max_epochs=%s / max_steps=%s. To train further, "
@@ -132,6 +157,7 @@ class FitLoop:
             self.profiler.start(trainer._io.run_dir / "profiler")
         try:
             while not self.finished() and not self.stop_now():
+                train_loader = self._reload(train_loader)
                 steps_before, batches_before = trainer.state.global_step, trainer.state.batches_done
                 if not self.train_epoch(train_loader):
                     break
@@ -229,7 +255,11 @@ class FitLoop:
             self.validate()
             state.epoch_end_validated = True
         self.validate_at_end = False
-        trainer._call("on_train_epoch_end")
+        # The module's hook first; what it logs (on_epoch) closes into the epoch's values, which
+        # the callbacks then see in callback_metrics (EarlyStopping(check_on_train_epoch_end=True)).
+        trainer._dispatch.call_module("on_train_epoch_end")
+        trainer._io.close_train_epoch()
+        trainer._dispatch.call_callbacks("on_train_epoch_end", trainer, module_of(trainer))
         opt = optimizers_of(trainer)
         if opt.schedulers and module_of(trainer).automatic_optimization:
             opt.step_schedulers("epoch", state.epoch + 1, trainer._read_metric)

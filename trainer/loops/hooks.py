@@ -64,17 +64,20 @@ class CallbackBase:
 class Dispatcher:
     """Calls a hook on the overriding callbacks and on the module (if it defines it)."""
 
-    def __init__(self, module: Any, callbacks: Sequence[CallbackBase]) -> None:
+    def __init__(self, module: Any, callbacks: Sequence[CallbackBase], timer: Any = None) -> None:
         self.callbacks = list(callbacks)
         self._targets: dict[str, list[Any]] = {}
         for hook in HOOKS:
             bound = [getattr(cb, hook) for cb in self.callbacks if _overrides(cb, hook)]
+            if timer is not None:  # profiler="simple": every call is timed (wrapped once, here)
+                bound = [timer.wrap(fn, f"[Callback]{type(fn.__self__).__name__}.{hook}") for fn in bound]
             self._targets[hook] = bound
         self._module_hooks: dict[str, Any] = {}
         for hook in HOOKS:
             module_hook = getattr(type(module), hook, None) if module is not None else None
             if module_hook is not None and module_hook is not getattr(_module_base(), hook, None):
-                self._module_hooks[hook] = getattr(module, hook)
+                fn = getattr(module, hook)
+                self._module_hooks[hook] = fn if timer is None else timer.wrap(fn, f"[Module]{type(module).__name__}.{hook}")
 
     def call(self, hook: str, trainer: object, module: object, *args: Any) -> None:
         """Call `hook` with `(trainer, module, *args)` on the callbacks, `(*args)` on the module."""

@@ -22,7 +22,7 @@ from typing import Any, Callable, Literal
 
 import torch
 
-__all__ = ["SchedulerConfig", "OptimizerSetup", "parse_optimizers"]
+__all__ = ["SchedulerConfig", "OptimizerSetup", "parse_optimizers", "optimizers_or_none", "NoOptimizer"]
 
 Interval = Literal["step", "epoch"]
 _SCHEDULER_KEYS = {"scheduler", "interval", "frequency", "monitor", "strict", "name", "reduce_on_plateau", "opt_idx"}
@@ -115,6 +115,31 @@ def _describe(value: Any) -> str:
         inner = ", ".join(type(v).__name__ for v in value)
         return f"a {type(value).__name__} of ({inner})"
     return f"{value!r} of type {type(value).__name__}"
+
+
+class NoOptimizer(torch.optim.Optimizer):
+    """What a `configure_optimizers()` returning None trains with (Lightning's mock optimizer):
+    training_step and backward run, the step changes nothing, `zero_grad` clears the gradients."""
+
+    def __init__(self, params: Any) -> None:
+        params = list(params) or [torch.zeros(1)]
+        super().__init__(params, {"lr": 0.0})
+
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> Any:  # type: ignore[override]
+        return closure() if closure is not None else None
+
+
+def optimizers_or_none(module: Any) -> Any:
+    """`module.configure_optimizers()`; None becomes a `NoOptimizer` with Lightning's warning."""
+    returned = module.configure_optimizers()
+    if returned is None:
+        warnings.warn(
+            f"configure_optimizers() of {type(module).__name__} returned None: this fit runs training_step and "
+            "backward with no optimizer, so the weights do not change (as in Lightning).", UserWarning, stacklevel=3,
+        )
+        return NoOptimizer(p for p in module.parameters() if p.requires_grad)
+    return returned
 
 
 def parse_optimizers(returned: Any) -> OptimizerSetup:

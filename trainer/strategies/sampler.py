@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["_with_distributed_sampler"]
+__all__ = ["_with_distributed_sampler", "rebuild_loader"]
 
 log = logging.getLogger("trainer")
 
@@ -69,6 +69,15 @@ def _with_distributed_sampler(loader: Any, rank: int, world_size: int, broadcast
         seed=int(broadcast(torch.initial_seed() % 2**62)),
         drop_last=drop_last,
     )
+    if type(loader) is not DataLoader:
+        log.warning("strategy='ddp': %s is rebuilt as a plain DataLoader with a DistributedSampler.", type(loader).__name__)
+    return rebuild_loader(loader, sampler)
+
+
+def rebuild_loader(loader: Any, sampler: Any) -> Any:
+    """A plain `DataLoader` like `loader` (batch size, workers, collate, ...) reading through `sampler`."""
+    from torch.utils.data import DataLoader
+
     options: dict[str, Any] = {
         "batch_size": loader.batch_size,
         "sampler": sampler,
@@ -87,6 +96,4 @@ def _with_distributed_sampler(loader: Any, rank: int, world_size: int, broadcast
         options["prefetch_factor"] = loader.prefetch_factor
     if hasattr(loader, "in_order"):
         options["in_order"] = loader.in_order
-    if type(loader) is not DataLoader:
-        log.warning("strategy='ddp': %s is rebuilt as a plain DataLoader with a DistributedSampler.", type(loader).__name__)
     return DataLoader(loader.dataset, **options)

@@ -1,0 +1,77 @@
+"""Lightning's progress-bar callbacks: `TQDMProgressBar(refresh_rate=...)` and `RichProgressBar`.
+
+The Trainer draws its bars itself (tqdm, on by default); one of these callbacks chooses how.
+As in Lightning, at most one progress-bar callback may be given, and not together with
+`enable_progress_bar=False`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from trainer import Callback
+from trainer.logging.progress import ProgressBar, RichBar
+
+__all__ = ["TQDMProgressBar", "RichProgressBar"]
+
+
+def _refresh_rate(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name}(refresh_rate=...) expected an int >= 0 (0: no bar). Received: {value!r}.")
+    return value
+
+
+class _NoBar:
+    """`refresh_rate=0`: the bar is off (Lightning disables it)."""
+
+    def start_train_epoch(self, epoch: int, total: int | None) -> None: ...
+    def advance(self, n: int = 1) -> None: ...
+    def set_postfix(self, values: Mapping[str, float]) -> None: ...
+    def start_validation(self, total: int | None, desc: str = "Validation") -> None: ...
+    def advance_validation(self) -> None: ...
+    def end_validation(self) -> None: ...
+    def close(self) -> None: ...
+
+
+class TQDMProgressBar(Callback):
+    """The Trainer's tqdm bars, redrawn every `refresh_rate` batches (0: no bar).
+
+    `leave=False` (Lightning's default) clears each epoch's bar when the next starts.
+
+    Example:
+        >>> from callbacks import TQDMProgressBar
+        >>> TQDMProgressBar(refresh_rate=10).refresh_rate
+        10
+    """
+
+    def __init__(self, refresh_rate: int = 1, process_position: int = 0, leave: bool = False) -> None:
+        self.refresh_rate = _refresh_rate("TQDMProgressBar", refresh_rate)
+        self.process_position = process_position
+        self.leave = leave
+
+    def make_progress_bar(self) -> Any:
+        """What the Trainer draws with (called when a run opens its bars)."""
+        return ProgressBar(self.refresh_rate, leave=self.leave) if self.refresh_rate else _NoBar()
+
+
+class RichProgressBar(Callback):
+    """The same bars drawn with `rich` (needs `pip install rich`, as in Lightning).
+
+    Raises:
+        ImportError: when `rich` is not installed; use `TQDMProgressBar` then.
+    """
+
+    def __init__(self, refresh_rate: int = 1, leave: bool = False) -> None:
+        try:
+            import rich  # noqa: F401
+        except ImportError:
+            raise ImportError(
+                "RichProgressBar draws with the `rich` package, which is not installed. Install it with "
+                "`pip install rich`, or use callbacks.TQDMProgressBar() (the default bars need nothing)."
+            ) from None
+        self.refresh_rate = _refresh_rate("RichProgressBar", refresh_rate)
+        self.leave = leave
+
+    def make_progress_bar(self) -> Any:
+        return RichBar(self.refresh_rate, leave=self.leave) if self.refresh_rate else _NoBar()

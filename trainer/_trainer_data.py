@@ -1,0 +1,131 @@
+"""Where the Trainer's loaders come from, and what it does to them before a loop reads them.
+
+The sources, in Lightning's order: loaders passed to `fit`/`validate`/..., a DataModule's
+`*_dataloader()` methods, or the module's own (`train_dataloader()` and `val_dataloader()`
+defined on the LightningModule). A module's methods are called after its `setup(stage)` hook,
+so datasets built there exist. `reload_dataloaders_every_n_epochs` calls the source again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from trainer._run_flags import overfit_loader
+from trainer.loops.batches import check_loader
+
+if TYPE_CHECKING:
+    from trainer._args import TrainerArgs
+    from trainer.module import Module
+    from trainer.strategies import Strategy
+
+__all__ = ["TrainerData", "module_defines"]
+
+log = logging.getLogger("trainer")
+
+_STEP_OF = {"val_dataloader": "validation_step", "test_dataloader": "test_step", "predict_dataloader": "predict_step"}
+
+
+def module_defines(model: Any, method: str) -> bool:
+    """Whether the module has a `*_dataloader` method (LightningModule's data hooks)."""
+    return callable(getattr(model, method, None))
+
+
+def _overrides_step(model: Any, step: str) -> bool:
+    from trainer.module import Module
+
+    return getattr(type(model), step, None) is not getattr(Module, step)
+
+
+class TrainerData:
+    """Mixed into `Trainer`: choosing and preparing loaders."""
+
+    args: TrainerArgs
+    strategy: Strategy
+    _datamodule: Any
+    _loader_source: Callable[[], tuple[Any, Any]] | None
+    _warned_no_validation_step: bool
+
+    def _loaders(self, stage: str, datamodule: Any, *loaders: Any) -> tuple[Any, ...]:
+        """Loaders given directly, or a DataModule's (Lightning's `fit(model, dm)` too)."""
+        from trainer.datamodule import is_datamodule, resolve_loaders
+
+        if datamodule is None and loaders and is_datamodule(loaders[0]):
+            datamodule, loaders = loaders[0], (None,) * len(loaders)
+        self._datamodule = datamodule
+        resolved = resolve_loaders(stage, datamodule, *loaders)
+        if stage == "fit":
+            self._loader_source = None
+            if datamodule is not None:
+                val = getattr(datamodule, "val_dataloader", None)
+                self._loader_source = lambda: (datamodule.train_dataloader(), val() if callable(val) else None)
+        return resolved
+
+    def _fit_loaders_from_module(self, model: Module, train: Any, val: Any) -> tuple[Any, Any]:
+        """After `setup("fit")`: the module's own loaders where none were given (Lightning's data hooks)."""
+        if self._datamodule is not None:
+            return train, val
+        from_module_train = train is None and module_defines(model, "train_dataloader")
+        from_module_val = val is None and module_defines(model, "val_dataloader")
+        if from_module_train:
+            train = getattr(model, "train_dataloader")()
+        if from_module_val:
+            val = getattr(model, "val_dataloader")()
+        if from_module_train:
+            def source() -> tuple[Any, Any]:
+                val = getattr(model, "val_dataloader", None)
+                return getattr(model, "train_dataloader")(), (val() if callable(val) else None)
+
+            self._loader_source = source
+        return train, val
+
+    def _checked_val(self, model: Module, val: Any) -> Any:
+        """The validation loader fit runs, or None: a module without `validation_step` skips
+        validation, with a warning (once per Trainer), as Lightning does."""
+        if val is None:
+            return None
+        if not _overrides_step(model, "validation_step"):
+            if not self._warned_no_validation_step:
+                self._warned_no_validation_step = True
+                log.warning("You passed a validation loader, but %s has no validation_step: validation is skipped. "
+                            "Define validation_step(self, batch, batch_idx) to run it.", type(model).__name__)
+            return None
+        check_loader(val, "val_loader")
+        return val
+
+    def _prepare_loader(self, loader: Any, *, train: bool, fitting: bool = True) -> Any:
+        """`overfit_batches` (fit only: unshuffled), then the strategy's DistributedSampler
+        unless `use_distributed_sampler=False`."""
+        if fitting and self.args.overfit_batches:
+            loader = overfit_loader(loader, "train" if train else "val")
+        if not self.args.use_distributed_sampler:
+            return loader
+        return self.strategy.setup_loader(loader, train=train)
+
+    def _reload_loaders(self, model: Module) -> tuple[Any, Any] | None:
+        """`reload_dataloaders_every_n_epochs`: the source's train and val loaders again, prepared;
+        None when the loaders were passed to fit directly (they are the same objects)."""
+        if self._loader_source is None:
+            return None
+        train, val = self._loader_source()
+        check_loader(train, "train_loader")
+        val = self._checked_val(model, val)
+        return self._prepare_loader(train, train=True), (None if val is None else self._prepare_loader(val, train=False))
+
+    def _evaluation_loader(self, model: Module, stage: str, loader: Any, *, call: bool = True) -> Any:
+        """After `setup(stage)`: the module's own `<stage>_dataloader()` where none was given
+        (`call=False`: only check, before any work, that there will be a loader)."""
+        method = {"validation": "val_dataloader", "test": "test_dataloader", "predict": "predict_dataloader"}[stage]
+        if loader is None and self._datamodule is None and module_defines(model, method):
+            if not call:
+                return None
+            loader = getattr(model, method)()
+        verb = "validate" if stage == "validation" else stage
+        if loader is None:
+            raise ValueError(
+                f"{verb}() expected a loader (Lightning: dataloaders=), datamodule=, or a {method}() method on "
+                f"{type(model).__name__}. Received: none of them."
+            )
+        check_loader(loader, "loader")
+        return loader

@@ -1,0 +1,165 @@
+"""`Trainer.validate/test/predict`: the evaluation entry points, and the results they return.
+
+`validate`/`test` return a dict of the epoch-averaged metrics (the contract); Lightning returns
+a list with one such dict per dataloader, so the dict also answers `results[0]` with itself
+(`trainer.test(...)[0]["test_loss"]` runs unchanged). With `verbose=True` (Lightning's default)
+rank 0 prints the table Lightning prints.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from trainer._run_flags import torch_flags
+from trainer._utils import length_of
+from trainer.loops.batches import check_module
+from trainer.loops.evaluation import EvalLoop
+from trainer.loops.hooks import Dispatcher
+from trainer.loops.schedule import batch_limit
+
+if TYPE_CHECKING:
+    from trainer._args import TrainerArgs
+    from trainer.logging.profiler import SimpleProfiler
+    from trainer.logging.run import RunIO
+    from trainer.loops.hooks import CallbackBase
+    from trainer.loops.optimizers import OptimizerSetup
+    from trainer.module import Module
+    from trainer.strategies import Strategy
+
+__all__ = ["TrainerEvaluation", "EvalResults", "results_table"]
+
+log = logging.getLogger("trainer")
+
+
+class EvalResults(dict):  # type: ignore[type-arg]
+    """The metrics of a `validate`/`test` pass, by name. `results[0]` is the dict itself:
+    Lightning returns `[metrics]` (one dict per dataloader), so Lightning code indexing the
+    first dataloader reads the same values.
+
+    Example:
+        >>> results = EvalResults({"test_loss": 0.25})
+        >>> results[0]["test_loss"], results["test_loss"]
+        (0.25, 0.25)
+    """
+
+    def __getitem__(self, key: Any) -> Any:
+        if type(key) is int and key == 0:
+            return self
+        return super().__getitem__(key)
+
+
+def results_table(results: dict[str, float], stage: str) -> str:
+    """Lightning's printed table of an evaluation's metrics (its plain-text form)."""
+    names = sorted(results)
+    header = f"{'Validate' if stage == 'validation' else stage.capitalize()} metric"
+    columns = shutil.get_terminal_size(fallback=(120, 30)).columns or 120
+    width = int(min(max(max(map(len, names)), len("DataLoader 0"), 25), columns / 2))
+    try:
+        bar_character = "─" if sys.stdout.encoding is None or "─".encode(sys.stdout.encoding) else "-"
+    except UnicodeEncodeError:
+        bar_character = "-"
+    bar = bar_character * columns
+    row = f"{{:^{width}}}{{:^{width}}}"
+    lines = [bar, row.format(header, "DataLoader 0").rstrip(), bar]
+    lines += [row.format(name, f"{results[name]}").rstrip() for name in names]
+    return "\n".join([*lines, bar])
+
+
+class TrainerEvaluation:
+    """Mixed into `Trainer`: `validate`, `test` and `predict`."""
+
+    args: TrainerArgs
+    strategy: Strategy
+    callbacks: list[CallbackBase]
+    _io: RunIO
+    _module: Module | None
+    _opt: OptimizerSetup | None
+    _dispatch: Dispatcher
+    _eval: EvalLoop
+    _datamodule: Any
+    _timer: SimpleProfiler | None
+
+    def validate(self, model: Module | None = None, loader: Any = None, ckpt_path: str | Path | None = None,
+                 verbose: bool = True, *, dataloaders: Any = None, datamodule: Any = None) -> dict[str, float]:
+        """Run `validation_step` over `loader` (or `dataloaders=`/`datamodule=`, or the module's
+        `val_dataloader()`); return the epoch-averaged metrics. Without `model`, the fitted one."""
+        return self._evaluate("validation", model, loader, ckpt_path, dataloaders, datamodule, verbose)  # type: ignore[no-any-return]
+
+    def test(self, model: Module | None = None, loader: Any = None, ckpt_path: str | Path | None = None,
+             verbose: bool = True, *, dataloaders: Any = None, datamodule: Any = None) -> dict[str, float]:
+        """Run `test_step` over `loader` (or `dataloaders=`/`datamodule=`, or the module's
+        `test_dataloader()`); return the epoch-averaged metrics. Without `model`, the fitted one."""
+        return self._evaluate("test", model, loader, ckpt_path, dataloaders, datamodule, verbose)  # type: ignore[no-any-return]
+
+    def predict(self, model: Module | None = None, loader: Any = None, ckpt_path: str | Path | None = None, *,
+                dataloaders: Any = None, datamodule: Any = None, return_predictions: bool | None = None) -> list[Any] | None:
+        """Return the list of `predict_step` outputs over `loader` (or `dataloaders=`/`datamodule=`, or
+        the module's `predict_dataloader()`); `return_predictions=False` keeps none and returns None."""
+        keep = return_predictions is None or bool(return_predictions)
+        return self._evaluate("predict", model, loader, ckpt_path, dataloaders, datamodule, False, keep)  # type: ignore[no-any-return]
+
+    def _evaluate(self, stage: str, model: Module | None, loader: Any, ckpt_path: Any, dataloaders: Any,
+                  datamodule: Any, verbose: bool, keep: bool = True) -> Any:
+        verb = "validate" if stage == "validation" else stage
+        if model is None:  # Lightning: the model of the previous fit
+            model = self._module
+            if model is None:
+                raise ValueError(f"{verb}() expected a model: pass trainer.{verb}(model, ...), or call fit first "
+                                 f"and {verb}() uses the fitted one. Received: no model.")
+            if ckpt_path is None and any(getattr(cb, "best_model_path", "") for cb in self.callbacks):
+                ckpt_path = "best"
+                log.warning("%s(ckpt_path=None) was called without a model: the best checkpoint of the previous fit "
+                            "is used (Lightning's rule). Pass ckpt_path='best' or 'last' to choose.", verb)
+        check_module(model)
+        (loader,) = self._loaders(verb, datamodule, loader if loader is not None else dataloaders)
+        self._evaluation_loader(model, stage, loader, call=False)  # no loader at all: an error before any work
+        checkpoint = self._io.read_checkpoint(ckpt_path, weights_only=True) if ckpt_path is not None else None
+        with torch_flags(self.args):
+            return self._run_evaluation(stage, model, loader, checkpoint, verbose, keep)
+
+    def _run_evaluation(self, stage: str, model: Module, loader: Any, checkpoint: Any, verbose: bool, keep: bool) -> Any:
+        if model is not self._module:  # another model: a later fit starts a fresh run for it
+            self._module, self._opt = model, None
+        model._attach(self)  # type: ignore[arg-type]
+        self._dispatch = Dispatcher(model, self.callbacks, self._timer)
+        hook_stage = "validate" if stage == "validation" else stage
+        self._call("setup", hook_stage)
+        try:
+            loader = self._evaluation_loader(model, stage, loader)
+            self.strategy.setup_module(model)
+            if checkpoint is not None:
+                self._io.restore_weights(checkpoint)
+            self._eval = EvalLoop(self)  # type: ignore[arg-type]
+            self._io.run_start_actions()
+            limit_name = f"limit_{'val' if stage == 'validation' else stage}_batches"
+            if self.args.use_distributed_sampler:
+                loader = self.strategy.setup_loader(loader, train=False)
+            count = batch_limit(getattr(self.args, limit_name), length_of(loader), limit_name)
+            results = self._eval.run(loader, stage, count, keep=keep)
+        except BaseException:
+            self.strategy.teardown(failed=True)
+            raise
+        finally:
+            self._call("teardown", hook_stage)
+            if self._datamodule is not None and callable(getattr(self._datamodule, "teardown", None)):
+                self._datamodule.teardown(hook_stage)
+        if stage == "predict":
+            return results if keep else None
+        results = EvalResults(results)
+        if verbose and self.strategy.is_global_zero and results:
+            sys.stdout.write(results_table(results, stage) + "\n")
+        return results
+
+    # ------------------------------------------------------------------ defined by Trainer
+    def _call(self, hook: str, *args: Any) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+    def _loaders(self, stage: str, datamodule: Any, *loaders: Any) -> tuple[Any, ...]:  # pragma: no cover
+        raise NotImplementedError
+
+    def _evaluation_loader(self, model: Module, stage: str, loader: Any, *, call: bool = True) -> Any:  # pragma: no cover
+        raise NotImplementedError

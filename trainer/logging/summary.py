@@ -1,0 +1,79 @@
+"""The model summary `Trainer(enable_model_summary=True)` logs when fit starts, as Lightning's
+`ModelSummary` prints it: the layers to `max_depth`, their parameter counts and train/eval
+mode, then trainable, frozen and total parameters and their size in MB.
+
+Example:
+    >>> import torch
+    >>> from trainer.logging.summary import summarize
+    >>> print(summarize(torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU())))
+      | Name | Type   | Params | Mode
+    -------------------------------------
+    0 | 0    | Linear | 16     | train
+    1 | 1    | ReLU   | 0      | train
+    -------------------------------------
+    16        Trainable params
+    0         Non-trainable params
+    16        Total params
+    0.000     Total estimated model params size (MB)
+    3         Modules in train mode
+    0         Modules in eval mode
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+__all__ = ["summarize", "human_count"]
+
+
+def human_count(number: float) -> str:
+    """1234 -> '1.2 K', 2e6 -> '2.0 M' (Lightning's abbreviations)."""
+    labels = ["", "K", "M", "B", "T"]
+    digits = int(math.floor(math.log10(number)) + 1) if number > 0 else 1
+    groups = min(int(math.ceil(digits / 3)), len(labels))
+    number = number * 10 ** (-3 * (groups - 1))
+    if groups == 1:
+        return f"{int(number):,d}"
+    if number >= 100:
+        return f"{int(number):,d} {labels[groups - 1]}"
+    return f"{number:,.1f} {labels[groups - 1]}"
+
+
+def summarize(module: torch.nn.Module, max_depth: int = 1) -> str:
+    """The summary table of `module`: layers down to `max_depth` (0: none, -1: all)."""
+    if not isinstance(max_depth, int) or isinstance(max_depth, bool) or max_depth < -1:
+        raise ValueError(f"ModelSummary(max_depth=...) expected an int >= -1 (-1: every layer). Received: {max_depth!r}.")
+    rows: list[tuple[str, str, str, str]] = []
+    for name, layer in module.named_modules():
+        depth = name.count(".") + 1
+        if not name or (max_depth != -1 and depth > max_depth):
+            continue
+        count = sum(p.numel() for p in layer.parameters())
+        rows.append((name, type(layer).__name__, human_count(count), "train" if layer.training else "eval"))
+    parameters = list(module.parameters())
+    total = sum(p.numel() for p in parameters)
+    trainable = sum(p.numel() for p in parameters if p.requires_grad)
+    megabytes = sum(p.numel() * p.element_size() for p in parameters) / 1e6
+    modes = [m.training for m in module.modules()]
+    lines: list[str] = []
+    if rows:
+        header = ("Name", "Type", "Params", "Mode")
+        index_width = len(str(len(rows) - 1))
+        widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+        rule = "-" * (index_width + sum(widths) + 3 * len(widths) + 3)
+
+        def line(first: str, cells: tuple[str, ...]) -> str:
+            return " | ".join([first.ljust(index_width)] + [c.ljust(w) for c, w in zip(cells, widths)]).rstrip()
+
+        lines += [line("", header), rule, *(line(str(i), row) for i, row in enumerate(rows)), rule]
+    lines += [
+        f"{human_count(trainable):<10}Trainable params",
+        f"{human_count(total - trainable):<10}Non-trainable params",
+        f"{human_count(total):<10}Total params",
+        f"{megabytes:<10,.3f}Total estimated model params size (MB)",
+        f"{sum(modes):<10}Modules in train mode",
+        f"{len(modes) - sum(modes):<10}Modules in eval mode",
+    ]
+    return "\n".join(lines)
