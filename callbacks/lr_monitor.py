@@ -76,8 +76,8 @@ class LearningRateMonitor(Callback):
                     if momentum is not None:
                         values[f"momentum-{interval}/{prefix}group{i}"] = _number(momentum)
         self.records.append({**where, **values})
-        if trainer.logger is not None:
-            trainer.logger.log_metrics(values, step=trainer.global_step)
+        for logger in trainer.loggers:  # logger=[...]: each one
+            logger.log_metrics(values, step=trainer.global_step)
 
 
 def _number(value: Any) -> float:

@@ -28,7 +28,7 @@ class TrainerArgs(BaseModel):
     gradient_clip_val: float | None = Field(None, ge=0, description="clip threshold; None or 0: no clipping")
     gradient_clip_algorithm: Literal["norm", "value"] = "norm"
     root_dir: Path = Field(Path("runs"), description="where runs write logs and checkpoints")
-    logger: Any = Field(True, description="True, False or a logger instance")
+    logger: Any = Field(True, description="True (TensorBoard), False, a logger, or a list of loggers")
     enable_progress_bar: bool = True
     enable_checkpointing: bool = True
     log_every_n_steps: int = Field(50, ge=1)
@@ -151,12 +151,21 @@ class TrainerArgs(BaseModel):
     def _check_logger(cls, value: Any) -> Any:
         if isinstance(value, bool):
             return value
+        if isinstance(value, (list, tuple)):  # logger=[...]: each one is a logger; [] writes nothing
+            for index, item in enumerate(value):
+                missing = [m for m in ("log_metrics", "log_hyperparams", "flush", "close") if not callable(getattr(item, m, None))]
+                if missing or isinstance(item, bool):
+                    raise ValueError(
+                        f"item {index} (a {type(item).__name__}) is not a logger: expected each item to have log_metrics(metrics, "
+                        "step), log_hyperparams(params), flush() and close() (see trainer.loggers.Logger)"
+                    )
+            return list(value) if value else False
         missing = [m for m in ("log_metrics", "log_hyperparams", "flush", "close") if not callable(getattr(value, m, None))]
         if not missing:
             return value
         raise ValueError(
-            "expected True, False or a logger with log_metrics(metrics, step), log_hyperparams(params), "
-            f"flush() and close() (see trainer.loggers.Logger); missing: {', '.join(missing)}"
+            "expected True, False, a logger with log_metrics(metrics, step), log_hyperparams(params), "
+            f"flush() and close() (see trainer.loggers.Logger), or a list of them; missing: {', '.join(missing)}"
         )
 
     @pydantic.field_validator("callbacks")

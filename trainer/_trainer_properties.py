@@ -80,7 +80,14 @@ class TrainerProperties:
 
     @property
     def logger(self) -> Any:
-        return self._io.logger
+        """The run's logger, None without one; with `logger=[...]` the first of them (Lightning's rule)."""
+        loggers = self._io.loggers
+        return loggers[0] if loggers else None
+
+    @property
+    def loggers(self) -> list[Any]:
+        """Every logger of the run (`logger=[...]`); [] without one, and on ranks other than 0."""
+        return self._io.loggers
 
     @property
     def history(self) -> list[dict[str, float]]:

@@ -1,16 +1,28 @@
-"""The loggers' public home: `from trainer.loggers import TensorBoardLogger, Logger`.
+"""The loggers' public home: `from trainer.loggers import TensorBoardLogger, CSVLogger, ...`.
 
-They live in `trainer/logging/loggers.py` with the rest of what a run writes.
+They live in `trainer/logging/` with the rest of what a run writes: `TensorBoardLogger`
+(the default) in `loggers.py`, `CSVLogger` in `csv.py`, `WandbLogger` in `wandb.py` and
+`MLflowLogger` in `mlflow.py` (these two need their library: `pip install 'loopwright[wandb]'`,
+`'loopwright[mlflow]'`, imported only when their run starts), `LoggerList` (`logger=[...]`)
+in `multi.py`.
 
 Example:
     >>> import tempfile
-    >>> from trainer.loggers import Logger, TensorBoardLogger
-    >>> isinstance(TensorBoardLogger(tempfile.mkdtemp()), Logger)
-    True
+    >>> from trainer.loggers import CSVLogger, Logger, TensorBoardLogger
+    >>> isinstance(TensorBoardLogger(tempfile.mkdtemp()), Logger), isinstance(CSVLogger(tempfile.mkdtemp()), Logger)
+    (True, True)
 """
 
 from __future__ import annotations
 
+from trainer.logging.csv import CSVLogger
+from trainer.logging.identity import ContinuesRuns
 from trainer.logging.loggers import Logger, TensorBoardLogger, flatten_params, hparam_value, next_version_dir
+from trainer.logging.mlflow import MLflowLogger
+from trainer.logging.multi import LoggerList
+from trainer.logging.wandb import WandbLogger
 
-__all__ = ["Logger", "TensorBoardLogger", "next_version_dir", "flatten_params", "hparam_value"]
+__all__ = [
+    "Logger", "TensorBoardLogger", "CSVLogger", "WandbLogger", "MLflowLogger", "LoggerList", "ContinuesRuns",
+    "next_version_dir", "flatten_params", "hparam_value",
+]

@@ -115,6 +115,9 @@ class StateHost(ShardHost, Protocol):
     def _data_order(self) -> DataPosition: ...
     @property
     def _datamodule(self) -> Any: ...
+    @property
+    def loggers(self) -> list[Any]:
+        """The run's loggers (their run identities are saved, and continued on resume)."""
 
     def _call(self, hook: str, *args: Any) -> None:
         """Call a hook on the callbacks and the module (`on_save_checkpoint`, `on_load_checkpoint`)."""

@@ -96,6 +96,7 @@ class TensorBoardLogger:
         self._log_dir: Path | None = Path(version_dir) if version_dir is not None else None
         self._writer: Any = None
         self._purge_step: int | None = None  # a resume: TensorBoard hides the folder's later steps
+        self._continued: tuple[str, int | None] | None = None  # the run a resume continues, and after which step
 
     @property
     def log_dir(self) -> Path:
@@ -134,10 +135,11 @@ class TensorBoardLogger:
             own = planned_run_dir(self.root_dir, self.name, self.version)
         if target is None or (own is not None and not same_folder(own, target)):
             return False
-        self.close()
-        self._log_dir = target
-        if step is not None:
-            self._purge_step = int(step) + 1
+        if (str(target), step) != self._continued:  # the same resume again (a second restore) changes nothing
+            self.close()
+            self._log_dir, self._continued = target, (str(target), step)
+            if step is not None:
+                self._purge_step = int(step) + 1
         return True
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:

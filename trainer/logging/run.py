@@ -18,6 +18,7 @@ from trainer import checkpoint as ckpt
 from trainer.checkpoint.host import Position, StateHost
 from trainer.checkpoint.sharded import is_sharded, read_sharded, save_sharded
 from trainer.logging.metrics import MetricStore, SummaryHost, batch_size_of, fit_summary, to_floats
+from trainer.logging.multi import LoggerList
 from trainer.logging.loggers import TensorBoardLogger, next_version_dir
 from trainer.logging.progress import ProgressBar
 
@@ -88,9 +89,17 @@ class RunIO:
         if self._logger is None and self.writes and self._logger_arg is not False:
             if self._logger_arg is True:
                 self._logger = TensorBoardLogger(self.trainer.args.root_dir)
+            elif isinstance(self._logger_arg, list):  # logger=[...]: the same values to each
+                self._logger = LoggerList(self._logger_arg)
             else:
                 self._logger = self._logger_arg
         return self._logger
+
+    @property
+    def loggers(self) -> list[Any]:
+        """Every logger this process writes to (`logger=[...]`'s list; [] on ranks other than 0)."""
+        logger = self.logger
+        return [] if logger is None else list(logger.loggers) if isinstance(logger, LoggerList) else [logger]
 
     @property
     def run_dir(self) -> Path:
@@ -276,6 +285,8 @@ class RunIO:
     def save(self, path: str | Path, *, allow_partial: bool = False, weights_only: bool = False) -> Path:
         """Write a checkpoint; refuse (RuntimeError) inside a window unless `allow_partial`."""
         target = Path(path)
+        if self._logger is not None and not weights_only:
+            self._logger.flush()  # what was logged up to this step is on disk before the checkpoint that resumes after it
         if weights_only:
             state = ckpt.collect_weights(self.trainer, target)
         else:

@@ -1,0 +1,246 @@
+"""`CSVLogger`: scalars in a `metrics.csv` a person can open, no extra dependency.
+
+One row per optimizer step that logged anything (`step` first, then every metric in the
+order it first appeared); what is logged at one step by several calls (the training
+scalars, then the validation metrics at the epoch's last step) is one row. When a metric
+appears that the file has no column for, the file is rewritten with the wider header
+(a new file renamed over the old one: a reader never sees half a file); otherwise rows are
+appended. Hyperparameters go to `hparams.yaml` beside it.
+
+Rows are written every `flush_every` rows, at every epoch's end, before every checkpoint
+and when `fit` ends; a resumed run drops the rows its folder holds for steps after the
+checkpoint's (written by a run that was killed after it), so every step has one row.
+
+Example:
+    >>> import csv, tempfile
+    >>> from trainer.loggers import CSVLogger
+    >>> logger = CSVLogger(tempfile.mkdtemp())
+    >>> logger.log_metrics({"train/loss": 0.5}, step=1)
+    >>> logger.log_metrics({"train/loss": 0.25}, step=2)
+    >>> logger.log_metrics({"val/loss": 0.3}, step=2)
+    >>> logger.close()
+    >>> with open(logger.log_dir / "metrics.csv", newline="") as f:
+    ...     print(list(csv.reader(f)))
+    [['step', 'train/loss', 'val/loss'], ['1', '0.5', ''], ['2', '0.25', '0.3']]
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from trainer.logging.identity import folder_identity, folder_to_continue, same_folder
+from trainer.logging.extras import plain_params
+from trainer.logging.runs import check_run_name, make_run_dir, planned_run_dir
+
+__all__ = ["CSVLogger"]
+
+log = logging.getLogger("trainer")
+
+
+class CSVLogger:
+    """Writes `metrics.csv` and `hparams.yaml` into `root_dir/name/version_N`.
+
+    Args:
+        root_dir: the folder runs go under.
+        name: a sub-folder for this experiment (the same scheme as `TensorBoardLogger`, so
+            both in `logger=[...]` share one run folder).
+        version: name the run's folder (`root_dir/name/<version>`; an int `n` gives
+            `version_n`); None: a new `version_N` (`slurm-<job id>` in a SLURM batch job).
+        version_dir: write into exactly this folder instead of a new version folder.
+        flush_every: write pending rows once this many have gathered (also at every epoch's
+            end, before a checkpoint and when `fit` ends).
+
+    Example:
+        >>> import tempfile
+        >>> from trainer import Trainer
+        >>> from trainer.loggers import CSVLogger, TensorBoardLogger
+        >>> root = tempfile.mkdtemp()
+        >>> trainer = Trainer(root_dir=root, logger=[TensorBoardLogger(root), CSVLogger(root)])
+    """
+
+    def __init__(
+        self,
+        root_dir: str | os.PathLike[str] = "runs",
+        name: str = "default",
+        *,
+        version: int | str | None = None,
+        version_dir: str | os.PathLike[str] | None = None,
+        flush_every: int = 100,
+    ) -> None:
+        if not isinstance(name, str) or not name or Path(name).name != name or name in (".", ".."):
+            raise ValueError(f"CSVLogger(name=...) expected a plain folder name such as 'mlp'. Received: {name!r}.")
+        if isinstance(flush_every, bool) or not isinstance(flush_every, int) or flush_every < 1:
+            raise ValueError(f"CSVLogger(flush_every=...) expected an int >= 1. Received: {flush_every!r}.")
+        if not (isinstance(version, int) and not isinstance(version, bool) and version >= 0):
+            check_run_name(version, "CSVLogger(version=...)")
+        if version is not None and version_dir is not None:
+            raise ValueError("CSVLogger: expected version= or version_dir=, not both. Received both.")
+        self.root_dir = Path(root_dir)
+        self.name = name
+        self.version = version
+        self.flush_every = flush_every
+        self._log_dir: Path | None = Path(version_dir) if version_dir is not None else None
+        self._columns: list[str] = ["step"]  # the file's header once `_written` rows exist
+        self._file_columns = 0  # how many of `_columns` the file's header has
+        self._pending: list[dict[str, Any]] = []
+        self._last_written_step: int | None = None
+        self._drop_after: int | None = None  # a resume: rows above this step go on first write
+        self._opened = False
+
+    # ------------------------------------------------------------------ the run's folder
+    @property
+    def log_dir(self) -> Path:
+        """The run's folder (created on first access)."""
+        if self._log_dir is None:
+            self._log_dir = make_run_dir(self.root_dir, self.name, self.version)
+        else:
+            self._log_dir.mkdir(parents=True, exist_ok=True)
+        return self._log_dir
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.log_dir / "metrics.csv"
+
+    def run_identity(self) -> dict[str, Any] | None:
+        """The run's folder, saved in checkpoints (None until one was chosen)."""
+        return None if self._log_dir is None else folder_identity(self._log_dir, self.root_dir, self.name)
+
+    def continue_run(self, identity: Mapping[str, Any], step: int | None) -> bool:
+        """Continue the saved run's `metrics.csv`; with `step`, its rows after `step` are dropped."""
+        target = folder_to_continue(identity, self.root_dir, self.name)
+        own = self._log_dir
+        if own is None and self.version is not None:
+            own = planned_run_dir(self.root_dir, self.name, self.version)
+        if target is None or (own is not None and not same_folder(own, target)):
+            return False  # no saved folder for this experiment name, or a folder of its own
+        self._log_dir = target
+        self._opened = False  # the next write reads the file's header and last step again
+        if step is not None:
+            self._drop_after = int(step)
+        return True
+
+    # ------------------------------------------------------------------------ writing
+    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        """Add `metrics` to the row of `step` (a new row when the step changed)."""
+        if not metrics:
+            return
+        step = int(step)
+        if self._pending and self._pending[-1]["step"] == step:
+            row = self._pending[-1]
+        else:
+            if len(self._pending) >= self.flush_every:
+                self.flush()
+            row = {"step": step}
+            self._pending.append(row)
+        for name, value in metrics.items():
+            if name not in self._columns:
+                self._columns.append(name)
+            row[name] = float(value)
+
+    def log_hyperparams(self, params: Mapping[str, Any], metrics: Mapping[str, float] | None = None) -> None:
+        """Write `hparams.yaml` (nested as given; values YAML can't hold become text)."""
+        path = self.log_dir / "hparams.yaml"
+        _write_atomic(path, yaml.safe_dump(plain_params(dict(params)), sort_keys=False, allow_unicode=True))
+        if metrics:
+            self.log_metrics(metrics, step=0)
+
+    def flush(self) -> None:
+        """Write the pending rows: appended, or the whole file rewritten when its header
+        must widen (or a row continues the file's last step)."""
+        if not self._pending and self._drop_after is None:
+            return
+        path = self.metrics_path
+        if not self._opened:
+            self._open(path)
+        rows, self._pending = self._pending, []
+        if self._drop_after is not None or len(self._columns) > self._file_columns or (
+            rows and rows[0]["step"] == self._last_written_step
+        ):
+            self._rewrite(path, rows)
+        elif rows:
+            with open(path, "a", newline="", encoding="utf-8") as handle:
+                csv.DictWriter(handle, self._columns, restval="").writerows(_formatted(r) for r in rows)
+        if rows:
+            self._last_written_step = rows[-1]["step"]
+
+    def close(self) -> None:
+        self.flush()
+
+    def __repr__(self) -> str:
+        where = str(self._log_dir) if self._log_dir is not None else str(self.root_dir / self.name / "version_?")
+        return f"CSVLogger({where!r})"
+
+    # ------------------------------------------------------------------------ helpers
+    def _open(self, path: Path) -> None:
+        """First write of this logger: take over the header and last step of a file that is
+        already there (a continued run), so rows are added to it, never over it."""
+        self._opened = True
+        existing = _read(path)
+        if existing is None:
+            return
+        header, rows = existing
+        self._columns = header + [c for c in self._columns if c not in header]
+        self._file_columns = len(header)
+        self._last_written_step = int(float(rows[-1]["step"])) if rows else None
+
+    def _rewrite(self, path: Path, rows: list[dict[str, Any]]) -> None:
+        existing = _read(path)
+        old: list[dict[str, Any]] = existing[1] if existing is not None else []
+        if self._drop_after is not None:
+            kept = [r for r in old if int(float(r["step"])) <= self._drop_after]
+            if len(kept) < len(old):
+                log.info("CSVLogger: dropped %d row(s) after step %d from %s (written after the checkpoint "
+                         "this run resumed from).", len(old) - len(kept), self._drop_after, path)
+            old, self._drop_after = kept, None
+            self._last_written_step = int(float(old[-1]["step"])) if old else None
+        if old and rows and int(float(old[-1]["step"])) == rows[0]["step"]:
+            merged = {k: v for k, v in old.pop().items() if v not in ("", None)}
+            merged.update(_formatted(rows[0]))
+            rows = [merged] + rows[1:]
+        text = _to_csv(self._columns, old + [_formatted(r) for r in rows])
+        _write_atomic(path, text)
+        self._file_columns = len(self._columns)
+
+
+def _formatted(row: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: (repr(v) if isinstance(v, float) else v) for k, v in row.items()}
+
+
+def _to_csv(columns: list[str], rows: list[dict[str, Any]]) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, columns, restval="", lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buffer.getvalue()
+
+
+def _read(path: Path) -> tuple[list[str], list[dict[str, Any]]] | None:
+    if not path.exists():
+        return None
+    with open(path, newline="", encoding="utf-8") as handle:
+        reader = csv.DictReader(handle)
+        rows = [dict(row) for row in reader]
+        return list(reader.fieldnames or ["step"]), rows
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """`text` into `path` through a temporary file in the same folder renamed over it."""
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", newline="", encoding="utf-8") as file:
+            file.write(text)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
