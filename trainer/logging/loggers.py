@@ -65,6 +65,8 @@ class TensorBoardLogger:
         version_dir: write into exactly this folder instead of a new version folder
             (for example to continue a run's curves in its old folder).
         flush_secs: how often the writer flushes on its own (it also flushes at epoch ends).
+        save_dir: Lightning's name of `root_dir` (`TensorBoardLogger(save_dir=..., name=..., version=...)`);
+            `name=None` or `""` puts the runs directly in it, as Lightning does.
 
     Example:
         >>> import tempfile
@@ -75,13 +77,18 @@ class TensorBoardLogger:
     def __init__(
         self,
         root_dir: str | os.PathLike[str] = "runs",
-        name: str = "default",
+        name: str | None = "default",
         *,
         version: int | str | None = None,
         version_dir: str | os.PathLike[str] | None = None,
         flush_secs: int = 30,
+        save_dir: str | os.PathLike[str] | None = None,
     ) -> None:
-        if not isinstance(name, str) or not name or Path(name).name != name or name in (".", ".."):
+        if save_dir is not None:  # Lightning's name of root_dir
+            root_dir = save_dir
+        if name is None or name == "":  # Lightning: no experiment sub-folder, runs go in save_dir/version_N
+            name = ""
+        elif not isinstance(name, str) or Path(name).name != name or name in (".", ".."):
             raise ValueError(
                 f"TensorBoardLogger(name=...) expected a plain folder name such as 'mlp'. Received: {name!r}."
             )
@@ -106,6 +113,16 @@ class TensorBoardLogger:
         else:
             self._log_dir.mkdir(parents=True, exist_ok=True)
         return self._log_dir
+
+    @property
+    def save_dir(self) -> Path:
+        """Lightning's name of `root_dir`."""
+        return self.root_dir
+
+    @property
+    def experiment(self) -> Any:
+        """The `SummaryWriter` (Lightning's name): `self.logger.experiment.add_image(...)` in a module."""
+        return self.writer
 
     @property
     def writer(self) -> Any:
