@@ -17,7 +17,6 @@ import logging
 import math
 import os
 import re
-import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -203,9 +202,9 @@ class ModelCheckpoint(Callback):
             raise
         if not trainer.strategy.is_global_zero:  # only rank 0 touches files
             return
-        for stale in evicted:  # only now that the new file is safely written
+        for stale in evicted:  # only once the new file is safely written (async_checkpointing: later)
             if stale != path and stale != self.last_model_path:
-                _remove(Path(stale))
+                trainer.remove_checkpoint(stale)
 
     def _admit(self, path: str, score: float, evicted: list[str]) -> bool:
         """Update the top-k bookkeeping for a new file; list the files it pushes out."""
@@ -309,10 +308,3 @@ def _validate(
                 f"{{{match.group(1)}}} does not apply to a {type(sample).__name__}. Expected e.g. '{{val/loss:.3f}}'."
             ) from None
 
-
-def _remove(path: Path) -> None:
-    """Delete a checkpoint: a file, or an FSDP run's folder of shards."""
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        path.unlink(missing_ok=True)

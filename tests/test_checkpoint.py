@@ -16,7 +16,7 @@ import torch
 from tests._ckpt_helpers import shuffled, trainer
 from tests.reference import make_data, make_model
 from trainer import Callback, Module
-from trainer import checkpoint as checkpoint_module
+from trainer.checkpoint import writer as checkpoint_writer
 from trainer.checkpoint import FORMAT, FORMAT_VERSION, CheckpointError, load_checkpoint, save_atomic
 from trainer.distributed import Strategy
 
@@ -169,13 +169,17 @@ def test_precision_change_amp_to_bf16_warns_that_the_scaler_is_dropped(ckpt, tmp
     assert run.global_step == 30
 
 
-def test_ckpt_path_last(tmp_path):
-    with pytest.raises(CheckpointError, match="no last.ckpt under root_dir"):
-        trainer(tmp_path, max_epochs=1).fit(make_model(), shuffled(make_data()), ckpt_path="last")
-    trainer(tmp_path, max_epochs=1).fit(make_model(), shuffled(make_data()))
+def test_ckpt_path_last(tmp_path, caplog):
+    caplog.set_level("INFO", logger="trainer")
+    first = trainer(tmp_path, max_epochs=1)
+    first.fit(make_model(), shuffled(make_data()), ckpt_path="last")  # nothing yet: starts fresh, with a note
+    assert first.global_step == 10 and "has no checkpoint yet, so the run starts from the beginning" in caplog.text
     run = trainer(tmp_path, max_epochs=2)
     run.fit(make_model(), shuffled(make_data()), ckpt_path="last")
     assert run.global_step == 20  # continued from step 10, not from scratch
+    assert run.log_dir == first.log_dir  # ...in the folder of the run it continues
+    with pytest.raises(CheckpointError, match="has no complete checkpoint to evaluate"):
+        trainer(tmp_path / "empty").validate(make_model(), shuffled(make_data()), ckpt_path="last")
 
 
 def test_a_failed_save_keeps_the_previous_file_and_leaves_no_temporary(tmp_path):
@@ -264,7 +268,7 @@ def test_a_failed_write_on_rank_zero_fails_every_rank_instead_of_hanging(tmp_pat
     def full_disk(state: Any, path: Any) -> None:
         raise OSError(f"No space left on device: {path}")
 
-    monkeypatch.setattr(checkpoint_module, "save_atomic", full_disk)
+    monkeypatch.setattr(checkpoint_writer, "save_atomic", full_disk)
     with pytest.raises(OSError, match="No space"):
         run.save_checkpoint(target)
     assert writer.agreed == [False]  # the other ranks learnt of it before the error was raised

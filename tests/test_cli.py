@@ -230,7 +230,6 @@ EARLY: list[tuple[str, list[str], str]] = [
     ("root_dir under a file", ["--trainer.root_dir", "{ws}/exp.yaml/runs"], "is a file"),
     ("top-k without a monitor", ["--callbacks", "[{class_path: callbacks.ModelCheckpoint, init_args: {save_top_k: 3}}]"], "callbacks.0.init_args"),
     ("ckpt_path not a checkpoint", ["--ckpt_path", "{ws}/exp.yaml"], "is not a torch.save archive"),
-    ("ckpt_path last with nothing there", ["--ckpt_path", "last"], "no last.ckpt under root_dir"),
 ]
 if not torch.cuda.is_available():
     EARLY.append(("unavailable device", ["--trainer.device", "cuda"], "no CUDA device is available here"))
@@ -250,6 +249,25 @@ def test_errors_before_work_exit_2_and_write_nothing(
     assert code == 2, error
     assert expected in error and "Traceback" not in error
     assert not root.exists()  # no run folder, no config.yaml
+
+
+def test_the_same_fit_command_starts_its_run_then_continues_it(workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    """`--ckpt_path last` on a first launch starts fresh with a note; run again, it resumes in the same folder."""
+    monkeypatch.syspath_prepend(str(workspace))
+    monkeypatch.chdir(workspace)
+    caplog.set_level("INFO", logger="trainer")
+    root = tmp_path / "runs"
+    argv = ["fit", str(workspace / "exp.yaml"), "--trainer.root_dir", str(root), "--trainer.run_name", "exp1", "--ckpt_path", "last"]
+    assert main(argv) == 0
+    assert "run " in caplog.text and "has no checkpoint yet, so the run starts from the beginning" in caplog.text
+    last = root / "default" / "exp1" / "last.ckpt"
+    assert torch.load(last, weights_only=True)["loop"]["global_step"] == 4
+    caplog.clear()
+    assert main([*argv, "--trainer.max_epochs", "2"]) == 0  # the same command, allowed one more epoch
+    assert f"Resumed from {last}: epoch 1, optimizer step 4" in caplog.text
+    assert torch.load(last, weights_only=True)["loop"]["global_step"] == 8
+    assert [p.name for p in (root / "default").iterdir()] == ["exp1"]  # no new version folder
 
 
 def test_lightning_cli_shorthand_and_hints(workspace: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any, tmp_path: Path,

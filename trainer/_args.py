@@ -66,6 +66,27 @@ class TrainerArgs(BaseModel):
     requeue_signal: str | None = Field(
         "SIGUSR1", description="SLURM's warning signal (#SBATCH --signal=USR1@90), handled like SIGTERM inside a SLURM job; None: SIGTERM only"
     )
+    run_name: str | None = Field(
+        None, description="the run's folder root_dir/default/<run_name>, the same on every rerun (ckpt_path='last' resumes it); "
+        "None: a new version_N, or slurm-<job id> inside a SLURM batch job"
+    )
+    keep_last_checkpoints: int = Field(1, ge=1, description="last-style checkpoints kept: last.ckpt and the k-1 previous as last-step=N.ckpt")
+    async_checkpointing: bool = Field(
+        False, description="inside fit, copy the state off the training path and write the file in a background thread"
+    )
+
+    @pydantic.field_validator("run_name", mode="before")
+    @classmethod
+    def _check_run_name(cls, value: Any, info: pydantic.ValidationInfo) -> str | None:
+        from trainer.logging.runs import check_run_name
+
+        name = check_run_name(value, "")
+        if name is not None and not isinstance(info.data.get("logger", True), bool):
+            raise ValueError(
+                "names the Trainer's own run folder; with a logger of your own, name the run on the logger "
+                "(TensorBoardLogger(version=...)), whose folder is the run's"
+            )
+        return name
 
     @pydantic.field_validator("requeue_signal", mode="before")
     @classmethod

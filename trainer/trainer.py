@@ -97,6 +97,9 @@ class Trainer(TrainerProperties):
         profiler: bool | dict[str, Any] | None = None,
         requeue: bool | None = None,
         requeue_signal: str | None = "SIGUSR1",
+        run_name: str | None = None,
+        keep_last_checkpoints: int = 1,
+        async_checkpointing: bool = False,
         **lightning_arguments: Any,
     ) -> None:
         from trainer._args import fast_dev_run_args, validate_trainer_args  # pydantic loads on first use, not on import
@@ -241,6 +244,7 @@ class Trainer(TrainerProperties):
                 self._loop = FitLoop(self, val_loader)
                 self._loop.run(train_loader)
                 self._call("on_fit_end")
+                self._io.finish_writes()  # async_checkpointing: the last write is complete (or raises)
             except BaseException as error:
                 with signals.deferred():  # a second Ctrl-C can't cut the cleanup short
                     self._on_fit_error(error)
@@ -365,6 +369,11 @@ class Trainer(TrainerProperties):
         """Write the whole training state to `path`, atomically (see README: Checkpoints);
         `weights_only=True` writes the module's weights alone (they evaluate, not resume)."""
         return self._io.save(path, weights_only=weights_only)
+
+    def remove_checkpoint(self, path: str | Path) -> None:
+        """Delete a checkpoint file or folder (rank 0), only once the write in flight is
+        complete (`async_checkpointing`): what replaces it is on disk first."""
+        self._io.remove_checkpoint(path)
 
     # ------------------------------------------------------------------ internals
     def _call(self, hook: str, *args: Any) -> None:

@@ -36,7 +36,7 @@ import torch
 from trainer.checkpoint.format import FORMAT, CheckpointError, check_layout, load_checkpoint
 from trainer.checkpoint.sharded import STATE_FILE, read_sharded
 
-__all__ = ["Candidate", "checkpoints_in", "load_newest", "recorded_step"]
+__all__ = ["Candidate", "checkpoints_in", "load_newest", "recorded_step", "written_at"]
 
 log = logging.getLogger("trainer")
 
@@ -75,8 +75,10 @@ def checkpoints_in(folder: str | os.PathLike[str]) -> list[Path]:
     return found
 
 
-def _mtime_ns(path: Path) -> int:
-    where = path / STATE_FILE if path.is_dir() else path  # a folder: its state file is written last
+def written_at(path: Path) -> int:
+    """When a checkpoint was written (ns): a file's modification time; a sharded folder's
+    state file's, which is written last. 0 when it can't be read."""
+    where = path / STATE_FILE if path.is_dir() else path
     try:
         return where.stat().st_mtime_ns
     except OSError:
@@ -126,7 +128,7 @@ def load_newest(paths: list[Path], where: str) -> dict[str, Any] | None:
     Raises:
         CheckpointError: there are checkpoints, but none of them loads (each one named).
     """
-    candidates = [_peek(Candidate(path, _mtime_ns(path))) for path in paths]
+    candidates = [_peek(Candidate(path, written_at(path))) for path in paths]
     candidates = [c for c in candidates if c.resumable]
     candidates.sort(key=lambda c: (c.mtime_ns, c.step if c.step is not None else -1, c.path.name == "last.ckpt"), reverse=True)
     damaged: list[Candidate] = []

@@ -20,8 +20,7 @@ import re
 import shutil
 from pathlib import Path
 
-from trainer.checkpoint.latest import recorded_step
-from trainer.checkpoint.sharded import STATE_FILE
+from trainer.checkpoint.latest import recorded_step, written_at
 
 __all__ = ["kept_name", "keep_previous", "prune_kept"]
 
@@ -58,20 +57,13 @@ def prune_kept(last: Path, keep: int) -> list[Path]:
     if not last.parent.is_dir():
         return []
     kept = sorted(
-        ((_mtime_ns(p), int(m.group(1)), p) for p in last.parent.iterdir() if (m := _KEPT.fullmatch(p.name))),
+        ((written_at(p), int(m.group(1)), p) for p in last.parent.iterdir() if (m := _KEPT.fullmatch(p.name))),
         key=lambda item: item[:2], reverse=True,
     )
     removed = [path for _, _, path in kept[max(keep - 1, 0):]]
     for path in removed:
         _remove(path)
     return removed
-
-
-def _mtime_ns(path: Path) -> int:
-    try:
-        return (path / STATE_FILE if path.is_dir() else path).stat().st_mtime_ns
-    except OSError:
-        return 0
 
 
 def _remove(path: Path) -> None:

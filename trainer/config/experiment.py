@@ -125,17 +125,19 @@ class Experiment:
                 shutil.rmtree(self.trainer.args.root_dir, ignore_errors=True)
 
     def _dry_run_ckpt(self, ckpt_path: str | Path | None) -> str | Path | None:
-        """`last` means the newest checkpoint under the config's root_dir, not the scratch folder."""
-        from trainer.checkpoint import CheckpointError, find_last
+        """`last` means the run's newest checkpoint under the config's root_dir, not the scratch
+        folder (none yet: the dry run starts fresh, as the real one would)."""
+        from trainer.logging.last_run import find_last_of_run
+        from trainer.logging.runs import DEFAULT_NAME, planned_run_dir
 
         if not self.dry_run or str(ckpt_path) != "last":
             return ckpt_path
         root = self.config["trainer"]["root_dir"]
-        found = find_last(root)
-        if found is None:
-            raise CheckpointError(f"ckpt_path='last': no last.ckpt under root_dir {root!r}. Expected a previous "
-                                  "run with enable_checkpointing=True there, or pass the checkpoint's path.")
-        return found
+        state, _ = find_last_of_run(root, planned_run_dir(root, DEFAULT_NAME, self.config["trainer"].get("run_name")))
+        if state is None:
+            log.info("ckpt_path='last': no checkpoint under root_dir %r yet, so the run starts from the beginning.", root)
+            return None
+        return str(state["_path"])
 
     def _save_config(self, writes_checkpoints: bool = False) -> None:
         """Write config.yaml into the run's folder, only if the run writes anything at all."""

@@ -16,10 +16,13 @@ import torch
 
 from trainer import checkpoint as ckpt
 from trainer.checkpoint.host import Position, StateHost
-from trainer.checkpoint.sharded import is_sharded, read_sharded, save_sharded
+from trainer.checkpoint.sharded import is_sharded, read_sharded
+from trainer.checkpoint.writer import CheckpointWriter
+from trainer.logging.last_run import agree_on_last, warn_if_restarting
 from trainer.logging.metrics import MetricStore, SummaryHost, batch_size_of, fit_summary, to_floats
 from trainer.logging.multi import LoggerList
-from trainer.logging.loggers import TensorBoardLogger, next_version_dir
+from trainer.logging.loggers import TensorBoardLogger
+from trainer.logging.runs import DEFAULT_NAME, make_run_dir, planned_run_dir
 from trainer.logging.progress import ProgressBar
 
 __all__ = ["RunIO", "RunHost"]
@@ -56,6 +59,8 @@ class RunIO:
         self.trainer = trainer
         args = trainer.args
         self._run_dir: Path | None = None
+        self._continued_dir: Path | None = None  # ckpt_path="last" of an unnamed run: that run's folder
+        self._files = CheckpointWriter()  # sync or background writes, last.ckpt retention
         self._logger: Any = None
         self._logger_arg = args.logger
         self._progress: ProgressBar | None = None
@@ -88,7 +93,9 @@ class RunIO:
     def logger(self) -> Any:
         if self._logger is None and self.writes and self._logger_arg is not False:
             if self._logger_arg is True:
-                self._logger = TensorBoardLogger(self.trainer.args.root_dir)
+                args = self.trainer.args
+                where = {"version_dir": self._continued_dir} if self._continued_dir else {"version": args.run_name}
+                self._logger = TensorBoardLogger(args.root_dir, **where)
             elif isinstance(self._logger_arg, list):  # logger=[...]: the same values to each
                 self._logger = LoggerList(self._logger_arg)
             else:
@@ -108,8 +115,19 @@ class RunIO:
             if logger is not None and getattr(logger, "log_dir", None) is not None:
                 self._run_dir = Path(logger.log_dir)
             else:
-                self._run_dir = next_version_dir(self.trainer.args.root_dir, "default")
+                args = self.trainer.args
+                self._run_dir = self._continued_dir or make_run_dir(args.root_dir, DEFAULT_NAME, args.run_name)
         return self._run_dir
+
+    def _planned_dir(self) -> Path | None:
+        """The run's folder when it is named (run_name, a logger's version, SLURM's job id),
+        without creating anything; None when the run would get a new version_N."""
+        logger, args = self._logger_arg, self.trainer.args
+        if isinstance(logger, bool):
+            return planned_run_dir(args.root_dir, DEFAULT_NAME, args.run_name)
+        if isinstance(logger, TensorBoardLogger):
+            return logger._log_dir or planned_run_dir(logger.root_dir, logger.name, logger.version)
+        return None
 
     @property
     def last_path(self) -> Path:
@@ -133,6 +151,8 @@ class RunIO:
         if strategy.world_size > 1 and (args.logger is not False or args.enable_checkpointing):
             # Every rank uses rank 0's folder (for last.ckpt paths); only rank 0 creates it.
             self._run_dir = Path(strategy.broadcast_object(str(self.run_dir) if self.writes else None))
+        if self.writes and self.saves == 0 and self.trainer.global_step == 0 and self._planned_dir() is not None:
+            warn_if_restarting(self.run_dir)  # a named run's folder, and a fit from the beginning
         if self.writes and not self._summary_logged:
             log.info("%s", fit_summary(self.trainer, module))
             self._summary_logged = True
@@ -163,6 +183,7 @@ class RunIO:
                 self._progress.close()
         finally:
             self._progress = None
+            self._files.close()  # a background write in flight completes (after an error: logged)
             if self._logger is not None:
                 self._logger.flush()
                 self._logger.close()
@@ -282,58 +303,64 @@ class RunIO:
             self._progress.end_validation()
 
     # ------------------------------------------------------------------- checkpoints
-    def save(self, path: str | Path, *, allow_partial: bool = False, weights_only: bool = False) -> Path:
-        """Write a checkpoint; refuse (RuntimeError) inside a window unless `allow_partial`."""
+    def save(self, path: str | Path, *, allow_partial: bool = False, weights_only: bool = False,
+             keep: int | None = None) -> Path:
+        """Write a checkpoint; refuse (RuntimeError) inside a window unless `allow_partial`.
+        Inside fit with `async_checkpointing`, a single file is written in the background
+        (trainer/checkpoint/background.py); `keep`: the retention of the run's last.ckpt."""
         target = Path(path)
-        if self._logger is not None and not weights_only:
-            self._logger.flush()  # what was logged up to this step is on disk before the checkpoint that resumes after it
+        args, strategy = self.trainer.args, self.trainer.strategy
+        self._files.settle(strategy, enabled=args.async_checkpointing)  # the previous background write
         if weights_only:
             state = ckpt.collect_weights(self.trainer, target)
         else:
             state = ckpt.collect_state(self.trainer, allow_partial=allow_partial, target=target)
-        failure: Exception | None = None
-        sharded = self.trainer.strategy.sharded_checkpoints  # FSDP: every rank writes its shards
-        if self.writes or sharded:
-            try:
-                if sharded:
-                    save_sharded(state, target, self.trainer)
-                else:
-                    ckpt.save_atomic(state, target)
-                self.saves += int(self.writes)
-            except Exception as error:  # noqa: BLE001 - re-raised below, after the other ranks know
-                failure = error
-        # Also the barrier: no rank goes on before the file is complete, and a failed write
-        # on rank 0 fails every rank instead of leaving them waiting in a later collective.
-        written = self.trainer.strategy.all_agree(failure is None)
-        if failure is not None:
-            raise failure
-        if not written:
-            raise RuntimeError(f"Checkpoint {str(target)!r} could not be written on rank 0 (see its error).")
+        self._files.write(state, target, strategy, background=self._in_fit and args.async_checkpointing, keep=keep,
+                          shards=self.trainer if strategy.sharded_checkpoints else None)  # FSDP: every rank writes
+        self.saves += int(self.writes)
         return target
 
     def save_last(self) -> None:
         """last.ckpt; on an interrupt inside a window it is written and marked as not exact."""
         if self.trainer.args.enable_checkpointing and self.trainer._module is not None:
-            self.save(self.last_path, allow_partial=True)
+            self.save(self.last_path, allow_partial=True, keep=self.trainer.args.keep_last_checkpoints)
 
-    def read_checkpoint(self, ckpt_path: str | Path, *, weights_only: bool = False) -> dict[str, Any]:
-        """Load and check `ckpt_path` ('last', 'best' or a path) before anything is touched."""
+    def finish_writes(self) -> None:
+        """Fit is ending normally: the last background write is complete, or its error is raised."""
+        self._files.settle(self.trainer.strategy, enabled=self.trainer.args.async_checkpointing)
+
+    def remove_checkpoint(self, path: str | Path) -> None:
+        """Rank 0: delete a checkpoint, once the write in flight (if any) is complete."""
+        if self.writes:
+            self._files.remove(path)
+
+    def read_checkpoint(self, ckpt_path: str | Path, *, weights_only: bool = False) -> dict[str, Any] | None:
+        """Load and check `ckpt_path` ('last', 'best' or a path) before anything is touched.
+        None: ckpt_path='last' for fit and the run has no checkpoint yet (it starts fresh)."""
+        if str(ckpt_path) == "last":
+            return self._read_last(weights_only)
         state = self._read(ckpt_path)
         ckpt.check_layout(state, weights_only=weights_only)
+        return state
+
+    def _read_last(self, evaluating: bool) -> dict[str, Any] | None:
+        """The newest complete checkpoint of this run (trainer/logging/last_run.py); an unnamed
+        run continues in the folder of the run it resumes."""
+        root, planned = self.trainer.args.root_dir, self._planned_dir() if self.writes else None
+        state, folder = agree_on_last(self.trainer.strategy, root, planned, self._read)
+        if state is None and evaluating:
+            raise ckpt.CheckpointError(
+                f"ckpt_path='last': {f'run {str(planned)!r}' if planned else f'root_dir {str(root)!r}'} has no "
+                "complete checkpoint to evaluate. Expected a previous fit with enable_checkpointing=True there, "
+                "or pass the checkpoint's path."
+            )
+        if state is not None and planned is None and folder is not None and isinstance(self._logger_arg, bool):
+            self._continued_dir = folder
         return state
 
     def _read(self, ckpt_path: str | Path) -> dict[str, Any]:
         if str(ckpt_path) == "best":
             ckpt_path = self._best_path()
-        if str(ckpt_path) == "last":
-            found = ckpt.find_last(self.trainer.args.root_dir)
-            if found is None:
-                raise ckpt.CheckpointError(
-                    f"ckpt_path='last': no last.ckpt under root_dir {str(self.trainer.args.root_dir)!r}. "
-                    "Expected a previous run with enable_checkpointing=True in the same root_dir, or pass "
-                    "the checkpoint's path."
-                )
-            ckpt_path = found
         if is_sharded(ckpt_path):
             return read_sharded(ckpt_path)
         return ckpt.load_checkpoint(ckpt_path)

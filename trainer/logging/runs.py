@@ -52,10 +52,10 @@ def check_run_name(value: object, where: str = "Trainer(run_name=...)") -> str |
         return None
     if isinstance(value, str) and value.strip() == value and value and Path(value).name == value and value not in (".", ".."):
         return value
-    raise ValueError(
-        f"{where} expected a plain folder name such as 'exp1' (no '/' or surrounding spaces), or None for "
-        f"a new version_N folder. Received: {value!r} of type {type(value).__name__}"
-    )
+    expected = "expected a plain folder name such as 'exp1' (no '/' or surrounding spaces), or None for a new version_N folder"
+    if not where:  # the Trainer's argument check adds the name and what it received
+        raise ValueError(expected)
+    raise ValueError(f"{where} {expected}. Received: {value!r} of type {type(value).__name__}.")
 
 
 def version_folder(version: int | str) -> str:
