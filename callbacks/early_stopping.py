@@ -6,6 +6,8 @@ import logging
 import math
 from typing import TYPE_CHECKING, Any, Literal
 
+import torch
+
 from trainer import Callback, MonitorError
 
 if TYPE_CHECKING:
@@ -45,6 +47,10 @@ class EarlyStopping(Callback):
         strict: a monitor that was never logged is an error (`trainer.MonitorError`);
             False: a warning, and no check.
         verbose: log every improvement and the reason for a stop.
+        log_rank_zero_only: under DDP, only rank 0 logs the stop (Lightning's).
+
+    Lightning's attribute names read the same state: `wait_count` is `wait`, `best_score` is
+    `best` as a tensor (inf / -inf before the first check).
 
     Raises:
         ValueError: for an invalid argument (at construction), or when `monitor` was never
@@ -70,6 +76,7 @@ class EarlyStopping(Callback):
         check_on_train_epoch_end: bool | None = None,
         strict: bool = True,
         verbose: bool = False,
+        log_rank_zero_only: bool = False,
     ) -> None:
         if check_on_train_epoch_end is not None:
             check_on = "train_epoch_end" if check_on_train_epoch_end else "validation_end"
@@ -98,6 +105,7 @@ class EarlyStopping(Callback):
         self.divergence_threshold = divergence_threshold
         self.strict = strict
         self.verbose = verbose
+        self.log_rank_zero_only = log_rank_zero_only
         self.wait = 0
         self.best: float | None = None
         self.stopped_epoch: int | None = None
@@ -107,6 +115,22 @@ class EarlyStopping(Callback):
     @property
     def state_key(self) -> str:
         return f"EarlyStopping[{self.monitor}]"
+
+    @property
+    def wait_count(self) -> int:
+        """Lightning's name of `wait`: checks since the last improvement."""
+        return self.wait
+
+    @wait_count.setter
+    def wait_count(self, value: int) -> None:
+        self.wait = int(value)
+
+    @property
+    def best_score(self) -> torch.Tensor:
+        """Lightning's `best_score`: the best value so far as a tensor (inf for mode="min", -inf for "max" before any)."""
+        if self.best is None:
+            return torch.tensor(math.inf if self.mode == "min" else -math.inf)
+        return torch.tensor(self.best)
 
     # -------------------------------------------------------------------- hooks
     def on_fit_start(self, trainer: Trainer, module: Any) -> None:
@@ -181,7 +205,8 @@ class EarlyStopping(Callback):
 
     def _stop(self, trainer: Trainer, reason: str) -> None:
         self.stopped_epoch = int(trainer.current_epoch)
-        log.info("EarlyStopping: stopping after epoch %d: %s.", self.stopped_epoch, reason)
+        if not self.log_rank_zero_only or trainer.is_global_zero:
+            log.info("EarlyStopping: stopping after epoch %d: %s.", self.stopped_epoch, reason)
         trainer.request_stop()
 
     # -------------------------------------------------------------------- state

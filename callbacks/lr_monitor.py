@@ -1,14 +1,16 @@
-"""`LearningRateMonitor`: learning rate and momentum once per epoch.
+"""`LearningRateMonitor`: learning rates (and momentum, weight decay) under Lightning's names.
 
 The Trainer already writes `train/lr-groupN` for every parameter group every
 `log_every_n_steps` optimizer steps, so this callback is not needed to see the learning
-rate. It adds what the automatic logging leaves out: one value per epoch (handy with
-epoch-interval schedulers and in `trainer.history`-style tables) and, optionally, the
-momentum (`momentum`, or `betas[0]` for Adam-like optimizers).
+rate. It writes the tags Lightning's LearningRateMonitor writes, so dashboards built for a
+Lightning project keep working: `lr-SGD`, `lr-Adam/pg1`, `lr-Adam/pg2` (several parameter
+groups), `lr-SGD-1` (a second SGD), a scheduler's `"name"`, or a parameter group's `"name"`;
+`<tag>-momentum` and `<tag>-weight_decay` beside them.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
 from trainer import Callback
@@ -20,17 +22,22 @@ __all__ = ["LearningRateMonitor"]
 
 
 class LearningRateMonitor(Callback):
-    """Writes `lr-epoch/groupN` (and `momentum-epoch/groupN`) at the start of every training epoch;
-    with several optimizers, optimizer K > 0 writes `lr-epoch/optK/groupN`.
+    """Writes each optimizer's learning rate under Lightning's tags.
 
-    Values go to the Trainer's logger at `global_step` and are kept in `self.records`
-    (one dict per epoch), so they are available with `logger=False` too.
+    Values go to the Trainer's loggers at `global_step` and are kept in `self.records` (one
+    dict per write, with `"step"` or `"epoch"`) and `self.lrs` (tag -> list of values, as
+    Lightning keeps them), so they are available with `logger=False` too (Lightning
+    refuses to run without a logger).
 
     Args:
-        logging_interval: "epoch" (at each epoch's start, tags `lr-epoch/groupN`), "step"
-            (at every logging step, `log_every_n_steps`, tags `lr-step/groupN`), or None:
-            "step" when some scheduler steps per step, else "epoch" (Lightning's rule).
-        log_momentum: also record each group's momentum (`momentum` or `betas[0]`).
+        logging_interval: "epoch" (every optimizer at each epoch's start), "step" (every
+            optimizer at every logging step, `log_every_n_steps`), or None (Lightning's
+            rule): a scheduler's optimizer at its scheduler's interval, an optimizer without
+            a scheduler at both.
+        log_momentum: also write `<tag>-momentum` (`momentum`, or `betas[0]` for Adam-like
+            optimizers; 0 when the optimizer has neither, as Lightning writes).
+        log_weight_decay: also write `<tag>-weight_decay`.
+        log_key_prefix: put before every tag (e.g. `"optim/"`).
 
     Example:
         >>> import callbacks
@@ -39,42 +46,74 @@ class LearningRateMonitor(Callback):
         []
     """
 
-    def __init__(self, logging_interval: str | None = None, log_momentum: bool = False) -> None:
+    def __init__(self, logging_interval: str | None = None, log_momentum: bool = False, log_weight_decay: bool = False,
+                 log_key_prefix: str | None = None) -> None:
         if logging_interval not in (None, "step", "epoch"):
             raise ValueError(
                 f"LearningRateMonitor(logging_interval=...) expected 'step', 'epoch' or None. Received: {logging_interval!r}."
             )
-        if not isinstance(log_momentum, bool):
-            raise ValueError(f"LearningRateMonitor(log_momentum=...) expected a bool. Received: {log_momentum!r}.")
+        for name, value in (("log_momentum", log_momentum), ("log_weight_decay", log_weight_decay)):
+            if not isinstance(value, bool):
+                raise ValueError(f"LearningRateMonitor({name}=...) expected a bool. Received: {value!r}.")
         self.logging_interval = logging_interval
         self.log_momentum = log_momentum
+        self.log_weight_decay = log_weight_decay
+        self.log_key_prefix = log_key_prefix or ""
         self.records: list[dict[str, float]] = []
-
-    def _interval(self, trainer: Trainer) -> str:
-        if self.logging_interval is not None:
-            return self.logging_interval
-        return "step" if any(c.interval == "step" for c in trainer.lr_scheduler_configs) else "epoch"
+        self.lrs: dict[str, list[float]] = {}
 
     def on_train_epoch_start(self, trainer: Trainer, module: Any) -> None:
-        if self._interval(trainer) == "epoch":
-            self._record(trainer, "epoch", {"epoch": float(trainer.current_epoch)})
+        if self.logging_interval != "step":
+            self._record(trainer, "epoch" if self.logging_interval is None else "any", {"epoch": float(trainer.current_epoch)})
 
     def on_train_step_end(self, trainer: Trainer, module: Any, stepped: bool) -> None:
-        if self._interval(trainer) == "step" and trainer.global_step % trainer.args.log_every_n_steps == 0:
-            self._record(trainer, "step", {"step": float(trainer.global_step)})
+        if self.logging_interval != "epoch" and trainer.global_step % trainer.args.log_every_n_steps == 0:
+            self._record(trainer, "step" if self.logging_interval is None else "any", {"step": float(trainer.global_step)})
+
+    def tags(self, trainer: Trainer) -> list[tuple[Any, str | None, list[str]]]:
+        """(optimizer, its scheduler's interval or None, one tag per parameter group), in Lightning's order:
+        the optimizers of the schedulers first, then the others."""
+        seen: list[Any] = []
+        counts: defaultdict[type, int] = defaultdict(int)
+        found: list[tuple[Any, str | None, list[str]]] = []
+
+        def add(optimizer: Any, name: str | None, interval: str | None) -> None:
+            seen.append(optimizer)
+            if name is None:
+                counts[type(optimizer)] += 1
+                count = counts[type(optimizer)]
+                name = f"lr-{type(optimizer).__name__}" + (f"-{count - 1}" if count > 1 else "")
+            groups = optimizer.param_groups
+            if len(groups) > 1:
+                tags = [f"{name}/{g.get('name', f'pg{i + 1}')}" for i, g in enumerate(groups)]
+            else:
+                tags = [f"{name}/{groups[0]['name']}" if groups[0].get("name") else name]
+            found.append((optimizer, interval, [self.log_key_prefix + t for t in tags]))
+
+        for config in trainer.lr_scheduler_configs:
+            optimizer = getattr(config.scheduler, "optimizer", None)
+            if optimizer is not None and not any(optimizer is s for s in seen):
+                add(optimizer, config.name, config.interval)
+        for optimizer in trainer.optimizers:
+            if not any(optimizer is s for s in seen):
+                add(optimizer, None, None)
+        return found
 
     def _record(self, trainer: Trainer, interval: str, where: dict[str, float]) -> None:
-        if not trainer.optimizers:
-            return
         values: dict[str, float] = {}
-        for k, optimizer in enumerate(trainer.optimizers):  # optimizer k > 0: `.../optK/groupN`
-            prefix = f"opt{k}/" if k else ""
-            for i, group in enumerate(optimizer.param_groups):
-                values[f"lr-{interval}/{prefix}group{i}"] = _number(group["lr"])
+        for optimizer, scheduled, tags in self.tags(trainer):
+            if interval != "any" and scheduled is not None and scheduled != interval:
+                continue  # Lightning's rule: a scheduler's optimizer at that scheduler's interval
+            betas = "betas" in getattr(optimizer, "defaults", {})
+            for group, tag in zip(optimizer.param_groups, tags):
+                values[tag] = _number(group["lr"])
+                self.lrs.setdefault(tag, []).append(values[tag])
                 if self.log_momentum:
-                    momentum = group.get("momentum", (group.get("betas") or (None,))[0])
-                    if momentum is not None:
-                        values[f"momentum-{interval}/{prefix}group{i}"] = _number(momentum)
+                    values[f"{tag}-momentum"] = _number(group["betas"][0] if betas else group.get("momentum", 0))
+                if self.log_weight_decay:
+                    values[f"{tag}-weight_decay"] = _number(group.get("weight_decay", 0))
+        if not values:
+            return
         self.records.append({**where, **values})
         for logger in trainer.loggers:  # logger=[...]: each one
             logger.log_metrics(values, step=trainer.global_step)

@@ -166,14 +166,15 @@ def test_learning_rate_monitor_records_each_epoch(tmp_path: Path) -> None:
     monitor = callbacks.LearningRateMonitor(log_momentum=True)
     trainer = Trainer(callbacks=[monitor], root_dir=tmp_path, enable_checkpointing=False, enable_progress_bar=False, max_epochs=3)
     trainer.fit(Decaying([1.0] * 3), loader())
-    assert monitor.records == [
-        {"epoch": 0.0, "lr-epoch/group0": 0.1, "momentum-epoch/group0": 0.9},
-        {"epoch": 1.0, "lr-epoch/group0": 0.05, "momentum-epoch/group0": 0.9},
-        {"epoch": 2.0, "lr-epoch/group0": 0.025, "momentum-epoch/group0": 0.9},
+    assert monitor.records == [  # Lightning's tags (its test_lr_monitor.py: lr-SGD, lr-SGD-momentum)
+        {"epoch": 0.0, "lr-SGD": 0.1, "lr-SGD-momentum": 0.9},
+        {"epoch": 1.0, "lr-SGD": 0.05, "lr-SGD-momentum": 0.9},
+        {"epoch": 2.0, "lr-SGD": 0.025, "lr-SGD-momentum": 0.9},
     ]
+    assert monitor.lrs == {"lr-SGD": [0.1, 0.05, 0.025]}
     events = EventAccumulator(str(trainer.log_dir))
     events.Reload()
-    assert [(e.step, round(e.value, 6)) for e in events.Scalars("lr-epoch/group0")] == [(0, 0.1), (2, 0.05), (4, 0.025)]
+    assert [(e.step, round(e.value, 6)) for e in events.Scalars("lr-SGD")] == [(0, 0.1), (2, 0.05), (4, 0.025)]
 
 
 def test_a_monitor_never_logged_is_a_clean_error_after_last_ckpt_was_written(tmp_path):

@@ -115,14 +115,14 @@ def test_lr_monitor_logging_interval_step(tmp_path: Path):
         Stepped([1.0]), DataLoader(make_data(12), batch_size=4)
     )
     assert [r["step"] for r in monitor.records] == [1.0, 2.0, 3.0]
-    assert [r["lr-step/group0"] for r in monitor.records] == pytest.approx([0.05, 0.025, 0.0125])
+    assert [r["lr-SGD"] for r in monitor.records] == pytest.approx([0.05, 0.025, 0.0125])
     with pytest.raises(ValueError, match="logging_interval"):
         callbacks.LearningRateMonitor(logging_interval="batch")
 
 
 def test_every_optimizers_learning_rate_is_logged(tmp_path):
     """Manual optimization with two optimizers: the automatic logging and LearningRateMonitor
-    record the second one too (`train/lr-opt1-group0`, `lr-step/opt1/group0`)."""
+    record the second one too (`train/lr-opt1-group0`; Lightning's tags `lr-Adam`, `lr-Adam-1`)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     from callbacks import LearningRateMonitor
@@ -140,8 +140,8 @@ def test_every_optimizers_learning_rate_is_logged(tmp_path):
     trainer = Trainer(max_epochs=1, root_dir=tmp_path, log_every_n_steps=2, enable_progress_bar=False,
                       enable_checkpointing=False, num_sanity_val_steps=0, callbacks=[monitor])
     trainer.fit(TwoRates(), points_loader(make_points(16)))
-    assert monitor.records[0]["lr-step/group0"] == pytest.approx(2e-3)
-    assert monitor.records[0]["lr-step/opt1/group0"] == pytest.approx(1e-3)
+    assert monitor.records[0]["lr-Adam"] == pytest.approx(2e-3)
+    assert monitor.records[0]["lr-Adam-1"] == pytest.approx(1e-3)
     events = EventAccumulator(str(trainer.log_dir))
     events.Reload()
     assert events.Scalars("train/lr-group0")[0].value == pytest.approx(2e-3)
