@@ -104,3 +104,41 @@ def test_amp_with_a_fused_optimizer_counts_its_device_skips_like_the_scaler():
     assert skipped >= 1 and trainer.state.skipped_steps == skipped and trainer.global_step == 10
     assert_same_weights(model, reference)
     assert float(trainer.precision.scaler.get_scale()) == float(scaler.get_scale())
+
+
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="needs torch.distributed")
+def test_ddp_reads_the_host_once_per_step_and_not_at_all_with_a_fused_optimizer(tmp_path):
+    """Under DDP the guard's flag is made and all-reduced on the device: one read per step
+    (the agreed flag), and none with a fused optimizer (the flag's maximum over ranks goes to
+    the optimizer as its found_inf). The rest are logging-step reads."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests._ddp_scripts.sync_worker import EVERY, STEPS
+
+    root = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(root))
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+               str(root / "tests" / "_ddp_scripts" / "sync_worker.py"), str(tmp_path)]
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-4000:]
+    logging_steps = STEPS // EVERY
+    for rank in range(2):
+        results = torch.load(tmp_path / f"sync_rank{rank}.pt", weights_only=False)
+        for precision in ("fp32", "bf16"):
+            plain, fused = results[f"{precision}/plain"]["reads"], results[f"{precision}/fused"]["reads"]
+            assert set(plain) == set(fused) == {"item", "tolist"}  # no float()/bool() of a tensor, no .cpu()
+            assert plain["tolist"] == fused["tolist"] == logging_steps
+            # fused: the skip count at each logging step and the agreed stop check at each but the last
+            assert fused["item"] == 2 * logging_steps - 1
+            assert plain["item"] - fused["item"] == STEPS - logging_steps  # exactly one more per step
+        for case in ("skip/fused", "skip/plain"):  # rank 1's nan skips the step on both ranks
+            assert results[case]["skipped"] == 1
+    other = torch.load(tmp_path / "sync_rank1.pt", weights_only=False)
+    for case in ("skip/fused", "skip/plain"):
+        mine = results[case]["weights"]
+        assert all(torch.equal(mine[k], other[case]["weights"][k]) for k in mine)
+        assert all(torch.isfinite(v).all() for v in mine.values())

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import math
 from typing import Any
 
 import torch
@@ -50,11 +49,11 @@ class AutomaticOptimization:
         self.window_loss: torch.Tensor | None = None
         # A fused optimizer (Adam/AdamW/SGD with fused=True) takes a device-side `found_inf`
         # and skips the update on the device: the non-finite guard then needs no host read
-        # per step; skips are counted on the device and read at logging steps (docs/performance.md).
+        # per step (under DDP/FSDP the flag's maximum over the ranks, all-reduced on the
+        # device); skips are counted on the device and read at logging steps (docs/performance.md).
         self.device_guard = (
             not trainer._precision.handles_nonfinite
             and bool(getattr(self.optimizer, "_step_supports_amp_scaling", False))
-            and trainer.strategy.world_size == 1
             and trainer.args.nonfinite_loss != "off"
         )
         self.pending_skips: torch.Tensor | None = None  # device count of skips not yet read
@@ -123,13 +122,14 @@ class AutomaticOptimization:
             trainer.state.batches_done = batches_done
             return
         # A non-finite micro-batch loss makes the window's sum non-finite, so one host read
-        # per optimizer step guards the weights (amp's GradScaler makes its own read instead).
+        # per optimizer step guards the weights (amp's GradScaler makes its own read instead),
+        # or none with a fused optimizer, which skips on the device.
         if self.device_guard:
-            self._step(window_loss, batches_done, found_inf=(~torch.isfinite(window_loss)).float())
+            self._step(window_loss, batches_done, found_inf=trainer.strategy.max_over_ranks((~torch.isfinite(window_loss)).float()))
         elif (
             not trainer._precision.handles_nonfinite
             and trainer.args.nonfinite_loss != "off"
-            and not trainer.strategy.all_agree(math.isfinite(window_loss))
+            and not trainer.strategy.all_finite(window_loss)
         ):
             self._nonfinite_loss(batches_done)
         else:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -107,6 +108,16 @@ class Strategy:
     def any_rank(self, flag: bool) -> bool:
         """True when some rank's `flag` is True (one process: the flag itself)."""
         return flag
+
+    def all_finite(self, value: torch.Tensor) -> bool:
+        """Whether `value` (a window's loss) is finite on every rank: one host read (the
+        non-finite guard of optimizers that can't skip a step on the device)."""
+        return math.isfinite(value)
+
+    def max_over_ranks(self, tensor: torch.Tensor) -> torch.Tensor:
+        """`tensor`'s element-wise maximum over the ranks, computed on the device without a
+        host read (one process: `tensor` itself). The fused optimizers' skip flag uses it."""
+        return tensor
 
     def sum_over_ranks(self, tensor: torch.Tensor) -> torch.Tensor:
         """`tensor` summed element-wise over the ranks (one process: `tensor` itself).

@@ -239,6 +239,20 @@ class ProcessGroupStrategy(Strategy):
 
         return bool(self._reduce_to_host(self._flag_tensor(flag), dist.ReduceOp.MAX, "all_reduce(MAX)"))
 
+    def all_finite(self, value: torch.Tensor) -> bool:
+        """The flag is made and all-reduced on the device; the one host read is the result's."""
+        from torch import distributed as dist
+
+        flag = torch.isfinite(value.detach()).all().to(device=self.device, dtype=torch.int32).reshape(1)
+        return bool(self._reduce_to_host(flag, dist.ReduceOp.MIN, "all_reduce(MIN)"))
+
+    def max_over_ranks(self, tensor: torch.Tensor) -> torch.Tensor:
+        from torch import distributed as dist
+
+        reduced = tensor.detach().clone()
+        self._collective("all_reduce(MAX)", dist.all_reduce, reduced, op=dist.ReduceOp.MAX, group=self._group())
+        return reduced
+
     def reduce_epoch(self, values: dict[str, torch.Tensor], reductions: Reductions) -> dict[str, torch.Tensor]:
         """Weighted mean over all ranks' samples ("mean"), or sum / max / min over ranks.
 
