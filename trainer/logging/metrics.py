@@ -95,21 +95,22 @@ class _Reduction:
         self.total: torch.Tensor | None = None
         self.weight = 0.0
 
-    def add(self, value: torch.Tensor, weight: float, *, copy: bool = True) -> None:
-        value = value.float()
+    def add(self, value: torch.Tensor, weight: float) -> None:
+        converted = value.float()
         if self.total is None:
             if self.reduce == "mean" and weight != 1.0:
-                self.total = value * weight
-            else:  # the first value itself (a copy unless the caller keeps it unchanged)
-                self.total = value.clone() if copy else value
+                self.total = converted * weight
+            else:  # a copy of the first value: the logged tensor may change in place later, or be
+                # a compiled graph's output whose memory the next replay reuses (CUDA graphs)
+                self.total = converted.clone() if converted is value else converted
         elif self.reduce == "mean":
-            self.total = self.total + (value * weight if weight != 1.0 else value)
+            self.total = self.total + (converted * weight if weight != 1.0 else converted)
         elif self.reduce == "sum":
-            self.total = self.total + value
+            self.total = self.total + converted
         elif self.reduce == "max":
-            self.total = torch.maximum(self.total, value)
+            self.total = torch.maximum(self.total, converted)
         else:
-            self.total = torch.minimum(self.total, value)
+            self.total = torch.minimum(self.total, converted)
         self.weight += weight
 
     def compute(self) -> torch.Tensor:
@@ -189,14 +190,15 @@ class MetricStore:
         if on_step:
             step_key = name + STEP_SUFFIX if on_epoch else name
             if self._evaluating:
-                self.latest[step_key] = tensor
-                self.latest[name] = tensor
+                kept = tensor.clone()  # kept past this step (see _Reduction.add)
+                self.latest[step_key] = kept
+                self.latest[name] = kept
             else:
                 window = self.clock() if self.clock is not None else None
                 current = self.step.get(step_key)
                 if current is None or current.window != window or current.reduce != reduce:
                     current = self.step[step_key] = _Reduction(reduce, name, window)
-                current.add(tensor, 1.0, copy=False)  # later values make new tensors: never in place
+                current.add(tensor, 1.0)
                 self.latest[step_key] = current  # reduced when read
                 self.latest[name] = current
         if on_epoch:
