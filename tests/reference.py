@@ -85,8 +85,10 @@ def reference_fit(
     clip_val: float | None = None,
     clip_algorithm: str = "norm",
     scaler_kwargs: dict[str, Any] | None = None,
+    on_step: Any = None,
 ) -> dict[str, Any]:
-    """The hand-written loop. Returns counters and what the GradScaler did."""
+    """The hand-written loop. Returns counters and what the GradScaler did; `on_step(stepped,
+    step_index)` runs after each optimizer step's zero_grad (an EMA update, ...)."""
     setup = model.configure_optimizers()
     if isinstance(setup, dict):
         opt, sched_spec = setup["optimizer"], setup["lr_scheduler"]
@@ -122,6 +124,8 @@ def reference_fit(
             if sched is not None and interval == "step" and stepped:
                 sched.step()
             opt.zero_grad(set_to_none=True)
+            if on_step is not None:
+                on_step(stepped, steps)
             steps += 1
         if sched is not None and interval == "epoch":
             sched.step()
