@@ -26,10 +26,11 @@ from typing import Any
 
 import pytest
 import torch
+import yaml
 from torch.utils.data import DataLoader, TensorDataset
 
 from trainer import Callback, Module, Trainer
-from trainer.loggers import CSVLogger, MLflowLogger, TensorBoardLogger, WandbLogger
+from trainer.loggers import CSVLogger, MLflowLogger, TensorBoardLogger, WandbLogger, flatten_params
 
 pytest.importorskip("tensorboard")
 pytest.importorskip("wandb")
@@ -178,12 +179,18 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
     assert trainer.global_step == STEPS_PER_EPOCH * EPOCHS
     (run_dir,) = wandb_runs(root)
-    _, mlflow_history = read_mlflow(root)
+    mlflow_run, mlflow_history = read_mlflow(root)
+    wandb_run, wandb_history = read_wandb(run_dir)
     return {
         "tensorboard": read_tensorboard(trainer.log_dir),
         "csv": read_csv(trainer.log_dir / "metrics.csv"),
-        "wandb": read_wandb(run_dir)[1],
+        "wandb": wandb_history,
         "mlflow": {tag: {s: v for s, v, _ in points} for tag, points in mlflow_history.items()},
+        "hparams": {
+            "csv": flatten_params(yaml.safe_load((trainer.log_dir / "hparams.yaml").read_text())),
+            "wandb": flatten_params({k: v for k, v in wandb_run["config"].items() if k != "_wandb"}),
+            "mlflow": mlflow_run.data.params,
+        },
     }
 
 
@@ -193,6 +200,10 @@ def test_the_uninterrupted_run_gives_each_tracker_the_same_values(uninterrupted:
     assert [s for s, _ in csv_values["train/loss"]] == steps
     assert [s for s, _ in csv_values["val/loss"]] == [STEPS_PER_EPOCH * (e + 1) for e in range(EPOCHS)]
     assert [s for s, _ in csv_values["steps"]] == steps  # one row per step: validation joins the step's row
+    hparams = uninterrupted["hparams"]
+    assert hparams["csv"]["trainer/max_epochs"] == EPOCHS and "trainer/precision" in hparams["csv"]
+    assert hparams["wandb"] == hparams["csv"]  # the same hyperparameters in every tracker
+    assert hparams["mlflow"] == {k: str(v) for k, v in hparams["csv"].items()}  # MLflow keeps params as text
     for tag in TAGS:
         assert uninterrupted["wandb"][tag] == csv_values[tag]
         assert sorted(uninterrupted["mlflow"][tag].items()) == csv_values[tag]
