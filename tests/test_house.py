@@ -21,8 +21,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("trainer", "callbacks")
-# The composition roots: `python -m trainer` runs the YAML layer's command.
-ENTRY_POINTS = {"trainer.__main__"}
+# The composition roots: `python -m trainer` runs the YAML layer's command; `trainer.cli` is
+# LightningCLI's import path for the YAML layer's script CLI.
+ENTRY_POINTS = {"trainer.__main__", "trainer.cli"}
 
 
 def _module_name(path: Path) -> str:

@@ -4,7 +4,8 @@
 - `experiment.py`: building a checked config's objects and running them (`Experiment`);
 - `classpath.py`: `class_path` + `init_args`, checked against the target's signature;
 - `yaml_io.py`: the YAML dialect of experiment files;
-- `cli.py`: the `trainer` command (also `python -m trainer`).
+- `cli.py`: the `trainer` command (also `python -m trainer`);
+- `script.py`: `CLI`, a script's own command line as LightningCLI makes one (also `trainer.cli.LightningCLI`).
 
 The core (`trainer.Trainer` and below) never imports this package.
 
@@ -33,9 +34,12 @@ from trainer.config.schema import (
     read_yaml,
     resolve_config,
 )
+from trainer.config.script import CLI, LightningCLI
 from trainer.config.yaml_io import dump_yaml, parse_yaml
 
 __all__ = [
+    "CLI",
+    "LightningCLI",
     "ClassSpec",
     "ExperimentConfig",
     "ConfigError",

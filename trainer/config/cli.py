@@ -26,7 +26,7 @@ from trainer.config.classpath import ConfigError, Problem, suggest
 from trainer.config.schema import SECTIONS, TOP_LEVEL_ONLY, load_experiment, prepare_config
 from trainer.config.yaml_io import dump_yaml, parse_yaml
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "add_trainer_options", "split_overrides", "class_arguments"]
 
 log = logging.getLogger("trainer")
 
@@ -44,6 +44,8 @@ after the file is read and before it is validated:
   --model.init_args.hidden 256   --data.init_args.batch_size 32
   --callbacks.0.init_args.patience 5   --logger false
 Values are read as YAML: 3 is an int, 1e-4 a float, null None, [1, 2] a list.
+LightningCLI's --model.hidden 256 means --model.init_args.hidden 256; --model.help
+(and --data.help) lists the arguments of the config's model (data) class.
 Modules named by class_path are imported from the installed packages, the current
 folder and the config file's folder.
 """
@@ -71,12 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
         parser.add_argument("--dry_run", action="store_true", help="build everything and run 2 steps (2 batches to evaluate); write nothing")
         if name == "predict":
             parser.add_argument("--output", metavar="PATH", help="save the list of predict_step outputs with torch.save")
-        group = parser.add_argument_group("overrides of the trainer section (defaults shown; any dotted path works)")
-        group.add_argument("--seed", metavar="INT", help="seed everything once, before anything is built")
-        for field, info in TrainerArgs.model_fields.items():
-            if field not in TOP_LEVEL_ONLY:
-                default = info.default if not isinstance(info.default, Path) else str(info.default)
-                group.add_argument(f"--trainer.{field}", metavar="VALUE", help=f"{info.description or ''} (default: {default!r})".lstrip())
+        add_trainer_options(parser)
     export = commands.add_parser(
         "export", help="write a checkpoint's model weights as one plain file (from an FSDP folder too)",
         description="trainer export: write the model weights of CHECKPOINT (a file, or the folder of shards an FSDP "
@@ -85,6 +82,16 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("checkpoint", metavar="CHECKPOINT", help="a checkpoint file or sharded checkpoint folder")
     export.add_argument("output", metavar="OUTPUT", help="the weights file to write")
     return root
+
+
+def add_trainer_options(parser: argparse.ArgumentParser) -> None:
+    """List `--seed` and every `--trainer.<argument>` in the help (overrides are parsed apart)."""
+    group = parser.add_argument_group("overrides of the trainer section (defaults shown; any dotted path works)")
+    group.add_argument("--seed", metavar="INT", help="seed everything once, before anything is built")
+    for field, info in TrainerArgs.model_fields.items():
+        if field not in TOP_LEVEL_ONLY:
+            default = info.default if not isinstance(info.default, Path) else str(info.default)
+            group.add_argument(f"--trainer.{field}", metavar="VALUE", help=f"{info.description or ''} (default: {default!r})".lstrip())
 
 
 def split_overrides(argv: Sequence[str]) -> tuple[list[str], dict[str, Any], list[Problem]]:
@@ -235,8 +242,6 @@ def _deep_merge(into: dict[str, Any], update: dict[str, Any]) -> None:
 
 def _print_help(config: Any, overrides: dict[str, Any], sections: list[str]) -> int:
     """`--model.help`: the arguments the config's model (or data) class takes, with defaults."""
-    import inspect
-
     from trainer.config.classpath import import_target
     from trainer.config.schema import apply_overrides, read_yaml
 
@@ -249,15 +254,25 @@ def _print_help(config: Any, overrides: dict[str, Any], sections: list[str]) -> 
         if target is None:
             continue
         sys.stdout.write(f"{section}: {spec['class_path']}\n")
-        for name, parameter in inspect.signature(target).parameters.items():
-            if name == "self" or parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
-                continue
-            hint = "" if parameter.annotation is parameter.empty else f": {getattr(parameter.annotation, '__name__', parameter.annotation)}"
-            default = " (required)" if parameter.default is parameter.empty else f" = {parameter.default!r}"
-            sys.stdout.write(f"  --{section}.init_args.{name}{hint}{default}\n")
+        for name, text in class_arguments(target):
+            sys.stdout.write(f"  --{section}.init_args.{name}{text}\n")
     if problems:
         raise ConfigError(problems, None)
     return 0
+
+
+def class_arguments(target: Any) -> list[tuple[str, str]]:
+    """Each keyword argument of `target` with `: type = default` (or `(required)`)."""
+    import inspect
+
+    arguments = []
+    for name, parameter in inspect.signature(target).parameters.items():
+        if name == "self" or parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+            continue
+        hint = "" if parameter.annotation is parameter.empty else f": {getattr(parameter.annotation, '__name__', parameter.annotation)}"
+        default = " (required)" if parameter.default is parameter.empty else f" = {parameter.default!r}"
+        arguments.append((name, hint + default))
+    return arguments
 
 
 def prediction_path(output: str, rank: int, world_size: int) -> Path:

@@ -20,6 +20,7 @@ Example:
 from __future__ import annotations
 
 import copy
+import random
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,9 @@ class ExperimentConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     seed: int | None = Field(None, ge=0, le=2**32 - 1, description="seeds Python, NumPy and torch once, before anything is built")
+    seed_everything: Any = Field(  # checked by _seed: true, false, null or an int
+        None, description="LightningCLI's name for seed: an int, true (a random seed, recorded as seed) or false"
+    )
     model: ClassSpec = Field(description="a trainer.Module subclass (or a function returning a Module)")
     data: ClassSpec = Field(description="a class or function whose result has train_dataloader() etc.")
     trainer: dict[str, Any] = Field(default_factory=dict, description="Trainer arguments (see TrainerArgs)")
@@ -170,7 +174,9 @@ def resolve_config(config: Mapping[str, Any], stage: Stage = "fit", source: str 
     from trainer.callback import Callback
     from trainer.module import Module
 
-    shape, problems = _check_shape(config)
+    config, problems = _lightning_layout(config)
+    shape, found = _check_shape(config)
+    problems += found
     bad = {p.path.split(".")[0].split("[")[0] for p in problems}
     model, problems_model = (None, []) if "model" in bad else check_spec(config["model"], "model", Module, allow_callable=True)
     data, problems_data = (None, []) if "data" in bad else check_spec(config["data"], "data")
@@ -192,13 +198,15 @@ def resolve_config(config: Mapping[str, Any], stage: Stage = "fit", source: str 
         problems += found
     trainer, precision, found = ({}, "fp32", []) if "trainer" in bad else _check_trainer(config.get("trainer") or {})
     problems += found
+    seed, found = _seed(shape)
+    problems += found
     if problems:
         raise ConfigError(problems, source)
     assert shape is not None and model is not None and data is not None
     if isinstance(shape.logger, bool):
         logger = shape.logger  # validated: `logger: "false"` is False
     resolved = {
-        "seed": shape.seed,  # validated: `seed: "42"` is the int 42
+        "seed": seed,  # validated: `seed: "42"` is the int 42
         "model": model.as_plain(),
         "data": data.as_plain(),
         "trainer": {
@@ -208,7 +216,41 @@ def resolve_config(config: Mapping[str, Any], stage: Stage = "fit", source: str 
         "callbacks": [c.as_plain() for c in callbacks],
         "logger": logger.as_plain() if isinstance(logger, ResolvedSpec) else logger,
     }
-    return ResolvedConfig(shape.seed, model, data, trainer, precision, callbacks, logger, resolved)
+    return ResolvedConfig(seed, model, data, trainer, precision, callbacks, logger, resolved)
+
+
+def _lightning_layout(config: Mapping[str, Any]) -> tuple[dict[str, Any], list[Problem]]:
+    """LightningCLI's layout as ours: `trainer.callbacks` / `trainer.logger` (where
+    `Trainer(callbacks=..., logger=...)` takes them) are the top-level sections, and one
+    callback alone is a list of one. `config` itself is left as it is."""
+    out, problems = dict(config), []
+    section = out.get("trainer")
+    if isinstance(section, dict) and ("callbacks" in section or "logger" in section):
+        out["trainer"] = section = dict(section)
+        for key in ("callbacks", "logger"):
+            if key not in section:
+                continue
+            if key in out:
+                problems.append(Problem(f"trainer.{key}", f"given twice: also at the top level. Expected one `{key}:`."))
+            out[key] = section.pop(key)
+    if isinstance(out.get("callbacks"), dict):
+        out["callbacks"] = [out["callbacks"]]
+    return out, problems
+
+
+def _seed(shape: ExperimentConfig | None) -> tuple[int | None, list[Problem]]:
+    """`seed`, or LightningCLI's `seed_everything` (true: a random seed, drawn once here so
+    the resolved config records it, as LightningCLI does)."""
+    if shape is None or shape.seed_everything is None:
+        return (shape.seed if shape is not None else None), []
+    value = shape.seed_everything
+    if shape.seed is not None:
+        return None, [Problem("seed_everything", "given with seed. Expected one of them (seed_everything is LightningCLI's name for seed).")]
+    if isinstance(value, bool):
+        return (random.randint(0, 2**32 - 1) if value else None), []
+    if not isinstance(value, int) or not 0 <= value <= 2**32 - 1:
+        return None, [Problem("seed_everything", f"Expected true, false or an int from 0 to 2**32 - 1. {received(value)}")]
+    return value, []
 
 
 def _check_shape(config: Mapping[str, Any]) -> tuple[ExperimentConfig | None, list[Problem]]:
@@ -255,6 +297,8 @@ def _check_trainer(section: Any) -> tuple[dict[str, Any], str | ResolvedSpec, li
             values.pop(key)
             problems.append(Problem(f"trainer.{key}", f"set `{key}:` at the top level of the file, not under trainer."))
     precision: str | ResolvedSpec = values.pop("precision", "fp32")
+    values, found = _lightning_names(values)
+    problems += found
     if isinstance(precision, dict):
         spec, found = check_spec(precision, "trainer.precision", Precision)
         problems += found
@@ -279,6 +323,28 @@ def _check_trainer(section: Any) -> tuple[dict[str, Any], str | ResolvedSpec, li
     if strategy_spec is not None:
         plain["strategy"] = strategy_spec  # built by build(), written back as its class spec
     return plain, precision, problems
+
+
+def _lightning_names(values: dict[str, Any]) -> tuple[dict[str, Any], list[Problem]]:
+    """Lightning's Trainer spellings (`default_root_dir`, `accelerator`, `devices: [i]`), read
+    as `Trainer(...)` reads them (trainer/_lightning.py); a Lightning name we do not take says
+    what to write instead. A name nobody knows is left to the validation, which suggests one."""
+    from trainer._lightning import translate
+
+    problems: list[Problem] = []
+    lightning: dict[str, Any] = {}
+    for name in [n for n in values if n not in TrainerArgs.model_fields]:
+        try:
+            translate({}, {name: values[name]})
+        except ValueError as error:
+            if "unknown argument" not in str(error):
+                problems.append(Problem(f"trainer.{name}", f"{error} {received(values.pop(name))}"))
+            continue
+        lightning[name] = values.pop(name)
+    try:
+        return translate(values, lightning), problems
+    except ValueError as error:
+        return values, problems + [Problem("trainer", str(error))]
 
 
 # ------------------------------------------------------------------------ entry points

@@ -1,0 +1,11 @@
+"""LightningCLI's import path: `from trainer.cli import LightningCLI` in a training script.
+
+The class is `trainer.config.CLI` (trainer/config/script.py): the script's own command line,
+`python train.py fit --config exp.yaml --model.hidden 64`, checked by the YAML layer.
+"""
+
+from __future__ import annotations
+
+from trainer.config.script import CLI, LightningCLI
+
+__all__ = ["CLI", "LightningCLI"]

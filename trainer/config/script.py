@@ -1,0 +1,323 @@
+"""A script's own command line, as LightningCLI makes one: `CLI(MyModel, MyDataModule)`.
+
+    # train.py
+    from trainer.cli import LightningCLI          # or: from trainer.config import CLI
+    if __name__ == "__main__":
+        LightningCLI(MyModel, MyDataModule)
+
+    python train.py fit --config exp.yaml --model.hidden 64 --trainer.max_epochs 3
+    python train.py fit --config exp.yaml --print_config
+    python train.py validate|test|predict --config exp.yaml --ckpt_path PATH
+
+It is the YAML layer with the script's classes filled in: the files, then the dotted
+overrides, are checked whole by `trainer.config` before anything is built, so mistakes come
+as one message listing each with its path and a suggestion (exit code 2). The run then goes
+through the Trainer as Lightning's does: `trainer.fit(model, datamodule=data, ckpt_path=...)`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, cast
+
+from trainer.config.classpath import ConfigError, Problem, import_target
+from trainer.config.cli import (
+    COMMANDS,
+    OVERRIDES_HELP,
+    _deep_merge,
+    _extend_import_path,
+    _print_help,
+    _setup_logging,
+    add_trainer_options,
+    class_arguments,
+    split_overrides,
+)
+from trainer.config.experiment import LOADER_OF, Experiment, Stage, build
+from trainer.config.schema import prepare_config, read_yaml
+from trainer.config.yaml_io import dump_yaml
+
+__all__ = ["CLI", "LightningCLI"]
+
+_SECTIONS = ("model", "data")
+
+
+class _OwnLoaders:
+    """Stands in for the data section of a script without a data class: the module's own
+    `*_dataloader()` methods are used (the Trainer calls them after its `setup` hook)."""
+
+    def train_dataloader(self) -> None: ...
+    def val_dataloader(self) -> None: ...
+    def test_dataloader(self) -> None: ...
+    def predict_dataloader(self) -> None: ...
+
+
+_OWN_LOADERS = f"{__name__}._OwnLoaders"
+
+
+class CLI:
+    """LightningCLI's interface, on this package's config layer.
+
+    Args:
+        model_class: the Module to build from the `model:` section (`--model.NAME VALUE`).
+            None: any `trainer.Module` named by `class_path` (subclass mode).
+        datamodule_class: the data class (`data:`, `--data.NAME`). None: a `data:` section
+            with a `class_path` if the config has one, else the module's own loaders.
+        subclass_mode_model / subclass_mode_data: the config names the class
+            (`class_path: pkg.Cls` or `--model Cls`), which must subclass the one given.
+        save_config_callback: falsy: no `config.yaml` in the run's folder.
+        trainer_defaults: `trainer:` values the files and the command line override.
+        seed_everything_default: the seed when the config has none (True: a random one,
+            recorded in the resolved config; False or None: no seeding), as LightningCLI.
+        parser_kwargs: `default_config_files` (read first, when they exist), `description`;
+            per subcommand too (`{"fit": {"default_config_files": [...]}}`).
+        args: the command line (default `sys.argv[1:]`), or a dict: the config itself
+            (with `run=True`, `{"fit": {...}}`: the subcommand and its config).
+        run: run the subcommand; False: build the objects only (no subcommand on the
+            command line) for the script to call `cli.trainer.fit(cli.model, datamodule=cli.datamodule)`.
+
+    Attributes: `model`, `datamodule` (None with the module's own loaders), `trainer`,
+    `config` (the resolved config, plain data), `subcommand`, `experiment`.
+    """
+
+    def __init__(
+        self,
+        model_class: type | None = None,
+        datamodule_class: type | None = None,
+        save_config_callback: Any = True,
+        trainer_class: type | None = None,
+        trainer_defaults: dict[str, Any] | None = None,
+        seed_everything_default: bool | int | None = True,
+        parser_kwargs: dict[str, Any] | None = None,
+        subclass_mode_model: bool = False,
+        subclass_mode_data: bool = False,
+        args: Sequence[str] | dict[str, Any] | None = None,
+        run: bool = True,
+    ) -> None:
+        from trainer.module import Module
+        from trainer.trainer import Trainer
+
+        if trainer_class not in (None, Trainer):
+            raise ValueError(f"CLI(trainer_class={trainer_class!r}): only trainer.Trainer is built here. Expected None.")
+        self.classes = {"model": model_class or Module, "data": datamodule_class}
+        self.subclass_mode = {"model": subclass_mode_model or model_class is None, "data": subclass_mode_data}
+        self.save_config, self.trainer_defaults = bool(save_config_callback), dict(trainer_defaults or {})
+        self.seed_default, self.parser_kwargs = seed_everything_default, dict(parser_kwargs or {})
+        self.subcommand: str | None = None
+        self.model: Any = None
+        self.datamodule: Any = None
+        self.trainer: Any = None
+        self.config: dict[str, Any] = {}
+        self.experiment: Experiment | None = None
+        _setup_logging()
+        try:
+            self._main(sys.argv[1:] if args is None else args, run)
+        except ConfigError as error:
+            sys.stderr.write(f"{self._prog()}: error: {error}\n")
+            raise SystemExit(2) from None
+
+    # ---------------------------------------------------------------- the command line
+    def _prog(self) -> str:
+        return Path(sys.argv[0]).name or "script"
+
+    def _parser(self, run: bool) -> argparse.ArgumentParser:
+        description = self.parser_kwargs.get("description") or f"The command line of {self._describe()}."
+        root = argparse.ArgumentParser(prog=self._prog(), description=description, allow_abbrev=False,
+                                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=OVERRIDES_HELP)
+        parsers = [root]
+        if run:
+            commands = root.add_subparsers(dest="subcommand", metavar="SUBCOMMAND", required=True)
+            for name, text in COMMANDS.items():
+                parsers.append(commands.add_parser(name, help=text, description=f"{self._prog()} {name}: {text}.",
+                                                   epilog=OVERRIDES_HELP, allow_abbrev=False,
+                                                   formatter_class=argparse.RawDescriptionHelpFormatter))
+        for parser in parsers[1:] if run else parsers:
+            parser.add_argument("-c", "--config", action="append", default=[], metavar="FILE",
+                                help="a YAML config; several are merged in order, then the overrides apply")
+            parser.add_argument("--print_config", action="store_true", help="print the resolved config and exit")
+            if run:
+                parser.add_argument("--ckpt_path", metavar="PATH", help="checkpoint to resume from / evaluate ('last', 'best' or a path)")
+            parser.add_argument("--seed_everything", metavar="INT|true|false", help="the seed (true: a random one, recorded)")
+            for section in _SECTIONS:
+                self._section_help(parser, section)
+            add_trainer_options(parser)
+        return root
+
+    def _describe(self) -> str:
+        names = [c.__qualname__ for c in self.classes.values() if c is not None]
+        return " and ".join(names)
+
+    def _section_help(self, parser: argparse.ArgumentParser, section: str) -> None:
+        cls = self.classes[section]
+        if cls is None:
+            return
+        if self.subclass_mode[section]:
+            group = parser.add_argument_group(f"{section}: a subclass of {cls.__qualname__}")
+            group.add_argument(f"--{section}", metavar="CLASS", help=f"its class: a dotted path or the name of an imported "
+                               f"subclass; then --{section}.NAME VALUE; --{section}.help lists its arguments")
+            return
+        group = parser.add_argument_group(f"{section}: {cls.__qualname__} (--{section}.NAME VALUE, or --{section}.init_args.NAME)")
+        for name, text in class_arguments(cls):
+            group.add_argument(f"--{section}.{name}", metavar="VALUE", help=text.lstrip(": "))
+
+    # --------------------------------------------------------------------- the config
+    def _main(self, args: Sequence[str] | dict[str, Any], run: bool) -> None:
+        overrides: dict[str, Any] = {}
+        config: dict[str, Any] = {}
+        if isinstance(args, dict):  # the config itself; with run=True, {"fit": {...}}
+            name = next(iter(args), "fit") if run else "fit"
+            if name not in COMMANDS:
+                raise ConfigError([Problem("args", f"Expected one subcommand key ({', '.join(COMMANDS)}). Received: {name!r}.")])
+            given = dict(args.get(name) or {}) if run else dict(args)
+            options = argparse.Namespace(subcommand=name, config=[], print_config=False, ckpt_path=given.pop("ckpt_path", None))
+            config = given
+        else:
+            rest, overrides, problems = split_overrides(args)
+            options = self._parser(run).parse_args(rest)
+            if problems:
+                raise ConfigError(problems, "the command line")
+        stage = cast(Stage, getattr(options, "subcommand", None) or "fit")
+        self.subcommand = stage if run else None
+        base = self._read(stage, options.config)
+        _deep_merge(base, config)
+        helps = [s for s in _SECTIONS if overrides.pop(f"{s}.help", None)]
+        config, overrides, problems = self._complete(base, dict(overrides), stage)
+        if helps:
+            _print_help(config, overrides, helps)
+            raise SystemExit(0)
+        ckpt_path = getattr(options, "ckpt_path", None)
+        if ckpt_path not in (None, "last", "best") and not Path(ckpt_path).exists():
+            problems.append(Problem("--ckpt_path", f"{ckpt_path!r} does not exist. Expected a checkpoint file written by "
+                                    "the trainer (or by Lightning), 'last' or 'best'."))
+        try:
+            resolved = prepare_config(config, overrides, stage=stage)
+        except ConfigError as error:
+            raise ConfigError(problems + error.problems, error.source) from None
+        if problems:
+            raise ConfigError(problems, None)
+        own_loaders = resolved.data.class_path == _OWN_LOADERS
+        if own_loaders:
+            resolved.plain.pop("data")
+        self.config = resolved.plain
+        if options.print_config:
+            sys.stdout.write(dump_yaml(resolved.plain))
+            raise SystemExit(0)
+        self.experiment = experiment = build(resolved, stage=stage)
+        self.model, self.trainer = experiment.model, experiment.trainer
+        self.datamodule = None if own_loaders else experiment.data
+        if not run:
+            self._save_config_at_start(fit=True)
+            return
+        self._run(stage, ckpt_path)
+
+    def _read(self, stage: str, files: list[str]) -> dict[str, Any]:
+        """`trainer_defaults`, then the default config files that exist, then `--config` files."""
+        config: dict[str, Any] = {"trainer": dict(self.trainer_defaults)} if self.trainer_defaults else {}
+        per_stage = self.parser_kwargs.get(stage)
+        per_stage = per_stage if isinstance(per_stage, dict) else {}
+        defaults = [*self.parser_kwargs.get("default_config_files", []), *per_stage.get("default_config_files", [])]
+        for path in [p for p in defaults if Path(p).is_file()] + list(files):
+            _extend_import_path(Path(path))
+            _deep_merge(config, read_yaml(path))
+        if os.getcwd() not in sys.path:  # class_path may name a module beside the script's folder
+            sys.path.append(os.getcwd())
+        return config
+
+    def _complete(self, config: dict[str, Any], overrides: dict[str, Any], stage: str) -> tuple[dict[str, Any], dict[str, Any], list[Problem]]:
+        """The script's classes filled in, LightningCLI's forms made ours, and the class checks."""
+        problems: list[Problem] = []
+        for section in _SECTIONS:
+            value = overrides.pop(section, None)
+            if isinstance(value, str):  # --model ClassName: the class of subclass mode
+                overrides[f"{section}.class_path"] = value
+            elif value is not None:
+                overrides[section] = value
+            spec = config.get(section)
+            if isinstance(spec, str):
+                spec = {"class_path": spec}
+            elif isinstance(spec, dict) and not {"class_path", "init_args"} & set(spec):
+                spec = {"init_args": spec}  # LightningCLI's `model: {hidden: 64}`
+            if spec is not None:
+                config[section] = spec
+            self._class_path(config, overrides, section, problems)
+        if "seed" not in config and "seed_everything" not in config and not {"seed", "seed_everything"} & set(overrides):
+            if self.seed_default is not None:
+                config["seed_everything"] = self.seed_default
+        spec = config.get("model")
+        model = self._target(overrides.get("model.class_path", spec.get("class_path") if isinstance(spec, dict) else None))
+        if config.get("data") is None:  # no data class: the module's own loaders
+            config["data"] = {"class_path": _OWN_LOADERS}
+            method = LOADER_OF[stage]
+            if inspect.isclass(model) and not hasattr(model, method):
+                problems.append(Problem("model", f"{model.__qualname__} has no {method}(), which `{stage}` needs, and this "
+                                        "script has no data class. Expected a data class (CLI(Model, DataModule) or a data: "
+                                        f"section with a class_path) or a {method}() method on the module."))
+        return config, overrides, problems
+
+    def _class_path(self, config: dict[str, Any], overrides: dict[str, Any], section: str, problems: list[Problem]) -> None:
+        """Fill in or check the class of `section`: the script's, or a subclass of it."""
+        cls, key = self.classes[section], f"{section}.class_path"
+        spec = config.get(section)
+        for holder, name in ((overrides, key), (spec, "class_path")):
+            if isinstance(holder, dict) and isinstance(holder.get(name), str) and cls is not None:
+                holder[name] = self._qualified(cls, holder[name])
+        given = overrides.get(key, spec.get("class_path") if isinstance(spec, dict) else None)
+        if cls is None:
+            return
+        own = f"{cls.__module__}.{cls.__qualname__}"
+        if not self.subclass_mode[section]:
+            if given not in (None, own) and self._target(given) is not cls:
+                problems.append(Problem(key, f"this script builds its {section} from {own}. Received: {given!r}. Expected "
+                                        f"no class_path, or CLI(..., subclass_mode_{section}=True) in the script to choose "
+                                        "the class in the config."))
+            config[section] = {**(spec if isinstance(spec, dict) else {}), "class_path": own}
+            overrides.pop(key, None)
+        elif given is None:
+            problems.append(Problem(key, f"required: this script takes any subclass of {cls.__qualname__} (subclass mode). "
+                                    f"Expected `{section}: {{class_path: ..., init_args: {{...}}}}` or --{section} ClassName."))
+        else:
+            target = self._target(given)
+            if inspect.isclass(target) and not issubclass(target, cls):
+                problems.append(Problem(key, f"Expected a subclass of {cls.__qualname__}. Received: {given!r}."))
+
+    @staticmethod
+    def _qualified(base: type, name: str) -> str:
+        """A bare class name (`--model Wide`) as the dotted path of the imported subclass of that name."""
+        if "." in name:
+            return name
+        seen: dict[str, type] = {}
+        stack = [base]
+        while stack:
+            current = stack.pop()
+            seen.setdefault(current.__name__, current)
+            stack.extend(current.__subclasses__())
+        found = seen.get(name)
+        return f"{found.__module__}.{found.__qualname__}" if found is not None else name
+
+    @staticmethod
+    def _target(class_path: Any) -> Any:
+        target, _ = import_target(class_path, "") if isinstance(class_path, str) else (None, [])
+        return target
+
+    # ------------------------------------------------------------------------ the run
+    def _save_config_at_start(self, fit: bool) -> None:
+        if self.save_config and self.experiment is not None:
+            experiment = self.experiment
+            self.trainer._at_run_start.append(lambda: experiment._save_config(writes_checkpoints=fit))
+
+    def _run(self, stage: Stage, ckpt_path: str | None) -> None:
+        """The subcommand, as LightningCLI runs it: `trainer.fit(model, datamodule=data, ckpt_path=...)`."""
+        data = {"datamodule": self.datamodule} if self.datamodule is not None else {}
+        self._save_config_at_start(fit=stage == "fit")
+        try:
+            getattr(self.trainer, stage)(self.model, ckpt_path=ckpt_path, **data)
+        finally:
+            self.trainer._at_run_start.clear()
+
+
+#: LightningCLI's name (`from trainer.cli import LightningCLI`).
+LightningCLI = CLI
