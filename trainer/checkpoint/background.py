@@ -64,9 +64,15 @@ def stage(state: Any, pool: StagingPool | None = None) -> Any:
     """`state` with every tensor copied into CPU memory of its own; containers rebuilt, other
     leaves (numbers, strings) shared. Tensors that share a storage still share one in the copy."""
     copies: dict[int, torch.UntypedStorage] = {}
+    tensors: dict[int, torch.Tensor] = {}  # one tensor object twice (tied weights) stays one object
     on_gpu: set[torch.device] = set()
 
     def copy(tensor: torch.Tensor) -> torch.Tensor:
+        if id(tensor) not in tensors:
+            tensors[id(tensor)] = copy_tensor(tensor)
+        return tensors[id(tensor)]
+
+    def copy_tensor(tensor: torch.Tensor) -> torch.Tensor:
         if tensor.layout != torch.strided or tensor.is_quantized or type(tensor) not in (torch.Tensor, torch.nn.Parameter):
             return tensor.detach().to("cpu", copy=True)  # rare kinds: a plain copy
         storage = tensor.untyped_storage()
