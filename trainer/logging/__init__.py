@@ -2,6 +2,10 @@
 
 - `run.py`: `RunIO`, the run's input and output, the few calls the loop makes to write;
 - `loggers.py`: `Logger` (the protocol) and `TensorBoardLogger` (public as `trainer.loggers`);
+- `csv.py`, `wandb.py`, `mlflow.py`: `CSVLogger`, `WandbLogger`, `MLflowLogger` (the last two
+  import their library when their run starts; `extras.py` says how to install it);
+- `multi.py`: `LoggerList`, `logger=[...]`;
+- `identity.py`: a logger's run identity, saved in checkpoints so a resume continues its run;
 - `metrics.py`: where `Module.log` values go, kept on their device until read;
 - `progress.py`: the tqdm bars;
 - `profiler.py`: `Trainer(profiler=...)`, traces of chosen optimizer steps.
