@@ -12,6 +12,8 @@ the environment itself. MODE:
   training step 4 (`where=step`) or at the end of epoch 0 (`where=epoch_end`), after
   writing OUT/stalled with the time it started.
 
+Options `async=on` and `keep=k` give Trainer(async_checkpointing=True, keep_last_checkpoints=k).
+
 Each rank writes OUT/MODE_rank{r}.pt: weights, global step, what the strategy is.
 """
 
@@ -86,6 +88,7 @@ def main() -> None:
     trainer = Trainer(
         max_epochs=2, seed=7, logger=False, enable_progress_bar=False, log_every_n_steps=4, device="cpu",
         num_sanity_val_steps=0, strategy=strategy, root_dir=ROOT, callbacks=callbacks, requeue=requeue,
+        async_checkpointing=OPTIONS.get("async") == "on", keep_last_checkpoints=int(OPTIONS.get("keep", "1")),
     )
     trainer.fit(model, DataLoader(make_data(40), batch_size=4, shuffle=True), ckpt_path=OPTIONS.get("ckpt"))
     strategy_seen = trainer.strategy
