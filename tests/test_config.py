@@ -98,7 +98,7 @@ def test_every_mistake_reported_at_once_with_its_path() -> None:
         (lambda c: c["model"].update(class_path=f"{PKG}.models.NotAModule"), "Expected a subclass of trainer.module.Module"),
         (lambda c: c["trainer"].update(max_epochs=0), "trainer.max_epochs: Input should be greater than or equal to 1"),
         (lambda c: c["trainer"].update(seed=1), "trainer.seed: set `seed:` at the top level"),
-        (lambda c: c.update(logger="tensorboard"), "logger: Expected true, false or {class_path: ..., init_args: {...}}. Received: 'tensorboard'"),
+        (lambda c: c.update(logger="tensorboard"), "logger: Expected true, false, {class_path: ..., init_args: {...}} or a list of them. Received: 'tensorboard'"),
         (lambda c: c.update(callbacks=[{"class_path": f"{PKG}.data.RandomData"}]), "callbacks[0].class_path: Expected a subclass of trainer.callback.Callback"),
         (lambda c: c["model"]["init_args"].update(encoder={"class_path": f"{PKG}.models.Encoder", "init_args": {"widht": 2}}),
          "model.init_args.encoder.init_args.widht: unknown argument"),

@@ -221,3 +221,32 @@ def test_mlflow_logger_starts_a_new_run_when_the_saved_one_is_not_in_its_store(t
     run = MlflowClient(tracking_uri=uri).get_run(logger.run_id or "")
     assert run.info.status == "FINISHED" and run.data.metrics == {"a_b": 1.0}
     assert run.data.params["trainer/max_epochs"] == "3" and len(run.data.params["trainer/odd key_"]) == 6000
+
+
+# ------------------------------------------------------------------------------------- YAML
+def test_a_yaml_experiment_takes_a_list_of_loggers_and_each_gets_the_resolved_config(tmp_path: Path) -> None:
+    from trainer.config import ConfigError, load_experiment
+
+    root = str(tmp_path / "runs")
+    config = {
+        "seed": 0,
+        "model": {"class_path": "tests._cli_pkg.models.TinyClassifier", "init_args": {"hidden": 6}},
+        "data": {"class_path": "tests._cli_pkg.data.RandomData", "init_args": {"batch_size": 8}},
+        "trainer": {"max_steps": 2, "log_every_n_steps": 1, "enable_progress_bar": False, "root_dir": root},
+        "logger": [{"class_path": "trainer.loggers.TensorBoardLogger", "init_args": {"root_dir": root}},
+                   {"class_path": "trainer.loggers.CSVLogger", "init_args": {"root_dir": root}}],
+    }
+    experiment = load_experiment(config)
+    assert [type(lg).__name__ for lg in experiment.trainer.loggers] == ["TensorBoardLogger", "CSVLogger"]
+    experiment.fit()
+    folder = experiment.trainer.log_dir
+    params = yaml.safe_load((folder / "hparams.yaml").read_text())
+    assert params["experiment"]["model"]["init_args"]["hidden"] == 6  # the resolved config
+    assert (folder / "config.yaml").exists() and (folder / "metrics.csv").exists()
+
+    config["logger"][1]["init_args"]["bogus"] = 1
+    with pytest.raises(ConfigError, match=r"logger\[1\]\.init_args"):
+        load_experiment(config)
+    config["logger"] = 3
+    with pytest.raises(ConfigError, match="or a list of them"):
+        load_experiment(config)

@@ -45,7 +45,7 @@ class ResolvedConfig:
     trainer: dict[str, Any]
     precision: str | ResolvedSpec
     callbacks: list[ResolvedSpec]
-    logger: bool | ResolvedSpec
+    logger: bool | ResolvedSpec | list[ResolvedSpec]
     plain: dict[str, Any]
 
 
@@ -188,7 +188,11 @@ def build(resolved: ResolvedConfig, *, stage: Stage = "fit", dry_run: bool = Fal
                                    f"Received: {type(model).__name__}.")])
     callbacks = [_construct(f"callbacks.{i}", c) for i, c in enumerate(resolved.callbacks)]
     precision = _construct("trainer.precision", resolved.precision) if isinstance(resolved.precision, ResolvedSpec) else resolved.precision
-    logger = _construct("logger", resolved.logger) if isinstance(resolved.logger, ResolvedSpec) else resolved.logger
+    logger: Any = resolved.logger
+    if isinstance(logger, ResolvedSpec):
+        logger = _construct("logger", logger)
+    elif isinstance(logger, list):  # several loggers
+        logger = [_construct(f"logger[{index}]", spec) for index, spec in enumerate(logger)]
     arguments = dict(resolved.trainer)
     if isinstance(arguments.get("strategy"), ResolvedSpec):
         arguments["strategy"] = _construct("trainer.strategy", arguments["strategy"])

@@ -79,7 +79,9 @@ class ExperimentConfig(BaseModel):
     data: ClassSpec = Field(description="a class or function whose result has train_dataloader() etc.")
     trainer: dict[str, Any] = Field(default_factory=dict, description="Trainer arguments (see TrainerArgs)")
     callbacks: list[ClassSpec] = Field(default_factory=list, description="trainer.Callback subclasses")
-    logger: bool | ClassSpec = Field(True, description="true (TensorBoard), false, or a logger's class_path")
+    logger: bool | ClassSpec | list[ClassSpec] = Field(
+        True, description="true (TensorBoard), false, a logger's class_path, or a list of them (each gets the same values)"
+    )
 
     @pydantic.field_validator("trainer", "callbacks", mode="before")
     @classmethod
@@ -196,6 +198,10 @@ def resolve_config(config: Mapping[str, Any], stage: Stage = "fit", source: str 
     if "logger" not in bad and isinstance(logger, dict):
         logger, found = check_spec(logger, "logger")
         problems += found
+    elif "logger" not in bad and isinstance(logger, list):  # logger=[...]: several loggers
+        specs = [check_spec(item, f"logger[{index}]") for index, item in enumerate(logger)]
+        problems += [problem for _, found in specs for problem in found]
+        logger = [spec for spec, _ in specs if spec is not None]
     trainer, precision, found = ({}, "fp32", []) if "trainer" in bad else _check_trainer(config.get("trainer") or {})
     problems += found
     seed, found = _seed(shape)
@@ -214,7 +220,8 @@ def resolve_config(config: Mapping[str, Any], stage: Stage = "fit", source: str 
             **{k: v.as_plain() if isinstance(v, ResolvedSpec) else v for k, v in trainer.items()},
         },
         "callbacks": [c.as_plain() for c in callbacks],
-        "logger": logger.as_plain() if isinstance(logger, ResolvedSpec) else logger,
+        "logger": logger.as_plain() if isinstance(logger, ResolvedSpec) else [spec.as_plain() for spec in logger]
+        if isinstance(logger, list) else logger,
     }
     return ResolvedConfig(seed, model, data, trainer, precision, callbacks, logger, resolved)
 
@@ -264,13 +271,13 @@ def _from_pydantic(error: pydantic.ValidationError, prefix: str = "") -> list[Pr
     problems: list[Problem] = []
     spec_keys = list(ClassSpec.model_fields)
     for item in error.errors():
-        loc = [p for p in item["loc"] if p not in ("bool", "ClassSpec")]
+        loc = [p for p in item["loc"] if p not in ("bool", "ClassSpec", "list[ClassSpec]")]
         path = prefix + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
         value = item.get("input")
         if not prefix and len(item["loc"]) == 2 and item["loc"][0] == "logger":  # the union's own errors
-            if isinstance(value, dict) or item["loc"][1] != "bool":
-                continue  # one message for the union; a mapping's own errors (as a class spec) follow
-            message = f"Expected true, false or {{class_path: ..., init_args: {{...}}}}. {received(value)}"
+            if isinstance(value, (dict, list)) or item["loc"][1] != "bool":
+                continue  # one message for the union; a mapping's (or a list's) own errors follow
+            message = f"Expected true, false, {{class_path: ..., init_args: {{...}}}} or a list of them. {received(value)}"
         elif item["type"] == "extra_forbidden":
             accepted = SECTIONS if len(loc) == 1 and not prefix else spec_keys
             if prefix == "trainer.":
