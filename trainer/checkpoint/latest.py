@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +37,7 @@ import torch
 from trainer.checkpoint.format import FORMAT, CheckpointError, check_layout, load_checkpoint
 from trainer.checkpoint.sharded import STATE_FILE, read_sharded
 
-__all__ = ["Candidate", "checkpoints_in", "load_newest", "recorded_step", "written_at"]
+__all__ = ["Candidate", "checkpoints_in", "load_newest", "recorded_step", "user_stacklevel", "written_at"]
 
 log = logging.getLogger("trainer")
 
@@ -160,5 +161,17 @@ def _warn_fallback(damaged: list[Candidate], chosen: Candidate, where: str) -> N
         f"ckpt_path='last': the newest checkpoint of {where}, {str(newest.path)!r}, is damaged ({newest.problem}); "
         f"resuming from the previous complete one, {str(chosen.path)!r} ({step}){others}. The steps after it "
         "are trained again.",
-        stacklevel=4,
+        stacklevel=user_stacklevel(),
     )
+
+
+_PACKAGE = str(Path(__file__).resolve().parents[1])  # the trainer package's folder
+
+
+def user_stacklevel() -> int:
+    """The `stacklevel` that makes a warning point at the first caller outside the trainer
+    package (the user's `fit(...)` line), however deep inside it the warning is raised."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and str(Path(frame.f_code.co_filename).resolve()).startswith(_PACKAGE):
+        frame, level = frame.f_back, level + 1
+    return level

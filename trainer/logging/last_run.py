@@ -89,7 +89,7 @@ def warn_if_restarting(run_dir: Path) -> None:
     last = run_dir / "last.ckpt"
     if not last.exists():
         return
-    from trainer.checkpoint.latest import recorded_step
+    from trainer.checkpoint.latest import recorded_step, user_stacklevel
 
     step = recorded_step(last)
     warnings.warn(
@@ -97,5 +97,5 @@ def warn_if_restarting(run_dir: Path) -> None:
         "of an earlier run, and this fit starts from the beginning (no ckpt_path): that run's checkpoints will be "
         "replaced and its curves continue in the same folder. Pass ckpt_path='last' to continue it, or another "
         "run_name for a new run.",
-        stacklevel=4,
+        stacklevel=user_stacklevel(),
     )
