@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import types
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -171,7 +172,8 @@ _PACKAGE = str(Path(__file__).resolve().parents[1])  # the trainer package's fol
 def user_stacklevel() -> int:
     """The `stacklevel` that makes a warning point at the first caller outside the trainer
     package (the user's `fit(...)` line), however deep inside it the warning is raised."""
-    frame, level = sys._getframe(1), 1
+    frame: types.FrameType | None = sys._getframe(1)
+    level = 1
     while frame is not None and str(Path(frame.f_code.co_filename).resolve()).startswith(_PACKAGE):
         frame, level = frame.f_back, level + 1
     return level
