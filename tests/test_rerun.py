@@ -158,6 +158,21 @@ def test_a_rerun_lands_in_the_same_folder_and_tensorboard_steps_have_no_gap_or_d
     assert steps == list(range(1, 21)), steps
 
 
+def test_after_a_kill_past_the_last_checkpoint_the_rerun_shows_each_step_once(tmp_path):
+    from tests._ckpt_helpers import SaveAt
+
+    early = tmp_path / "step6.ckpt"
+    first = trainer(tmp_path, logger=True, run_name="exp", max_epochs=2, log_every_n_steps=1, callbacks=[SaveAt(6, early)])
+    first.fit(make_model(lr=0.01), shuffled(make_data()))
+    (first.log_dir / "last.ckpt").write_bytes(early.read_bytes())  # killed after step 20, last checkpoint at step 6
+    again = trainer(tmp_path, logger=True, run_name="exp", max_epochs=2, log_every_n_steps=1)
+    again.fit(make_model(lr=0.01), shuffled(make_data()), ckpt_path="last")
+    assert again.global_step == 20 and again.log_dir == first.log_dir
+    events = EventAccumulator(str(again.log_dir))
+    events.Reload()
+    assert [event.step for event in events.Scalars("train/loss")] == list(range(1, 21))  # 7-20 once, from the rerun
+
+
 def test_an_unnamed_run_resumed_with_last_continues_in_its_own_folder(tmp_path):
     root = tmp_path / "runs"
     first = trainer(root, logger=True, max_epochs=1)
