@@ -66,6 +66,7 @@ def test_csv_header_widens_by_rewriting_the_file_and_rows_are_appended_otherwise
     logger.close()
     assert rows(path) == [["step", "a", "b"], ["1", "1.0", ""], ["2", "2.0", ""], ["3", "3.0", ""], ["4", "4.0", ""], ["5", "", "0.5"]]
     assert sorted(p.name for p in path.parent.iterdir()) == ["metrics.csv"]  # no temporary file left
+    assert b"\r" not in path.read_bytes()  # appended and rewritten rows end the same way
 
 
 def test_csv_values_logged_later_at_the_same_step_join_its_row(tmp_path: Path) -> None:

@@ -168,7 +168,7 @@ class CSVLogger:
             self._rewrite(path, rows)
         elif rows:
             with open(path, "a", newline="", encoding="utf-8") as handle:
-                csv.DictWriter(handle, self._columns, restval="").writerows(_formatted(r) for r in rows)
+                csv.DictWriter(handle, self._columns, restval="", lineterminator="\n").writerows(_formatted(r) for r in rows)
         if rows:
             self._last_written_step = rows[-1]["step"]
 
