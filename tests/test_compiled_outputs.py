@@ -45,3 +45,40 @@ def test_a_logged_tensor_is_copied_not_kept_by_reference():
     assert trainer.callback_metrics["scratch"] == model.logged[-1] == 2.0
     trainer.validate(model, loader(make_data(8), shuffle=False))
     assert trainer.callback_metrics["val/scratch"] == 7.0
+
+
+class Predicts(TinyNet):
+    """predict_step returns nested tensors that alias the step's own: a buffer it changes later
+    and the batch itself."""
+
+    def __init__(self) -> None:
+        super().__init__(dropout=0.0)
+        self.register_buffer("state", torch.zeros(2))
+        self.seen: list[Any] = []
+
+    def predict_step(self, batch: Any, batch_idx: int) -> Any:
+        x, _ = batch
+        self.state.fill_(float(batch_idx))
+        output = {"y": self(x), "parts": (self.state, [x]), "idx": batch_idx}
+        self.seen.append(output)
+        return output
+
+    def on_predict_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        assert outputs is self.seen[-1]  # the hooks get the step's own output
+
+
+def test_predict_keeps_detached_cpu_copies_that_alias_nothing():
+    model = Predicts()
+    data = make_data(12)
+    outputs = Trainer(**QUIET).predict(model, DataLoader(data, batch_size=4))
+    assert len(outputs) == 3
+    for index, (kept, own) in enumerate(zip(outputs, model.seen)):
+        assert kept["idx"] == index and set(kept) == {"y", "parts", "idx"}
+        state, (x,) = kept["parts"][0], kept["parts"][1]
+        assert isinstance(kept["parts"], tuple) and isinstance(kept["parts"][1], list)
+        for copy, original in ((kept["y"], own["y"]), (state, own["parts"][0]), (x, own["parts"][1][0])):
+            assert copy.device.type == "cpu" and not copy.requires_grad
+            assert copy.untyped_storage().data_ptr() != original.untyped_storage().data_ptr()
+        assert state.tolist() == [float(index)] * 2  # the buffer moved on; the prediction did not
+    assert model.state.tolist() == [2.0, 2.0]
+    assert torch.equal(outputs[0]["parts"][1][0], data.tensors[0][:4])

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["move_to_device", "seed_everything", "rng_state", "set_rng_state"]
+__all__ = ["move_to_device", "to_host", "seed_everything", "rng_state", "set_rng_state"]
 
 
 def move_to_device(batch: Any, device: torch.device) -> Any:
@@ -40,6 +40,36 @@ def move_to_device(batch: Any, device: torch.device) -> Any:
         changes = {f.name: move_to_device(getattr(batch, f.name), device) for f in dataclasses.fields(batch) if f.init}
         return dataclasses.replace(batch, **changes)
     return batch
+
+
+def to_host(output: Any) -> Any:
+    """A copy of every tensor of a nested output in CPU memory, detached (what `predict` keeps).
+
+    Lightning moves predictions to the CPU so the device does not fill up over a long predict;
+    a copy also on the CPU, so nothing kept aliases the step's own tensors (a compiled graph's
+    outputs are reused by its next replay; a module may return a buffer it changes later).
+    The nesting is `move_to_device`'s.
+    """
+    cls = type(output)
+    if cls is tuple or cls is list:
+        return cls([to_host(item) for item in output])
+    if isinstance(output, torch.Tensor):
+        return output.detach().to("cpu", copy=True)
+    if isinstance(output, (list, tuple)):
+        moved = [to_host(item) for item in output]
+        if hasattr(output, "_fields"):  # namedtuple
+            return type(output)(*moved)
+        return type(output)(moved) if isinstance(output, tuple) else moved
+    if isinstance(output, Mapping):
+        items = {key: to_host(value) for key, value in output.items()}
+        try:
+            return type(output)(items)  # type: ignore[call-arg]
+        except TypeError:
+            return items
+    if dataclasses.is_dataclass(output) and not isinstance(output, type):
+        changes = {f.name: to_host(getattr(output, f.name)) for f in dataclasses.fields(output) if f.init}
+        return dataclasses.replace(output, **changes)
+    return output
 
 
 def seed_everything(seed: int | None = None, workers: bool = False) -> int:

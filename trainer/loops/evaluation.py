@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from trainer.logging.metrics import to_floats
-from trainer._utils import length_of, move_to_device
+from trainer._utils import length_of, move_to_device, to_host
 from trainer.loops.context import LoopHost, module_of
 
 __all__ = ["EvalLoop"]
@@ -86,7 +86,7 @@ class EvalLoop:
             with trainer.precision.autocast():
                 output = step(batch, batch_idx)
             if stage == "predict" and keep:
-                predictions.append(output)
+                predictions.append(to_host(output))  # the hooks see the step's own output
             if want_end:
                 trainer._call(f"on_{stage}_batch_end", output, batch, batch_idx)
             trainer._io.progress_advance_eval()
