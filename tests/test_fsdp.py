@@ -151,6 +151,7 @@ def test_sigterm_mid_epoch_then_resume_is_exact_on_every_rank(resumed):
     for rank in range(2):
         r = results[rank]
         assert r["stopped_at"] == 4 and r["resumed_step"] == 9  # stopped inside epoch 1 of 3
+        assert r["resumed_in"]  # ckpt_path="last": the run continues in its own folder
         assert r["last_is_folder"] and r["last_files"] == [".metadata", "__0_0.distcp", "__1_0.distcp", "trainer_state.ckpt"]
         for key in r["whole"]:
             assert torch.equal(r["whole"][key], r["resumed"][key]), (rank, key)
@@ -182,7 +183,7 @@ def test_a_sharded_checkpoint_resumes_in_one_process(resumed):
     out, results = resumed
     from tests._ddp_scripts.fsdp_worker import resume_model
 
-    last = next((out / "cut").glob("**/version_0/last.ckpt"))
+    last = out / "at_stop.ckpt"  # the folder at the stop (the resumed run wrote on in the same folder)
     net = resume_model()
     t = Trainer(max_epochs=3, logger=False, enable_checkpointing=False, enable_progress_bar=False, precision="amp",
                 accumulate_grad_batches=2, gradient_clip_val=0.5, seed=7)

@@ -7,6 +7,7 @@ The test (tests/test_fsdp.py) reads OUT_DIR/PHASE_rank{r}.pt and compares with o
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sys
 from pathlib import Path
@@ -221,18 +222,21 @@ def resume(results: dict[str, Any], out: Path) -> None:
     last = Path(t.log_dir) / "last.ckpt"
     results["last_is_folder"] = last.is_dir()
     results["last_files"] = sorted(p.name for p in last.iterdir()) if last.is_dir() else []
+    # Export: one ordinary file of the whole weights (rank 0 writes it; no process group needed),
+    # and a copy of the folder as it was at the stop (the resumed run writes on in the same folder).
+    if RANK == 0:
+        from trainer.checkpoint import export_weights
+
+        export_weights(last, out / "exported.pt")
+        shutil.copytree(last, out / "at_stop.ckpt")
+    t.strategy.barrier()
+    results["at_stop"] = torch.load(out / "exported.pt", weights_only=True)
     resumed = resume_model()
     t2 = resume_trainer(out, "cut")
     t2.fit(resumed, loader(), ckpt_path="last")
     results["resumed"] = full(resumed)
     results["resumed_step"] = t2.global_step
-    # Export: one ordinary file of the whole weights (rank 0 writes it; no process group needed).
-    if RANK == 0:
-        from trainer.checkpoint import export_weights
-
-        export_weights(last, out / "exported.pt")
-    t2.strategy.barrier()
-    results["at_stop"] = torch.load(out / "exported.pt", weights_only=True)
+    results["resumed_in"] = str(t2.log_dir) == str(t.log_dir)
 
 
 def save_loop(results: dict[str, Any], out: Path) -> None:
@@ -263,6 +267,28 @@ def from_file(results: dict[str, Any], out: Path) -> None:
     results["validate"] = t.validate(net, DataLoader(make_data(10, seed=1), batch_size=5), ckpt_path=out / "single.ckpt")
 
 
+def background(results: dict[str, Any], out: Path) -> None:
+    """The resume scenario with async_checkpointing=True and keep_last_checkpoints=2: shards
+    written by dcp.async_save while training goes on, against the same run saving synchronously."""
+    data = make_data(40)
+    loader = lambda: DataLoader(data, batch_size=4, shuffle=True)  # noqa: E731
+    for mode, asynchronous in (("sync", False), ("async", True)):
+        whole = resume_model()
+        keep = ModelCheckpoint(every_n_train_steps=2, save_top_k=1)
+        t = resume_trainer(out, mode, callbacks=[keep], async_checkpointing=asynchronous, keep_last_checkpoints=2)
+        t.fit(whole, loader())
+        results[mode] = full(whole)
+        if RANK == 0:
+            results[f"{mode}_kept"] = sorted(p.name for p in Path(keep.dirpath).iterdir())
+            results[f"{mode}_run"] = sorted(p.name for p in Path(t.log_dir).iterdir() if p.name.endswith(".ckpt"))
+    cut = resume_model()
+    resume_trainer(out, "cut", callbacks=[Terminate(at=4)], async_checkpointing=True).fit(cut, loader())
+    resumed = resume_model()
+    t2 = resume_trainer(out, "cut", async_checkpointing=True)
+    t2.fit(resumed, loader(), ckpt_path="last")
+    results["resumed"], results["resumed_step"] = full(resumed), t2.global_step
+
+
 def main() -> None:
     phase, out = sys.argv[1], Path(sys.argv[2])
     results: dict[str, Any] = {}
@@ -274,6 +300,8 @@ def main() -> None:
         from_file(results, out)
     elif phase == "save_loop":
         save_loop(results, out)
+    elif phase == "background":
+        background(results, out)
     torch.save(results, out / f"{phase}_rank{RANK}.pt")
 
 

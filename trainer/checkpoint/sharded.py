@@ -27,6 +27,7 @@ import pickle
 import re
 import shutil
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -46,8 +47,15 @@ def is_sharded(path: str | os.PathLike[str]) -> bool:
 
 
 # ------------------------------------------------------------------------------ writing
-def save_sharded(state: dict[str, Any], target: Path, trainer: ShardHost) -> None:
-    """Every rank: write `state` (from `collect_state`) as the folder `target`."""
+def save_sharded(state: dict[str, Any], target: Path, trainer: ShardHost, *,
+                 process_group: Any = None) -> Callable[[], None] | None:
+    """Every rank: write `state` (from `collect_state`) as the folder `target`.
+
+    With `process_group` (a group of its own, for the writes' collectives) the shards are
+    copied off the training path and written by `dcp.async_save` in the background; the
+    returned function (for a background thread) waits for them and completes the folder
+    (rank 0: the state file, then the swap). Without, the folder is complete on return.
+    """
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
@@ -81,16 +89,41 @@ def save_sharded(state: dict[str, Any], target: Path, trainer: ShardHost) -> Non
             raise prepared
         raise RuntimeError(f"Checkpoint {str(target)!r}: rank 0 could not make the folder (see its error).")
     writer = dcp.FileSystemWriter(temporary, sync_files=True)
+    rank_zero = strategy.is_global_zero
+    if process_group is not None:
+        from trainer.checkpoint.background import stage
+
+        staged = stage(meta)  # the rest of the state, off the training path too
+        response = dcp.async_save(tensors, storage_writer=writer, process_group=process_group)  # stages the shards
+        future: Any = getattr(response, "upload_completion", response)  # a Future, or (a stager's) AsyncSaveResponse
+
+        def complete() -> None:
+            try:
+                future.result()  # every rank's shards are written once rank 0's save returns
+                if rank_zero:
+                    _complete(staged, temporary, target)
+            except BaseException:
+                if rank_zero:
+                    shutil.rmtree(temporary, ignore_errors=True)
+                raise
+
+        return complete
     try:
         dcp.save(tensors, storage_writer=writer)  # collective; ends after rank 0 wrote the index
-        if strategy.is_global_zero:
-            save_atomic(meta, temporary / STATE_FILE)
-            _fsync_directory(temporary)
-            _swap(temporary, target)
+        if rank_zero:
+            _complete(meta, temporary, target)
     except BaseException:
-        if strategy.is_global_zero:
+        if rank_zero:
             shutil.rmtree(temporary, ignore_errors=True)
         raise
+    return None
+
+
+def _complete(meta: dict[str, Any], temporary: Path, target: Path) -> None:
+    """Rank 0, once every rank's shards are in `temporary`: the state file, then the swap."""
+    save_atomic(meta, temporary / STATE_FILE)
+    _fsync_directory(temporary)
+    _swap(temporary, target)
 
 
 def _swap(temporary: Path, target: Path) -> None:

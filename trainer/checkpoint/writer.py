@@ -5,7 +5,9 @@ the newest `keep` last-style checkpoints kept, and every rank told how the write
 
 - a single file (one process, DDP): rank 0 writes it (`save_atomic`); in the background when
   asked (`Trainer(async_checkpointing=True)` inside fit, see `trainer/checkpoint/background.py`);
-- FSDP's folder: every rank writes its shards (`save_sharded`), always synchronously here;
+- FSDP's folder: every rank writes its shards (`save_sharded`); in the background with
+  `torch.distributed.checkpoint.async_save` over a Gloo group of the writes' own (made once,
+  by every rank, at the first such save), rank 0 completing the folder when all are written;
 - then, for a synchronous write, all ranks agree on whether it succeeded (also the barrier:
   no rank goes on before the file is complete, and a failed write on rank 0 fails every rank);
   for a background write, at the next save or when fit ends (`settle`).
@@ -45,6 +47,7 @@ class CheckpointWriter:
     def __init__(self) -> None:
         self.background = BackgroundWrites()
         self._in_flight: Path | None = None
+        self._group: Any = None  # FSDP's background writes: their own process group
 
     def write(self, state: dict[str, Any], target: Path, strategy: Any, *, background: bool = False,
               keep: int | None = None, shards: Any = None) -> None:
@@ -52,7 +55,8 @@ class CheckpointWriter:
 
         Args:
             strategy: the run's strategy (rank, agreement).
-            background: rank 0 writes a staged copy in the background (single files only).
+            background: write a staged copy in the background (single files: rank 0;
+                sharded folders: every rank its shards).
             keep: for the run's `last.ckpt`: how many last-style checkpoints to keep (1: only
                 it; older `last-step=N.ckpt` beyond that are removed). None: any other save.
             shards: the Trainer, for FSDP's sharded folders (`save_sharded`); None otherwise.
@@ -63,6 +67,9 @@ class CheckpointWriter:
                 staged = stage(state, self.background.pool)  # the only part that blocks training
                 self._in_flight = target
                 self.background.submit(lambda: self._write_file(staged, target, keep, step), target.name)
+            return
+        if background:
+            self._write_shards_in_background(state, target, strategy, shards, keep, step)
             return
         failure: Exception | None = None
         if strategy.is_global_zero or shards is not None:
@@ -86,6 +93,29 @@ class CheckpointWriter:
             raise failure
         if not written:
             raise RuntimeError(f"Checkpoint {str(target)!r} could not be written on rank 0 (see its error).")
+
+    def _write_shards_in_background(self, state: dict[str, Any], target: Path, strategy: Any, shards: Any,
+                                    keep: int | None, step: int) -> None:
+        from trainer.checkpoint.sharded import save_sharded
+
+        if self._group is None:
+            from torch import distributed as dist
+
+            timeout = getattr(strategy, "timeout", None)
+            self._group = dist.new_group(backend="gloo", **({"timeout": timeout} if timeout is not None else {}))
+        complete = save_sharded(state, target, shards, process_group=self._group)  # every rank; stages, returns
+        rank_zero = strategy.is_global_zero
+
+        def job() -> None:
+            if rank_zero and keep is not None:
+                keep_previous(target, keep, step)
+            if complete is not None:
+                complete()
+            if rank_zero and keep is not None:
+                prune_kept(target, keep)
+
+        self._in_flight = target
+        self.background.submit(job, target.name)
 
     @staticmethod
     def _write_file(state: dict[str, Any], target: Path, keep: int | None, step: int) -> None:
