@@ -68,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
         )
         parser.add_argument("config", metavar="CONFIG", nargs="+",
                             help="the experiment's YAML file(s); later files override earlier ones, key by key")
-        parser.add_argument("--ckpt_path", metavar="PATH", help="checkpoint to resume from / evaluate ('last': the newest under root_dir)")
+        parser.add_argument("--ckpt_path", metavar="PATH", help="checkpoint to resume from / evaluate ('last': the run's newest complete one; fit starts fresh when there is none)")
         parser.add_argument("--print_config", action="store_true", help="print the resolved config (defaults filled in) and exit")
         parser.add_argument("--dry_run", action="store_true", help="build everything and run 2 steps (2 batches to evaluate); write nothing")
         if name == "predict":
@@ -174,7 +174,7 @@ def _run(argv: list[str]) -> int:
     stage = args.command
     if args.ckpt_path not in (None, "last") and not Path(args.ckpt_path).exists():
         raise ConfigError([Problem("--ckpt_path", f"{args.ckpt_path!r} does not exist. Expected a checkpoint file "
-                                   "(or an FSDP run's folder) written by the trainer, or 'last' for the newest under root_dir.")])
+                                   "(or an FSDP run's folder) written by the trainer, or 'last' for the run's newest.")])
     output = getattr(args, "output", None)
     if output is not None and (Path(output).is_dir() or not Path(output).resolve().parent.is_dir()):
         what = "is a folder" if Path(output).is_dir() else "is in a folder that does not exist"
