@@ -82,7 +82,8 @@ def stage(state: Any, pool: StagingPool | None = None) -> Any:
             if pinned:
                 on_gpu.add(storage.device)
             buffer = (pool or StagingPool()).take(storage.nbytes(), pinned)
-            buffer.copy_(storage, non_blocking=pinned)
+            source = torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)  # the bytes, flat
+            torch.empty(0, dtype=torch.uint8).set_(buffer).copy_(source, non_blocking=pinned)
             copies[storage._cdata] = buffer
         out = torch.empty(0, dtype=tensor.dtype).set_(buffer, tensor.storage_offset(), tensor.size(), tensor.stride())
         return torch.nn.Parameter(out, requires_grad=tensor.requires_grad) if isinstance(tensor, torch.nn.Parameter) else out
@@ -142,9 +143,9 @@ class BackgroundWrites:
 
     def wait(self) -> BaseException | None:
         """Wait for the write in flight; return its error (None: complete, or nothing was in flight)."""
-        thread, self._thread = self._thread, None
-        if thread is not None:
-            thread.join()
+        if self._thread is not None:
+            self._thread.join()  # interrupted (Ctrl-C): still in flight, waited for again later
+            self._thread = None
         error, self._error = self._error, None
         actions, self._after = self._after, []
         self.pool.give_back()
