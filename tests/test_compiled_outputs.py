@@ -82,3 +82,59 @@ def test_predict_keeps_detached_cpu_copies_that_alias_nothing():
         assert state.tolist() == [float(index)] * 2  # the buffer moved on; the prediction did not
     assert model.state.tolist() == [2.0, 2.0]
     assert torch.equal(outputs[0]["parts"][1][0], data.tensors[0][:4])
+
+
+@pytest.mark.parametrize("options", [{"mode": "reduce-overhead"}, {"mode": "max-autotune"}, {"options": {"triton.cudagraphs": True}}])
+def test_cuda_graphs_with_accumulation_are_refused_at_construction(options):
+    with pytest.raises(ValueError, match=r"accumulate_grad_batches=2\): CUDA graphs .* Expected accumulate_grad_batches=1"):
+        Trainer(compile=options, accumulate_grad_batches=2, **QUIET)
+    Trainer(compile=options, accumulate_grad_batches=1, **QUIET)  # one micro-batch per step: accepted
+    Trainer(compile={"mode": "max-autotune-no-cudagraphs"}, accumulate_grad_batches=2, **QUIET)
+    Trainer(compile={"mode": "max-autotune", "options": {"triton.cudagraphs": False}}, accumulate_grad_batches=2, **QUIET)
+
+
+class Graphs:
+    """A dynamo backend that counts the graphs it is given and runs them eagerly."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, graph: torch.fx.GraphModule, inputs: Any) -> Any:
+        self.count += 1
+        return graph.forward
+
+
+class NoForward(TinyNet):
+    """Lightning's usual shape: no forward, training_step calls the submodule."""
+
+    forward = torch.nn.Module.forward  # TinyNet's forward removed
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.net(x), y)
+
+
+class ForwardUnused(TinyNet):
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.net(x), y)  # not self(x): forward never runs
+
+
+def test_a_module_without_forward_has_its_submodules_compiled(recwarn):
+    torch.manual_seed(0)
+    model, graphs = NoForward(dropout=0.0), Graphs()
+    reference = TinyNet(dropout=0.0)
+    reference.load_state_dict(model.state_dict())
+    Trainer(max_steps=4, compile={"backend": graphs}, **QUIET).fit(model, loader(make_data(), shuffle=False))
+    assert graphs.count >= 1  # self.net ran compiled
+    assert not [w for w in recwarn if "compile" in str(w.message)]
+    assert set(model.state_dict()) == set(reference.state_dict())  # keys unchanged (compiled in place)
+
+
+def test_compile_that_compiles_nothing_that_runs_warns_once():
+    model, graphs = ForwardUnused(dropout=0.0), Graphs()
+    with pytest.warns(UserWarning, match=r"compiled ForwardUnused.forward, but the first training step did not call it") as caught:
+        trainer = Trainer(max_steps=4, compile={"backend": graphs}, **QUIET)
+        trainer.fit(model, loader(make_data(), shuffle=False))
+        trainer.fit(model, loader(make_data(), shuffle=False))  # a later fit: not said again
+    assert graphs.count == 0 and len([w for w in caught if "first training step" in str(w.message)]) == 1

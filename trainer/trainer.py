@@ -14,6 +14,7 @@ from trainer.loops.state import LoopState
 from trainer.logging.run import RunIO
 from trainer.loops.signals import SignalGuard
 from trainer._trainer_properties import TrainerProperties
+from trainer._compile import FirstStepCheck, check_compile_options, compile_module
 from trainer._utils import length_of, seed_everything
 from trainer.loops.batches import check_loader, check_module
 from trainer.loops.data import DataOrder
@@ -112,6 +113,7 @@ class Trainer(TrainerProperties):
         self.args = validate_trainer_args(translate(arguments, lightning_arguments))
         if self.args.fast_dev_run:  # validated first, then overridden (writes nothing)
             self.args = fast_dev_run_args(self.args)
+        check_compile_options(self.args.compile, self.args.accumulate_grad_batches)  # CUDA graphs: no accumulation
         self._precision = resolve_precision(self.args.precision)
         launch_processes(self.args.devices, self.args.strategy)  # devices=N outside torchrun: this process is rank 0
         self.strategy: Strategy = resolve_strategy(self.args.strategy, self.args.device)
@@ -275,12 +277,14 @@ class Trainer(TrainerProperties):
         model._attach(self)
         self._dispatch = Dispatcher(model, self.callbacks)
         self._call("setup", stage)  # before the model is moved or wrapped: layers made here count
-        if self.args.compile and not getattr(model, "_trainer_compiled", False):
-            # In place (nn.Module.compile): state-dict keys stay as they are, so checkpoints
+        probe = None
+        if self.args.compile:
+            # In place (what nn.Module.compile does): state-dict keys stay as they are, so checkpoints
             # move freely between compiled and eager runs; DDP then wraps the compiled module.
-            model.compile(**(self.args.compile if isinstance(self.args.compile, dict) else {}))
-            object.__setattr__(model, "_trainer_compiled", True)
+            probe = compile_module(model, self.args.compile if isinstance(self.args.compile, dict) else {})
         self._train_step = self.strategy.setup_module(model)  # teardown released the last one
+        if probe is not None and not probe.checked:  # compile=True that compiled nothing that runs: said once
+            self._train_step = FirstStepCheck(self._train_step, probe)
         if new_run:
             self._precision.setup(self.strategy.device)
             self._opt = parse_optimizers(model.configure_optimizers())
