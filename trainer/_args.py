@@ -59,7 +59,10 @@ class TrainerArgs(BaseModel):
     min_steps: int | None = Field(None, ge=0, description="a stop request waits until this many optimizer steps")
     max_time: Any = Field(None, description='"DD:HH:MM:SS", a timedelta or a dict like {"hours": 2}')
     compile: bool | dict[str, Any] = Field(False, description="torch.compile the module: True or a dict of its options")
-    profiler: bool | dict[str, Any] | None = Field(None, description="profile optimizer steps: True or a dict (wait, warmup, active, record_memory)")
+    profiler: bool | str | dict[str, Any] | None = Field(
+        None, description="True/'pytorch' or a dict (wait, warmup, active, record_memory): torch.profiler traces of optimizer steps; "
+        "'simple': the time spent in every hook and step, logged when fit ends"
+    )
     requeue: bool | None = Field(
         None, description="SLURM: after a stop signal, once last.ckpt is written, rank 0 requeues the job (scontrol requeue); None: on in a SLURM batch job"
     )
@@ -74,6 +77,25 @@ class TrainerArgs(BaseModel):
     async_checkpointing: bool = Field(
         False, description="inside fit, copy the state off the training path and write the file in a background thread"
     )
+    # Lightning's flags, with Lightning's meaning (docs/lightning.md)
+    enable_model_summary: bool = Field(True, description="log the model summary table (layers, parameters, size in MB) at INFO when fit starts")
+    deterministic: bool | Literal["warn"] | None = Field(
+        None, description="True/'warn': torch.use_deterministic_algorithms(True[, warn_only]) while the Trainer runs (restored after); None: unchanged"
+    )
+    benchmark: bool | None = Field(
+        None, description="torch.backends.cudnn.benchmark while the Trainer runs (restored after); None: unchanged (False with deterministic=True)"
+    )
+    detect_anomaly: bool = Field(False, description="run fit under torch.autograd.detect_anomaly (slow; names the op that made a nan)")
+    sync_batchnorm: bool = Field(False, description="under DDP/FSDP, BatchNorm layers become SyncBatchNorm (statistics over every rank)")
+    inference_mode: bool = Field(True, description="evaluation runs under torch.inference_mode (False: torch.no_grad)")
+    use_distributed_sampler: bool = Field(True, description="under DDP/FSDP, give DataLoaders a DistributedSampler; False: leave them as they are")
+    overfit_batches: Annotated[int, Field(ge=0)] | Annotated[float, Field(ge=0, le=1)] = Field(
+        0.0, description="n batches (int) or a fraction (float) of the training and validation loaders, unshuffled, every epoch"
+    )
+    reload_dataloaders_every_n_epochs: int = Field(
+        0, ge=0, description="call train_dataloader()/val_dataloader() (datamodule or module) again every n epochs; 0: once"
+    )
+    barebones: bool = Field(False, description="no logger, progress bar, model summary, checkpointing or sanity check: the bare loop")
 
     @pydantic.field_validator("run_name", mode="before")
     @classmethod

@@ -147,6 +147,53 @@ class Module(torch.nn.Module):
     def _attach(self, trainer: _MetricSink | None) -> None:
         object.__setattr__(self, "_trainer_ref", trainer)
 
+    # Lightning's read-only views of the Trainer; outside a Trainer they read as Lightning's do.
+    @property
+    def global_step(self) -> int:
+        """Optimizer steps taken by the Trainer (0 outside one)."""
+        ref = self.__dict__.get("_trainer_ref")
+        return int(ref.global_step) if ref is not None else 0
+
+    @property
+    def current_epoch(self) -> int:
+        """The Trainer's epoch (0 outside one)."""
+        ref = self.__dict__.get("_trainer_ref")
+        return int(ref.current_epoch) if ref is not None else 0
+
+    @property
+    def logger(self) -> Any:
+        """The Trainer's (first) logger, None outside a Trainer or without one. For the default
+        TensorBoard logger, `self.logger.experiment` is its `SummaryWriter`."""
+        ref = self.__dict__.get("_trainer_ref")
+        return ref.logger if ref is not None else None
+
+    @property
+    def loggers(self) -> list[Any]:
+        """Every logger of the Trainer (`[]` outside one or without one)."""
+        ref = self.__dict__.get("_trainer_ref")
+        return list(ref.loggers) if ref is not None else []
+
+    @property
+    def on_gpu(self) -> bool:
+        """Whether the module's parameters are on a CUDA device."""
+        return self.device.type == "cuda"
+
+    @classmethod
+    def load_from_checkpoint(
+        cls, checkpoint_path: Any, map_location: Any = None, strict: bool = True, **overrides: Any
+    ) -> Any:
+        """A new module rebuilt from a checkpoint of this trainer (or of Lightning 2.x): `cls(**hparams)`
+        with the saved hyperparameters, `overrides` winning, then `on_load_checkpoint` and the weights.
+
+        Only plain data is read (nothing in the file is executed). An argument that is not plain
+        data (a module, a tensor) is saved as its text: pass it again as an override. The module
+        is on the device the weights were loaded to (`map_location`, default: where they were saved,
+        or the CPU when that device is missing).
+        """
+        from trainer._module_load import load_module
+
+        return load_module(cls, checkpoint_path, map_location, strict, overrides)
+
     # ------------------------------------------------------------------ the user's steps
     def training_step(self, batch: Any, batch_idx: int) -> Any:
         """Return a scalar loss tensor, a dict with a scalar ``"loss"``, or None to skip."""

@@ -9,20 +9,23 @@ from pathlib import Path
 from typing import Any
 
 from trainer.logging.metrics import MetricStore, to_floats
-from trainer.loops.optimizers import OptimizerSetup, parse_optimizers
+from trainer.loops.optimizers import OptimizerSetup, optimizers_or_none, parse_optimizers
 from trainer.loops.state import LoopState
 from trainer.logging.run import RunIO
 from trainer.loops.signals import SignalGuard
+from trainer._run_flags import check_flags, sync_batchnorm, torch_flags
+from trainer._trainer_data import TrainerData, module_defines
+from trainer._trainer_eval import TrainerEvaluation
 from trainer._trainer_properties import TrainerProperties
 from trainer._compile import FirstStepCheck, check_compile_options, compile_module
-from trainer._utils import length_of, seed_everything
+from trainer._utils import seed_everything
+from trainer.logging.profiler import SimpleProfiler
 from trainer.loops.batches import check_loader, check_module
 from trainer.loops.data import DataOrder
 from trainer.loops.evaluation import EvalLoop
 from trainer.loops.fit import FitLoop
 from trainer.loops.manual import ManualOptimization, check_manual_arguments
 from trainer.loops.resume import check_resume
-from trainer.loops.schedule import batch_limit
 from trainer.loops.hooks import CallbackBase, Dispatcher
 from trainer.strategies import Strategy, resolve_strategy
 from trainer.strategies.launch import launch_processes
@@ -35,7 +38,7 @@ __all__ = ["Trainer"]
 log = logging.getLogger("trainer")
 
 
-class Trainer(TrainerProperties):
+class Trainer(TrainerProperties, TrainerData, TrainerEvaluation):
     """Trains a `Module` exactly as a hand-written PyTorch loop would, with less code.
 
     Example:
@@ -95,12 +98,22 @@ class Trainer(TrainerProperties):
         min_steps: int | None = None,
         max_time: Any = None,
         compile: bool | dict[str, Any] = False,
-        profiler: bool | dict[str, Any] | None = None,
+        profiler: bool | str | dict[str, Any] | None = None,
         requeue: bool | None = None,
         requeue_signal: str | None = "SIGUSR1",
         run_name: str | None = None,
         keep_last_checkpoints: int = 1,
         async_checkpointing: bool = False,
+        enable_model_summary: bool = True,
+        deterministic: bool | str | None = None,
+        benchmark: bool | None = None,
+        detect_anomaly: bool = False,
+        sync_batchnorm: bool = False,
+        inference_mode: bool = True,
+        use_distributed_sampler: bool = True,
+        overfit_batches: int | float = 0.0,
+        reload_dataloaders_every_n_epochs: int = 0,
+        barebones: bool = False,
         **lightning_arguments: Any,
     ) -> None:
         from trainer._args import fast_dev_run_args, validate_trainer_args  # pydantic loads on first use, not on import
@@ -110,7 +123,7 @@ class Trainer(TrainerProperties):
         arguments = dict(locals())
         for local in ("self", "fast_dev_run_args", "validate_trainer_args", "translate", "lightning_arguments"):
             arguments.pop(local)
-        self.args = validate_trainer_args(translate(arguments, lightning_arguments))
+        self.args = check_flags(validate_trainer_args(translate(arguments, lightning_arguments)))  # barebones, overfit_batches
         if self.args.fast_dev_run:  # validated first, then overridden (writes nothing)
             self.args = fast_dev_run_args(self.args)
         check_compile_options(self.args.compile, self.args.accumulate_grad_batches)  # CUDA graphs: no accumulation
@@ -138,6 +151,14 @@ class Trainer(TrainerProperties):
         self._manual: ManualOptimization | None = None
         self._loop: FitLoop | None = None
         self._datamodule: Any = None
+        self._loader_source: Callable[[], tuple[Any, Any]] | None = None  # reload_dataloaders_every_n_epochs
+        self._warned_no_validation_step = False
+        self._timer = SimpleProfiler() if self.args.profiler == "simple" else None
+
+    @property
+    def profiler(self) -> SimpleProfiler | None:
+        """`profiler="simple"`: its report so far is `trainer.profiler.summary()` (Lightning's); else None."""
+        return self._timer
 
     def request_stop(self) -> None:
         """Ask the loop to stop after the current optimizer step (used by EarlyStopping).
@@ -196,17 +217,22 @@ class Trainer(TrainerProperties):
         With `automatic_optimization = False` the module steps its optimizers itself
         (loops/manual.py). Calling `fit` again on the same Trainer continues the same run
         (counters, optimizer and scaler kept) until the limits are reached.
+
+        Loaders come from the arguments, a `datamodule`, or the module's own `train_dataloader()`
+        / `val_dataloader()` methods (Lightning's), called after its `setup("fit")`.
         """
+        with torch_flags(self.args):  # deterministic, benchmark, detect_anomaly: restored when fit ends
+            self._fit(model, train_loader if train_loader is not None else train_dataloaders,
+                      val_loader if val_loader is not None else val_dataloaders, ckpt_path, datamodule)
+
+    def _fit(self, model: Module, train_loader: Any, val_loader: Any, ckpt_path: Any, datamodule: Any) -> None:
         check_module(model)
-        train_loader, val_loader = self._loaders(
-            "fit", datamodule, train_loader if train_loader is not None else train_dataloaders,
-            val_loader if val_loader is not None else val_dataloaders,
-        )
-        if train_loader is None:
-            raise ValueError("fit() expected train_loader (Lightning: train_dataloaders=) or datamodule=. Received: neither.")
-        check_loader(train_loader, "train_loader")
-        if val_loader is not None:
-            check_loader(val_loader, "val_loader")
+        train_loader, val_loader = self._loaders("fit", datamodule, train_loader, val_loader)
+        if train_loader is None and not module_defines(model, "train_dataloader"):
+            raise ValueError("fit() expected train_loader (Lightning: train_dataloaders=), datamodule=, or a "
+                             f"train_dataloader() method on {type(model).__name__}. Received: none of them.")
+        if train_loader is not None:
+            check_loader(train_loader, "train_loader")
         check_manual_arguments(model, self.args)
         checkpoint = self._io.read_checkpoint(ckpt_path) if ckpt_path is not None else None
         if self.args.seed is not None and self._starts_run(model):  # a continued run keeps its random streams
@@ -216,26 +242,22 @@ class Trainer(TrainerProperties):
             if checkpoint is not None:
                 self._io.restore(checkpoint)
             self.state.stop_requested = self._stop_request = self._preempted = False
-            self._train_loader = train_loader = self.strategy.setup_loader(train_loader, train=True)
+            train_loader, val_loader = self._fit_loaders_from_module(model, train_loader, val_loader)
+            check_loader(train_loader, "train_loader")
+            self._train_loader = train_loader = self._prepare_loader(train_loader, train=True)
             if checkpoint is not None:
                 check_resume(self, checkpoint, train_loader)
+            val_loader = self._checked_val(model, val_loader)
             if val_loader is not None:
-                val_loader = self.strategy.setup_loader(val_loader, train=False)
+                val_loader = self._prepare_loader(val_loader, train=False)
             self._fit_with_signals(train_loader, val_loader)
+            if self._timer is not None and self.strategy.is_global_zero:  # profiler="simple"
+                log.info("%s", self._timer.summary())
         finally:
             self._io.forget_resume()
             self._call("teardown", "fit")
             if self._datamodule is not None and callable(getattr(self._datamodule, "teardown", None)):
                 self._datamodule.teardown("fit")
-
-    def _loaders(self, stage: str, datamodule: Any, *loaders: Any) -> tuple[Any, ...]:
-        """Loaders given directly, or a DataModule's (Lightning's `fit(model, dm)` too)."""
-        from trainer.datamodule import is_datamodule, resolve_loaders
-
-        if datamodule is None and loaders and is_datamodule(loaders[0]):
-            datamodule, loaders = loaders[0], (None,) * len(loaders)
-        self._datamodule = datamodule
-        return resolve_loaders(stage, datamodule, *loaders)
 
     def _fit_with_signals(self, train_loader: Any, val_loader: Any) -> None:
         with SignalGuard(self._preempt, self._requeue.signals) as signals:
@@ -275,8 +297,10 @@ class Trainer(TrainerProperties):
             self._module = model
             self.state = LoopState()
         model._attach(self)
-        self._dispatch = Dispatcher(model, self.callbacks)
+        self._dispatch = Dispatcher(model, self.callbacks, self._timer)
         self._call("setup", stage)  # before the model is moved or wrapped: layers made here count
+        if self.args.sync_batchnorm:
+            sync_batchnorm(model, self.strategy.world_size)
         probe = None
         if self.args.compile:
             # In place (what nn.Module.compile does): state-dict keys stay as they are, so checkpoints
@@ -287,7 +311,7 @@ class Trainer(TrainerProperties):
             self._train_step = FirstStepCheck(self._train_step, probe)
         if new_run:
             self._precision.setup(self.strategy.device)
-            self._opt = parse_optimizers(model.configure_optimizers())
+            self._opt = parse_optimizers(optimizers_or_none(model))
             if model.automatic_optimization and len(self._opt.optimizers) > 1:
                 count = len(self._opt.optimizers)
                 self._opt = None
@@ -322,52 +346,6 @@ class Trainer(TrainerProperties):
                 self._io.save_last()
             except Exception as save_error:  # noqa: BLE001
                 log.warning("last.ckpt could not be written after the error: %s", save_error)
-
-    # ------------------------------------------------------------ evaluation entry points
-    def validate(self, model: Module, loader: Any = None, ckpt_path: str | Path | None = None, **kwargs: Any) -> dict[str, float]:
-        """Run `validation_step` over `loader` (or `dataloaders=`/`datamodule=`); return the epoch-averaged metrics."""
-        return self._evaluate(model, loader, "validation", ckpt_path, **kwargs)
-
-    def test(self, model: Module, loader: Any = None, ckpt_path: str | Path | None = None, **kwargs: Any) -> dict[str, float]:
-        """Run `test_step` over `loader` (or `dataloaders=`/`datamodule=`); return the epoch-averaged metrics."""
-        return self._evaluate(model, loader, "test", ckpt_path, **kwargs)
-
-    def predict(self, model: Module, loader: Any = None, ckpt_path: str | Path | None = None, **kwargs: Any) -> list[Any]:
-        """Return the list of `predict_step` outputs over `loader` (or `dataloaders=`/`datamodule=`)."""
-        return self._evaluate(model, loader, "predict", ckpt_path, **kwargs)  # type: ignore[return-value]
-
-    def _evaluate(self, model: Module, loader: Any, stage: str, ckpt_path: Any, *, dataloaders: Any = None,
-                  datamodule: Any = None) -> Any:
-        check_module(model)
-        verb = "validate" if stage == "validation" else stage
-        (loader,) = self._loaders(verb, datamodule, loader if loader is not None else dataloaders)
-        if loader is None:
-            raise ValueError(f"{verb}() expected a loader (Lightning: dataloaders=) or datamodule=. Received: neither.")
-        check_loader(loader, "loader")
-        checkpoint = self._io.read_checkpoint(ckpt_path, weights_only=True) if ckpt_path is not None else None
-        if model is not self._module:  # another model: a later fit starts a fresh run for it
-            self._module, self._opt = model, None
-        model._attach(self)
-        self._dispatch = Dispatcher(model, self.callbacks)
-        hook_stage = "validate" if stage == "validation" else stage
-        self._call("setup", hook_stage)
-        try:
-            self.strategy.setup_module(model)
-            if checkpoint is not None:
-                self._io.restore_weights(checkpoint)
-            self._eval = EvalLoop(self)
-            self._io.run_start_actions()
-            limit = getattr(self.args, f"limit_{'val' if stage == 'validation' else stage}_batches")
-            loader = self.strategy.setup_loader(loader, train=False)
-            count = batch_limit(limit, length_of(loader), f"limit_{'val' if stage == 'validation' else stage}_batches")
-            return self._eval.run(loader, stage, count)
-        except BaseException:
-            self.strategy.teardown(failed=True)
-            raise
-        finally:
-            self._call("teardown", hook_stage)
-            if self._datamodule is not None and callable(getattr(self._datamodule, "teardown", None)):
-                self._datamodule.teardown(hook_stage)
 
     def save_checkpoint(self, path: str | Path, weights_only: bool = False) -> Path:
         """Write the whole training state to `path`, atomically (see README: Checkpoints);

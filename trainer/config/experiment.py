@@ -91,7 +91,7 @@ class Experiment:
                 return
             self.trainer.fit(self.model, train, ckpt_path=self._dry_run_ckpt(ckpt_path))
             if val is not None:  # 2 steps may end before the epoch's validation: run it here
-                self.trainer.validate(self.model, val)
+                self.trainer.validate(self.model, val, verbose=False)
 
     def validate(self, ckpt_path: str | Path | None = None) -> dict[str, float]:
         """`trainer.validate` on the data's `val_dataloader()`; returns the metrics."""
@@ -111,7 +111,8 @@ class Experiment:
             if not self.dry_run:
                 self.trainer._at_run_start.append(self._save_config)
             try:
-                return getattr(self.trainer, stage)(self.model, loader, ckpt_path=self._dry_run_ckpt(ckpt_path))
+                quiet = {} if stage == "predict" else {"verbose": False}  # the command prints its own JSON line
+                return getattr(self.trainer, stage)(self.model, loader, ckpt_path=self._dry_run_ckpt(ckpt_path), **quiet)
             finally:
                 self.trainer._at_run_start.clear()
 

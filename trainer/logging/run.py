@@ -24,6 +24,7 @@ from trainer.logging.multi import LoggerList
 from trainer.logging.loggers import TensorBoardLogger
 from trainer.logging.runs import DEFAULT_NAME, make_run_dir, planned_run_dir
 from trainer.logging.progress import ProgressBar
+from trainer.logging.summary import summarize
 
 __all__ = ["RunIO", "RunHost"]
 
@@ -63,7 +64,7 @@ class RunIO:
         self._files = CheckpointWriter()  # sync or background writes, last.ckpt retention
         self._logger: Any = None
         self._logger_arg = args.logger
-        self._progress: ProgressBar | None = None
+        self._progress: Any = None  # a ProgressBar, or what a progress-bar callback makes
         self._hparams_logged = False
         self.saves = 0
         self._resumed_inside_epoch: dict[str, Any] | None = None  # until that epoch's start hooks ran
@@ -155,9 +156,13 @@ class RunIO:
             warn_if_restarting(self.run_dir)  # a named run's folder, and a fit from the beginning
         if self.writes and not self._summary_logged:
             log.info("%s", fit_summary(self.trainer, module))
+            if args.enable_model_summary and not any(
+                any(c.__name__ == "ModelSummary" for c in type(cb).__mro__) for cb in self.trainer.callbacks
+            ):  # Lightning's default ModelSummary(max_depth=1), unless a ModelSummary callback prints its own
+                log.info("\n%s", summarize(module, max_depth=1))
             self._summary_logged = True
         if self.writes and args.enable_progress_bar:
-            self._progress = ProgressBar()
+            self._progress = self._new_bar()
         logger = self.logger
         if logger is not None and not self._hparams_logged:
             params = {
@@ -289,9 +294,17 @@ class RunIO:
         if self.trainer._sanity_checking:
             return  # a few batches before training: no bar of their own (nothing to watch)
         if self._progress is None and self.writes and self.trainer.args.enable_progress_bar:
-            self._progress = ProgressBar()
+            self._progress = self._new_bar()
         if self._progress is not None:
             self._progress.start_validation(total, desc=stage.capitalize())
+
+    def _new_bar(self) -> Any:
+        """The bar of a progress-bar callback (callbacks.TQDMProgressBar/RichProgressBar), else tqdm's."""
+        for callback in self.trainer.callbacks:
+            make = getattr(callback, "make_progress_bar", None)
+            if callable(make):
+                return make()
+        return ProgressBar()
 
     def progress_advance_eval(self) -> None:
         if self._progress is not None:
@@ -371,8 +384,16 @@ class RunIO:
             best = getattr(callback, "best_model_path", None)
             if best:
                 return Path(best)
+        has_callback = any(hasattr(callback, "best_model_path") for callback in self.trainer.callbacks)
+        if not has_callback and self.saves and self._run_dir is not None and self.last_path.is_file():
+            # Lightning's default checkpoint callback (monitor=None) calls the newest epoch-end file
+            # "best": here that is the last.ckpt this Trainer writes at every epoch end.
+            log.info("ckpt_path='best' without a ModelCheckpoint: using this run's %s (the newest, as Lightning's "
+                     "default checkpoint does).", self.last_path)
+            return self.last_path
         raise ckpt.CheckpointError(
-            "ckpt_path='best': no ModelCheckpoint of this Trainer has saved a best checkpoint yet. Expected "
+            "ckpt_path='best': no ModelCheckpoint of this Trainer has saved a best checkpoint yet, and this Trainer "
+            "wrote no last.ckpt (enable_checkpointing=False, or no fit yet). Expected "
             "callbacks=[ModelCheckpoint(monitor=...)] and a fit that saved one, or pass 'last' or a path."
         )
 
