@@ -247,6 +247,7 @@ class Trainer(TrainerProperties, TrainerData, TrainerEvaluation):
             self._train_loader = train_loader = self._prepare_loader(train_loader, train=True)
             if checkpoint is not None:
                 check_resume(self, checkpoint, train_loader)
+            checkpoint = None  # let go: RunIO keeps it only until the resumed epoch's start hooks ran
             val_loader = self._checked_val(model, val_loader)
             if val_loader is not None:
                 val_loader = self._prepare_loader(val_loader, train=False)

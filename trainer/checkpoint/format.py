@@ -224,7 +224,11 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: Any = "cpu", *, 
         )
     _check_archive(source, name, verify)
     try:
-        state = torch.load(source, map_location=map_location, weights_only=True)
+        # mmap: tensors are read from the page cache as they are used, not copied into this
+        # process's memory first (every DDP rank loading the same file shares the pages); what
+        # restore copies into the model and optimizer is all that stays. The file is replaced,
+        # never rewritten in place, so a mapping stays valid.
+        state = torch.load(source, map_location=map_location, weights_only=True, mmap=True)
     except MemoryError:
         raise
     except pickle.UnpicklingError as error:
