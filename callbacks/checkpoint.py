@@ -55,6 +55,15 @@ class ModelCheckpoint(Callback):
             `module.load_state_dict(torch.load(path, weights_only=True)["module"])`, or
             `trainer.validate/test(..., ckpt_path=path)`); they can't resume a run.
         verbose: log every save.
+        save_on_train_epoch_end: Lightning's choice between saving at the training epoch's end
+            and at the validation's end; here the epoch-end save is decided after the epoch's
+            validation either way (the same moment), so every value saves the same files, except
+            that Lightning also saves after each mid-epoch validation (`val_check_interval`).
+        enable_version_counter: a file name that already exists (from an earlier run, or a
+            constant `filename` with `save_top_k=-1`) gets `-v1`, `-v2`, ... (Lightning's);
+            False overwrites it.
+
+    Without `monitor`, files are ranked by recency and `best_model_score` stays None (Lightning's).
 
     Example:
         >>> import callbacks
@@ -77,6 +86,8 @@ class ModelCheckpoint(Callback):
         auto_insert_metric_name: bool = True,
         save_weights_only: bool = False,
         verbose: bool = False,
+        save_on_train_epoch_end: bool | None = None,
+        enable_version_counter: bool = True,
     ) -> None:
         if every_n_epochs == 0:  # Lightning's spelling of "never by epochs"
             every_n_epochs = None
@@ -84,6 +95,8 @@ class ModelCheckpoint(Callback):
         self.auto_insert_metric_name = auto_insert_metric_name
         self.save_weights_only = save_weights_only
         self.verbose = verbose
+        self.save_on_train_epoch_end = save_on_train_epoch_end  # accepted: epoch saves come after the epoch's validation either way
+        self.enable_version_counter = enable_version_counter
         self.dirpath = Path(dirpath) if dirpath is not None else None
         self.filename = filename
         self.monitor = monitor
@@ -165,7 +178,19 @@ class ModelCheckpoint(Callback):
             return None
         values = {"epoch": epoch, "step": trainer.global_step, **metrics}
         score = float(metrics[self.monitor]) if self.monitor is not None else float(trainer.global_step)
-        return {"name": _render(self.filename, values, self.auto_insert_metric_name), "score": score, "step": trainer.global_step}
+        name = self._versioned(_render(self.filename, values, self.auto_insert_metric_name))
+        return {"name": name, "score": score, "step": trainer.global_step}
+
+    def _versioned(self, name: str) -> str:
+        """`name`, or `name-vN` when a file of that name exists and is not the one this save replaces."""
+        if not self.enable_version_counter or self.dirpath is None:
+            return name
+        full = self.save_top_k != -1 and self.best_k_models and len(self.best_k_models) >= self.save_top_k
+        replaced = self._worst() if full else None
+        candidate, version = name, 1
+        while (self.dirpath / f"{candidate}.ckpt").exists() and str(self.dirpath / f"{candidate}.ckpt") != replaced:
+            candidate, version = f"{name}-v{version}", version + 1
+        return candidate
 
     def _flush(self, trainer: Trainer) -> None:
         if self._pending is not None:
@@ -218,7 +243,8 @@ class ModelCheckpoint(Callback):
             del models[worst]
         models[path] = score
         best = min(models, key=lambda p: _ordering_key(models[p], self._minimising()))
-        self.best_model_path, self.best_model_score = best, models[best]
+        self.best_model_path = best
+        self.best_model_score = models[best] if self.monitor is not None else None  # no monitor: no score (Lightning)
         return True
 
     # ------------------------------------------------------------------------- state
@@ -237,7 +263,7 @@ class ModelCheckpoint(Callback):
         self.best_k_models = {str(k): float(v) for k, v in state.get("best_k_models", {}).items()}
         self.best_model_path = str(state.get("best_model_path", ""))
         score = state.get("best_model_score")
-        self.best_model_score = float(score) if score is not None else None
+        self.best_model_score = float(score) if score is not None and self.monitor is not None else None
         self.last_model_path = str(state.get("last_model_path", ""))
         self._last_saved_step = state.get("last_saved_step")
         pending = state.get("pending")
