@@ -230,3 +230,17 @@ def test_run_names_are_folder_names_and_a_logger_of_your_own_is_named_on_the_log
     again = trainer(tmp_path, logger=TensorBoardLogger(tmp_path, name="mlp", version="exp"), max_epochs=2)
     again.fit(make_model(lr=0.01), shuffled(make_data()), ckpt_path="last")
     assert again.global_step == 20 and again.log_dir == tmp_path / "mlp" / "exp"
+
+
+def test_a_named_folder_logger_or_a_list_of_them_names_the_run(tmp_path):
+    from trainer.loggers import CSVLogger
+
+    def csv() -> CSVLogger:
+        return CSVLogger(tmp_path, version="exp")
+
+    trainer(tmp_path, logger=csv(), max_epochs=1).fit(make_model(lr=0.01), shuffled(make_data()))
+    trainer(tmp_path, max_epochs=2, run_name="newer").fit(make_model(lr=0.01), shuffled(make_data()))  # beside it, newer
+    for logger in (csv(), [csv(), TensorBoardLogger(tmp_path, version="exp")]):
+        run = trainer(tmp_path, logger=logger, max_epochs=2)
+        run.fit(make_model(lr=0.01), shuffled(make_data()), ckpt_path="last")
+        assert run.log_dir == tmp_path / "default" / "exp" and run.global_step == 20

@@ -126,8 +126,10 @@ class RunIO:
         logger, args = self._logger_arg, self.trainer.args
         if isinstance(logger, bool):
             return planned_run_dir(args.root_dir, DEFAULT_NAME, args.run_name)
-        if isinstance(logger, TensorBoardLogger):
-            return logger._log_dir or planned_run_dir(logger.root_dir, logger.name, logger.version)
+        # A folder logger (TensorBoardLogger, CSVLogger), or the first of logger=[...]: its folder is the run's.
+        for each in logger if isinstance(logger, (list, tuple)) else getattr(logger, "loggers", [logger]):
+            if all(hasattr(each, name) for name in ("root_dir", "name", "version", "_log_dir")):
+                return each._log_dir or planned_run_dir(each.root_dir, each.name, each.version)
         return None
 
     @property

@@ -106,11 +106,7 @@ def next_version_dir(root: str | os.PathLike[str], name: str) -> Path:
 
 
 def run_folder_of(checkpoint: str | os.PathLike[str], root: str | os.PathLike[str]) -> Path:
-    """The run folder (`root/<name>/<version>`) a checkpoint under `root` belongs to: its
-    `last.ckpt` sits in it, ModelCheckpoint's files in its `checkpoints/`."""
-    path, base = Path(checkpoint), Path(root)
-    try:
-        parts = path.relative_to(base).parts
-    except ValueError:
-        return path.parent
-    return base / parts[0] / parts[1] if len(parts) >= 3 else path.parent
+    """The run folder a checkpoint belongs to: its `last.ckpt` sits in it, ModelCheckpoint's
+    files in its `checkpoints/` (whatever the folder layout above it)."""
+    folder = Path(checkpoint).parent
+    return folder.parent if folder.name == "checkpoints" and folder != Path(root) else folder
