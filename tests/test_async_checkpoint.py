@@ -180,3 +180,33 @@ def test_a_kill_during_a_background_write_leaves_the_previous_checkpoint_loadabl
     folder = tmp_path / "runs" / "default" / "exp"
     assert load_checkpoint(folder / "last.ckpt")["loop"]["global_step"] == 10  # the first save, whole
     assert len([p for p in folder.iterdir() if p.name.endswith(".tmp")]) == 1  # the cut-short one, cleared by the next save
+
+
+class _Peer:
+    """A rank of a two-process run, with a scripted agreement."""
+
+    def __init__(self, rank: int, others_ok: bool = True) -> None:
+        self.rank, self.world_size, self.others_ok, self.agreed = rank, 2, others_ok, []
+        self.is_global_zero = rank == 0
+
+    def all_agree(self, flag: bool) -> bool:
+        self.agreed.append(flag)
+        return flag and self.others_ok
+
+
+def test_under_ddp_every_rank_learns_that_a_background_write_failed(tmp_path, monkeypatch):
+    def full_disk(state: Any, path: Any) -> None:
+        raise OSError(28, f"Checkpoint {str(path)!r} could not be written: the disk is full")
+
+    monkeypatch.setattr(checkpoint_writer, "save_atomic", full_disk)
+    state = {"format": FORMAT, "format_version": FORMAT_VERSION, "w": torch.ones(3)}
+    writer, zero = checkpoint_writer.CheckpointWriter(), _Peer(rank=0)
+    writer.write(state, tmp_path / "a.ckpt", zero, background=True)  # returns at once; the write fails later
+    with pytest.raises(OSError, match="the disk is full"):
+        writer.settle(zero, enabled=True)
+    assert zero.agreed == [False]  # told the others before raising
+    other, follower = checkpoint_writer.CheckpointWriter(), _Peer(rank=1, others_ok=False)
+    other.write(state, tmp_path / "a.ckpt", follower, background=True)  # not rank 0: writes nothing
+    with pytest.raises(RuntimeError, match="A background checkpoint write on rank 0 failed"):
+        other.settle(follower, enabled=True)
+    assert follower.agreed == [True] and not (tmp_path / "a.ckpt").exists()
