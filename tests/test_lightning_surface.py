@@ -124,7 +124,7 @@ def test_trainer_properties_lightning_users_read(tmp_path, capsys):
     mc = callbacks.ModelCheckpoint(dirpath=tmp_path / "ck")
     stop = callbacks.EarlyStopping("val/acc", mode="max", patience=5)
     trainer = Trainer(max_epochs=2, accumulate_grad_batches=2, log_every_n_steps=1, callbacks=[mc, stop],
-                      root_dir=tmp_path, num_sanity_val_steps=0)
+                      root_dir=tmp_path, num_sanity_val_steps=0, progress_lines=False)  # the bar, not lines
     trainer.fit(Shown(), DataLoader(make_data(20), batch_size=4), DataLoader(make_data(4)))  # 5 batches
     assert trainer.num_training_batches == 5 and trainer.estimated_stepping_batches == 6  # 3 windows x 2 epochs
     assert trainer.checkpoint_callback is mc and trainer.early_stopping_callback is stop

@@ -51,7 +51,8 @@ class Unsized:
 
 
 def make_trainer(tmp_path: Path, **kwargs) -> Trainer:
-    base = dict(root_dir=tmp_path, logger=False, enable_checkpointing=False, log_every_n_steps=5)
+    # the bar itself (pytest's captured stderr is not a terminal, which would pick lines)
+    base = dict(root_dir=tmp_path, logger=False, enable_checkpointing=False, log_every_n_steps=5, progress_lines=False)
     base.update(kwargs)
     return Trainer(**base)
 
@@ -87,8 +88,9 @@ def test_loader_without_len_shows_a_count(tmp_path: Path, capsys: pytest.Capture
     assert "%" not in last
 
 
-def test_postfix_changes_only_at_logging_intervals(tmp_path: Path) -> None:
+def test_bar_numbers_refresh_every_half_second_and_at_logging_steps(tmp_path: Path) -> None:
     seen: list[dict[str, str] | None] = []
+    now = [0.0]
 
     class Watch(Callback):
         def read(self) -> None:
@@ -98,16 +100,23 @@ def test_postfix_changes_only_at_logging_intervals(tmp_path: Path) -> None:
 
         def on_train_batch_start(self, trainer, module, batch, batch_idx) -> None:
             self.read()  # the bar as left by steps 1..batch_idx
+            now[0] += 0.2  # each step takes 0.2 s
 
         def on_train_epoch_end(self, trainer, module) -> None:
             self.read()
 
     trainer = make_trainer(tmp_path, max_epochs=1, callbacks=[Watch()])
+    trainer._io._live.clock = lambda: now[0]
     trainer.fit(Net(), DataLoader(data(), batch_size=4))
-    # After steps 0-4 nothing is shown; the values read at step 5 stay until step 10.
-    assert seen[:5] == [None] * 5
-    assert seen[5] is not None and seen[5] == seen[9] and set(seen[5]) == {"loss", "train/mse"}
-    assert seen[10] is not None and seen[10] != seen[5]
+    # The loss shows after the first step (0.2 s), then at most every 0.5 s: steps 4 (0.8 s)
+    # and 7 (1.4 s); logging steps 5 and 10 add the prog_bar metrics.
+    assert seen[0] is None
+    assert seen[1] == seen[2] == seen[3] and set(seen[1] or {}) == {"loss"}
+    assert seen[4] is not None and set(seen[4]) == {"loss"} and seen[4] != seen[3]
+    assert seen[5] == seen[6] and set(seen[5] or {}) == {"loss", "train/mse"}
+    assert seen[7] == seen[8] == seen[9] and seen[7] != seen[6]
+    assert seen[7] is not None and seen[5] is not None and seen[7]["train/mse"] == seen[5]["train/mse"]
+    assert seen[10] is not None and seen[10]["loss"] == seen[10]["train/mse"] != seen[7]["train/mse"]
 
 
 def test_nothing_printed_when_disabled(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

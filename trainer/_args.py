@@ -10,10 +10,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+from typing_extensions import TypedDict
+
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = ["TrainerArgs", "validate_trainer_args", "fast_dev_run_args"]
+
+
+class _ProgressLines(TypedDict, total=False):
+    """`progress_lines={...}`: how often LineProgress writes a line (trainer/logging/live.py)."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid")  # type: ignore[misc]
+    every_seconds: Annotated[float, Field(gt=0)] | None
+    every_n_steps: Annotated[int, Field(ge=1)] | None
 
 
 class TrainerArgs(BaseModel):
@@ -30,6 +40,10 @@ class TrainerArgs(BaseModel):
     root_dir: Path = Field(Path("runs"), description="where runs write logs and checkpoints")
     logger: Any = Field(True, description="True (TensorBoard), False, a logger, or a list of loggers")
     enable_progress_bar: bool = True
+    progress_lines: bool | _ProgressLines | None = Field(
+        None, description="whole lines instead of the bar: None: when stderr is not a terminal (SLURM log, CI, nohup); "
+        "True/False: always/never; or {'every_seconds': 30, 'every_n_steps': None}"
+    )
     enable_checkpointing: bool = True
     log_every_n_steps: int = Field(50, ge=1)
     callbacks: list[Any] | None = None

@@ -77,6 +77,7 @@ class Trainer(TrainerProperties, TrainerData, TrainerEvaluation):
         root_dir: str | Path = "runs",
         logger: Any = True,
         enable_progress_bar: bool = True,
+        progress_lines: bool | dict[str, Any] | None = None,
         enable_checkpointing: bool = True,
         log_every_n_steps: int = 50,
         callbacks: Sequence[CallbackBase] | None = None,

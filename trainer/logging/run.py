@@ -24,6 +24,7 @@ from trainer.logging.multi import LoggerList
 from trainer.logging.loggers import TensorBoardLogger
 from trainer.logging.runs import DEFAULT_NAME, make_run_dir, planned_run_dir
 from trainer.logging.progress import ProgressBar
+from trainer.logging.live import LineProgress, LiveNumbers, line_settings, wants_lines
 from trainer.logging.summary import summarize
 
 __all__ = ["RunIO", "RunHost"]
@@ -78,6 +79,9 @@ class RunIO:
         self.history: list[dict[str, float]] = []
         self.logged: dict[str, float] = {}  # trainer.logged_metrics
         self.shown: dict[str, float] = {}  # trainer.progress_bar_metrics
+        self._live = LiveNumbers()  # the bar's numbers between logging steps (logging/live.py)
+        self._last_loss: torch.Tensor | None = None  # the last step's loss, until it is written
+        self._logged_step = -1
 
     # ------------------------------------------------------------------- run folder
     @property
@@ -236,13 +240,26 @@ class RunIO:
         self._samples, self._samples_known = 0, True
         trainer._metrics.update_latest(floats)
         self.logged.update(floats)
-        if self.logger is not None:
-            self.logger.log_metrics(floats, step=trainer.global_step)
+        self._last_loss, self._logged_step = None, trainer.global_step
+        if self.logger is not None:  # with `epoch`, as Lightning writes it beside every logged value
+            self.logger.log_metrics({**floats, "epoch": float(trainer.current_epoch)}, step=trainer.global_step)
         shown = {"loss": floats["train/loss"]} if "train/loss" in floats else {}
         shown.update({k: floats[k] for k in trainer._metrics.prog_bar if k in floats and k != "train/loss"})
         self.shown.update(shown)
         if self._progress is not None:
             self._progress.set_postfix(self.shown)
+
+    def step_done(self, window_loss: torch.Tensor | None) -> None:
+        """After an optimizer step that wrote nothing: kept for `log_last_step`; the bar's
+        loss refreshed every 0.5 s (logging/live.py)."""
+        self._last_loss = window_loss
+        if self._progress is not None:
+            self._live.step(self._progress, self.shown, window_loss, self.trainer.global_step)
+
+    def log_last_step(self) -> None:
+        """Fit ends between logging steps: the last step's training scalars are written too."""
+        if self._last_loss is not None and self.trainer.global_step > self._logged_step:
+            self.log_step(self._last_loss, None)
 
     def close_train_epoch(self) -> None:
         """Reduce what training_step logged with on_epoch=True and write it."""
@@ -263,7 +280,7 @@ class RunIO:
             if self._progress is not None:
                 self._progress.set_postfix(self.shown)
         if self.logger is not None and written and self.trainer._module is not None:
-            self.logger.log_metrics(written, step=self.trainer.global_step)
+            self.logger.log_metrics({**written, "epoch": float(self.trainer.current_epoch)}, step=self.trainer.global_step)
             if not self._in_fit:  # standalone validate/test: leave no writer open
                 self.logger.flush()
                 self.logger.close()
@@ -274,6 +291,7 @@ class RunIO:
         # Throughput is measured within an epoch: validation time never counts as training.
         self._last_log_time, self._last_log_step = time.perf_counter(), self.trainer.global_step
         self._samples, self._samples_known = 0, True
+        self._live.reset()  # the new bar shows the loss after its first step
         if self._progress is not None:
             self._progress.start_train_epoch(self.trainer.current_epoch, total)
             done = self.trainer.state.batches_done
@@ -290,6 +308,8 @@ class RunIO:
                 self._samples += size
         if self._progress is not None:
             self._progress.advance()
+            if self._counts_samples:
+                self._progress.count_samples(batch)
 
     def progress_start_eval(self, stage: str, total: int | None) -> None:
         self.trainer._metrics.evaluating = True  # per-step values logged now stay out of train/
@@ -306,7 +326,22 @@ class RunIO:
             make = getattr(callback, "make_progress_bar", None)
             if callable(make):
                 return make()
+        if wants_lines(self.trainer.args.progress_lines):  # not a terminal: lines (logging/live.py)
+            lines = LineProgress(**line_settings(self.trainer.args.progress_lines))
+            lines.status = self._line_status
+            return lines
         return ProgressBar()
+
+    @property
+    def _counts_samples(self) -> bool:
+        return isinstance(self._progress, LineProgress)
+
+    def _line_status(self) -> dict[str, Any]:
+        trainer = self.trainer
+        metrics = self.logged if trainer.state.batches_done == 0 else {}  # at an epoch's end: its values
+        return {"step": trainer.global_step, "epoch": trainer.current_epoch,
+                "total_steps": getattr(trainer, "estimated_stepping_batches", None),
+                "epoch_metrics": {k: v for k, v in metrics.items() if k.startswith("val")}}
 
     def progress_advance_eval(self) -> None:
         if self._progress is not None:

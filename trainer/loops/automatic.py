@@ -225,6 +225,8 @@ class AutomaticOptimization:
             if self.pending():
                 self.reconcile()
             trainer._io.log_step(window_loss, norm)
+        else:
+            trainer._io.step_done(window_loss)  # the bar's loss every 0.5 s; the last step's, written at the end
 
     def _nonfinite_loss(self, batches_done: int) -> None:
         trainer = self.trainer

@@ -168,6 +168,7 @@ class FitLoop:
             if self.profiler is not None:
                 self.profiler.stop()
         self.reconcile()
+        trainer._io.log_last_step()  # a run ending between logging steps writes its last step too
         trainer._io.save_last()
         trainer._call("on_train_end")
 

@@ -211,6 +211,8 @@ class ManualOptimization:
             n = trainer.args.log_every_n_steps
             if state.global_step // n != steps_before // n:
                 trainer._io.log_step(_loss_of(output), None)
+            else:
+                trainer._io.step_done(_loss_of(output))
         return output
 
     def end_window(self, batches_done: int) -> None:
