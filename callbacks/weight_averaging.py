@@ -20,6 +20,7 @@ resume with this callback continues both exactly.
 from __future__ import annotations
 
 import itertools
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -66,7 +67,7 @@ class WeightAveraging(Callback):
         self._kwargs = kwargs
         self._average_model: AveragedModel | None = None
         self._source: torch.nn.Module | None = None  # the module the average follows
-        self._trainer: Any = None
+        self._trainer: Any = None  # a weak reference: the Trainer holds this callback
         # Optimizer steps taken when the average was last updated or considered (a step is
         # considered once), and the epoch of the last epoch-end update.
         self._latest_update_step = 0
@@ -95,7 +96,7 @@ class WeightAveraging(Callback):
                 f"{type(self).__name__} keeps a whole copy of the weights, which FSDP shards across ranks. "
                 "Expected strategy='ddp' or one device."
             )
-        self._trainer = trainer
+        self._trainer = weakref.ref(trainer)
         if self._average_model is None or self._source is not module:
             # Made here, after the module moved to its device and a checkpoint's weights loaded:
             # without a saved average it starts from the weights training starts from.
@@ -213,7 +214,7 @@ class WeightAveraging(Callback):
         """A checkpoint written after an optimizer step by a callback listed before this one
         (ModelCheckpoint's `on_train_step_end`) holds the average updated for that step, as
         the uninterrupted run's average is; the hook that follows then does nothing."""
-        trainer, module = self._trainer, self._source
+        trainer, module = self._trainer() if self._trainer is not None else None, self._source
         if not self._fitting or trainer is None or module is None or self._swapped:
             return
         if trainer.global_step <= self._latest_considered_step:
