@@ -49,11 +49,16 @@ class TrainerData:
 
     def _loaders(self, stage: str, datamodule: Any, *loaders: Any) -> tuple[Any, ...]:
         """Loaders given directly, or a DataModule's (Lightning's `fit(model, dm)` too)."""
-        from trainer.datamodule import is_datamodule, resolve_loaders
+        from trainer.datamodule import DataModule, is_datamodule, resolve_loaders
 
         if datamodule is None and loaders and is_datamodule(loaders[0]):
             datamodule, loaders = loaders[0], (None,) * len(loaders)
         self._datamodule = datamodule
+        if isinstance(datamodule, DataModule) or hasattr(datamodule, "trainer"):
+            try:
+                datamodule.trainer = self  # Lightning's `self.trainer` inside a LightningDataModule
+            except AttributeError:  # a read-only property of a duck-typed data object
+                pass
         resolved = resolve_loaders(stage, datamodule, *loaders)
         if stage == "fit":
             self._loader_source = None

@@ -37,6 +37,9 @@ class DataModule:
         if init is not None and not getattr(init, "_captures_hparams", False):
             cls.__init__ = _capturing_init(init)  # type: ignore[method-assign]
 
+    #: The Trainer using this DataModule (set by fit/validate/test/predict), as in Lightning.
+    trainer: Any = None
+
     def __init__(self) -> None:
         from trainer._hparams import _Captured
 
