@@ -74,3 +74,66 @@ def test_checkpoints_are_loaded_memory_mapped(tmp_path, monkeypatch):
     monkeypatch.setattr(torch, "load", spy)
     Trainer(max_steps=3, enable_checkpointing=False, **QUIET).fit(TinyNet(dropout=0.0), loader(make_data()), ckpt_path=path)
     assert seen and all(kwargs.get("mmap") is True and kwargs.get("weights_only") is True for kwargs in seen)
+
+
+def _fit_and_forget(**options: Any) -> tuple[weakref.ref[Any], weakref.ref[Any]]:
+    model = TinyNet(dropout=0.0)
+    trainer = Trainer(max_epochs=1, **options)
+    trainer.fit(model, loader(make_data(40)), loader(make_data(8)))
+    return weakref.ref(model), weakref.ref(trainer)
+
+
+@pytest.mark.parametrize("options", [
+    dict(logger=False, enable_checkpointing=False, enable_progress_bar=False),
+    dict(),  # TensorBoard, progress bar, last.ckpt
+    dict(compile={"backend": "eager"}, logger=False, enable_checkpointing=False, enable_progress_bar=False),
+    dict(precision="amp", logger=False, enable_checkpointing=False, enable_progress_bar=False),
+])
+def test_a_finished_run_is_freed_without_the_garbage_collector(tmp_path, options):
+    _fit_and_forget(root_dir=tmp_path / "warm", num_sanity_val_steps=0, device="cpu", **options)  # imports, caches
+    gc.collect()
+    gc.disable()
+    try:
+        model, trainer = _fit_and_forget(root_dir=tmp_path, num_sanity_val_steps=0, device="cpu", **options)
+        assert trainer() is None and model() is None
+    finally:
+        gc.enable()
+
+
+DDP_SCRIPT = """
+import gc, os, weakref
+os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ["PORT"])
+from tests.reference import TinyNet, loader, make_data
+from trainer import Trainer
+
+def run():
+    model = TinyNet(dropout=0.0)
+    trainer = Trainer(max_epochs=1, device="cpu", strategy="ddp", logger=False, enable_checkpointing=False,
+                      enable_progress_bar=False, num_sanity_val_steps=0)
+    trainer.fit(model, loader(make_data(40)))
+    return weakref.ref(model), weakref.ref(trainer)
+
+run(); gc.collect(); gc.disable()
+model, trainer = run()
+print("freed" if model() is None and trainer() is None else "alive")
+"""
+
+
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="needs torch.distributed")
+def test_a_finished_ddp_run_is_freed_without_the_garbage_collector(tmp_path):
+    """The DistributedDataParallel wrapper's back-reference from the step module is dropped at
+    teardown (a one-process Gloo group, in its own process)."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root), "PORT": str(port), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", DDP_SCRIPT], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "freed"

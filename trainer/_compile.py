@@ -113,17 +113,17 @@ def _targets(module: torch.nn.Module) -> dict[str, torch.nn.Module]:
     if _defines_forward(module):
         return {"": module}
     found: dict[str, torch.nn.Module] = {}
-
-    def visit(prefix: str, parent: torch.nn.Module) -> None:
-        for name, child in parent.named_children():
-            path = f"{prefix}{name}"
-            if _defines_forward(child) and any(True for _ in child.parameters()):
-                found[path] = child
-            elif not _defines_forward(child):
-                visit(path + ".", child)
-
-    visit("", module)
+    _collect_outermost("", module, found)  # not a recursive closure: that would be a reference cycle
     return found
+
+
+def _collect_outermost(prefix: str, parent: torch.nn.Module, found: dict[str, torch.nn.Module]) -> None:
+    for name, child in parent.named_children():
+        path = f"{prefix}{name}"
+        if _defines_forward(child) and any(True for _ in child.parameters()):
+            found[path] = child
+        elif not _defines_forward(child):
+            _collect_outermost(path + ".", child, found)
 
 
 def compile_module(module: torch.nn.Module, options: Mapping[str, Any]) -> CompileProbe:

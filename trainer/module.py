@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import weakref
 from typing import TYPE_CHECKING, Any, Callable, Literal, Protocol
 
 import torch
@@ -136,41 +137,48 @@ class Module(torch.nn.Module):
     @property
     def trainer(self) -> Any:
         """The Trainer this module is attached to (set by `fit`/`validate`/...)."""
-        ref = self.__dict__.get("_trainer_ref")
+        ref = self._attached()
         if ref is None:
             raise RuntimeError(
-                f"{type(self).__name__} is not attached to a Trainer. Expected it to be "
-                "passed to Trainer.fit/validate/test/predict first."
+                f"{type(self).__name__} is not attached to a Trainer (or the Trainer it was attached to no "
+                "longer exists). Expected it to be passed to Trainer.fit/validate/test/predict first."
             )
         return ref
 
     def _attach(self, trainer: _MetricSink | None) -> None:
-        object.__setattr__(self, "_trainer_ref", trainer)
+        # Weak: the Trainer holds the module, so a strong link back would be a reference cycle,
+        # and a finished run's module (its GPU memory) would wait for the garbage collector.
+        object.__setattr__(self, "_trainer_ref", None if trainer is None else weakref.ref(trainer))
+
+    def _attached(self) -> Any:
+        """The Trainer this module is attached to, or None (never attached, or gone)."""
+        ref = self.__dict__.get("_trainer_ref")
+        return ref() if ref is not None else None
 
     # Lightning's read-only views of the Trainer; outside a Trainer they read as Lightning's do.
     @property
     def global_step(self) -> int:
         """Optimizer steps taken by the Trainer (0 outside one)."""
-        ref = self.__dict__.get("_trainer_ref")
+        ref = self._attached()
         return int(ref.global_step) if ref is not None else 0
 
     @property
     def current_epoch(self) -> int:
         """The Trainer's epoch (0 outside one)."""
-        ref = self.__dict__.get("_trainer_ref")
+        ref = self._attached()
         return int(ref.current_epoch) if ref is not None else 0
 
     @property
     def logger(self) -> Any:
         """The Trainer's (first) logger, None outside a Trainer or without one. For the default
         TensorBoard logger, `self.logger.experiment` is its `SummaryWriter`."""
-        ref = self.__dict__.get("_trainer_ref")
+        ref = self._attached()
         return ref.logger if ref is not None else None
 
     @property
     def loggers(self) -> list[Any]:
         """Every logger of the Trainer (`[]` outside one or without one)."""
-        ref = self.__dict__.get("_trainer_ref")
+        ref = self._attached()
         return list(ref.loggers) if ref is not None else []
 
     @property
@@ -259,7 +267,7 @@ class Module(torch.nn.Module):
         With both `on_step` and `on_epoch` the values are written as `<name>_step` and
         `<name>_epoch`, and `callback_metrics[name]` holds the latest (Lightning's rule).
         """
-        ref = self.__dict__.get("_trainer_ref")
+        ref = self._attached()
         if ref is None:
             return  # called outside a Trainer (e.g. a unit test of the step): nothing to do
         if reduce_fx is not None:

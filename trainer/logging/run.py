@@ -26,6 +26,7 @@ from trainer.logging.runs import DEFAULT_NAME, make_run_dir, planned_run_dir
 from trainer.logging.progress import ProgressBar
 from trainer.logging.live import LineProgress, LiveNumbers, line_settings, wants_lines
 from trainer.logging.summary import summarize
+from trainer._weak import WeakAttribute
 
 __all__ = ["RunIO", "RunHost"]
 
@@ -57,6 +58,8 @@ class RunHost(StateHost, SummaryHost, Protocol):
 
 
 class RunIO:
+    trainer: WeakAttribute[RunHost] = WeakAttribute()  # the Trainer owns this object: no reference cycle (trainer/_weak.py)
+
     def __init__(self, trainer: RunHost) -> None:
         self.trainer = trainer
         args = trainer.args

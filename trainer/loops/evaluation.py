@@ -12,6 +12,7 @@ import torch
 from trainer.logging.metrics import to_floats
 from trainer._utils import length_of, move_to_device, to_host
 from trainer.loops.context import LoopHost, module_of
+from trainer._weak import WeakAttribute
 
 __all__ = ["EvalLoop"]
 
@@ -24,6 +25,8 @@ class EvalLoop:
     The train/eval mode of every submodule is restored afterwards, so a submodule the
     user froze in eval mode stays that way.
     """
+
+    trainer: WeakAttribute[LoopHost] = WeakAttribute()  # the Trainer owns this object: no reference cycle (trainer/_weak.py)
 
     def __init__(self, trainer: LoopHost) -> None:
         self.trainer = trainer

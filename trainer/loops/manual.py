@@ -41,6 +41,7 @@ import torch
 
 from trainer.loops.batches import ordered_parameters
 from trainer.loops.context import LoopHost, module_of, optimizers_of
+from trainer._weak import WeakAttribute
 
 __all__ = ["ManualOptimization", "ManagedOptimizer", "check_manual_arguments"]
 
@@ -72,8 +73,15 @@ class ManagedOptimizer:
 
     def __init__(self, optimizer: torch.optim.Optimizer, manual: ManualOptimization) -> None:
         self.__dict__["optimizer"] = optimizer
-        self.__dict__["_manual"] = manual
+        self.__dict__["_manual_ref"] = weakref.ref(manual)  # the manual loop holds this: no cycle
         self.__dict__["stepped"] = False
+
+    @property
+    def _manual(self) -> ManualOptimization:
+        manual = self.__dict__["_manual_ref"]()
+        if manual is None:
+            raise RuntimeError("This optimizer's Trainer no longer exists: step it inside a Trainer's fit.")
+        return manual  # type: ignore[no-any-return]
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """Run `closure` (if given) and apply the gradients through the precision strategy."""
@@ -112,6 +120,8 @@ class ManagedOptimizer:
 
 class ManualOptimization:
     """Runs `training_step` once per batch; its `opt.step()` calls come back here."""
+
+    trainer: WeakAttribute[LoopHost] = WeakAttribute()  # the Trainer owns this object: no reference cycle (trainer/_weak.py)
 
     def __init__(self, trainer: LoopHost) -> None:
         self.trainer = trainer

@@ -86,7 +86,10 @@ class DDP(ProcessGroupStrategy):
             )
 
     def teardown(self, failed: bool = False) -> None:
-        """Drop the DDP wrapper (the process group stays; see ProcessGroupStrategy.teardown)."""
+        """Drop the DDP wrapper (the process group stays; see ProcessGroupStrategy.teardown) and
+        its back-reference from the step module, so no reference cycle keeps the model alive."""
+        if self._ddp is not None:
+            object.__setattr__(self._ddp.module, "wrapper", None)
         self._ddp = None
         super().teardown(failed)
 

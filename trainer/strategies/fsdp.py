@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
@@ -178,19 +178,15 @@ class FSDP(ProcessGroupStrategy):
         claimed: set[int] = set()
         tied = _tied_parameters(module)  # used from two places: left to the root unit
 
-        def visit(sub: torch.nn.Module) -> None:
-            for child in sub.children():
-                visit(child)
+        for sub in _innermost_first(module):  # not a recursive closure: that is a reference cycle
             if sub is module:
-                return
+                continue
             own = [p for p in sub.parameters() if id(p) not in claimed]
             if any(id(p) in tied for p in own):
-                return
+                continue
             if sum(p.numel() for p in own) >= self.options["min_shard_params"]:
                 units.append(sub)
                 claimed.update(id(p) for p in own)
-
-        visit(module)
         return _untied(module, units)
 
     # ------------------------------------------------ single-file checkpoints (DDP's, one process's)
@@ -251,6 +247,13 @@ class FSDP(ProcessGroupStrategy):
             timeout = "" if self.timeout is None else f", timeout={self.timeout.total_seconds():g}"
             return f"FSDP({', '.join(f'{k}={v!r}' for k, v in self.options.items())}{timeout})"
         return super().__repr__()
+
+
+def _innermost_first(module: torch.nn.Module) -> Iterator[torch.nn.Module]:
+    """`module` and its submodules, each after its children (the order fully_shard needs)."""
+    for child in module.children():
+        yield from _innermost_first(child)
+    yield module
 
 
 def _tied_parameters(module: torch.nn.Module) -> set[int]:
