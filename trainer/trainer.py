@@ -157,6 +157,16 @@ class Trainer(TrainerProperties, TrainerData, TrainerEvaluation):
         self._timer = SimpleProfiler() if self.args.profiler == "simple" else None
 
     @property
+    def default_root_dir(self) -> Path:
+        """Lightning's name of `root_dir`."""
+        return Path(self.args.root_dir)
+
+    @property
+    def lightning_module(self) -> Module | None:
+        """The module being (or last) run (Lightning's name)."""
+        return self._module
+
+    @property
     def profiler(self) -> SimpleProfiler | None:
         """`profiler="simple"`: its report so far is `trainer.profiler.summary()` (Lightning's); else None."""
         return self._timer

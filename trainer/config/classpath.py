@@ -14,6 +14,8 @@ import dataclasses
 import difflib
 import importlib
 import inspect
+import logging
+import os
 import pkgutil
 import sys
 import types
@@ -24,7 +26,14 @@ from typing import Any
 import pydantic
 from pydantic import ConfigDict, TypeAdapter
 
-__all__ = ["Problem", "ConfigError", "ResolvedSpec", "check_spec", "instantiate", "is_spec", "suggest"]
+__all__ = ["Problem", "ConfigError", "ResolvedSpec", "check_spec", "instantiate", "is_spec", "suggest", "USER_FOLDERS"]
+
+log = logging.getLogger("trainer")
+
+#: The folders the `trainer` command reads the user's modules from (the working folder and the
+#: config's), after the installed packages: a class_path found there is reported with its file.
+USER_FOLDERS: list[str] = []
+_REPORTED: set[str] = set()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,6 +118,7 @@ def import_target(class_path: Any, path: str) -> tuple[Any, list[Problem]]:
         hint = f" Did you mean {close[0]!r}?" if close else ""
         return None, [Problem(where, f"cannot import {class_path!r}: no module named {top!r}.{hint} "
                               "Expected an importable module: is its folder on PYTHONPATH (or the package installed)?")]
+    _report_user_file(class_path, module)
     target: Any = module
     for depth, attribute in enumerate(parts[index:]):
         owner = target
@@ -118,11 +128,41 @@ def import_target(class_path: Any, path: str) -> tuple[Any, list[Problem]]:
             if inspect.ismodule(owner) and hasattr(owner, "__path__"):
                 choices += [m.name for m in pkgutil.iter_modules(owner.__path__)]
             return None, [Problem(where, f"cannot import {class_path!r}: {owner_name!r} has no {attribute!r}."
-                                  f"{suggest(attribute, choices)}")]
+                                  f"{suggest(attribute, choices)}{_shadowed(parts[0])}")]
         target = getattr(owner, attribute)
     if not callable(target):
         return None, [Problem(where, f"Expected a class or callable. Received: {class_path!r}, a {type(target).__name__}.")]
     return target, []
+
+
+def _in_user_folder(file: str) -> str | None:
+    for folder in USER_FOLDERS:
+        try:
+            if os.path.commonpath([os.path.realpath(file), os.path.realpath(folder)]) == os.path.realpath(folder):
+                return folder
+        except ValueError:  # another drive (Windows)
+            continue
+    return None
+
+
+def _report_user_file(class_path: str, module: Any) -> None:
+    """A class_path read from the user's own folder: say which file (once per file)."""
+    file = getattr(module, "__file__", None)
+    if file and file not in _REPORTED and _in_user_folder(file) is not None:
+        _REPORTED.add(file)
+        log.info("class_path %s: imported from %s", class_path, file)
+
+
+def _shadowed(top: str) -> str:
+    """When a top-level package of this trainer hides a user's module of the same name."""
+    if top not in ("trainer", "callbacks"):
+        return ""
+    for folder in USER_FOLDERS:
+        for candidate in (os.path.join(folder, f"{top}.py"), os.path.join(folder, top, "__init__.py")):
+            if os.path.isfile(candidate):
+                return (f" Your {candidate} has the name of this trainer's own `{top}` package, which is read first; "
+                        f"rename your file (e.g. my_{top}.py) and its class_path.")
+    return ""
 
 
 def _import_failed(where: str, name: str, error: BaseException) -> Problem:

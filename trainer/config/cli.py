@@ -164,6 +164,7 @@ def _run(argv: list[str]) -> int:
     args = build_parser().parse_args(rest)
     if problems:
         raise ConfigError(problems, "the command line")
+    _our_packages_first()
     for path in args.config:
         _extend_import_path(Path(path))
     helps = [key.split(".")[0] for key in ("model.help", "data.help") if overrides.pop(key, None)]
@@ -281,11 +282,24 @@ def prediction_path(output: str, rank: int, world_size: int) -> Path:
     return path if world_size == 1 else path.with_name(f"{path.stem}.rank{rank}{path.suffix}")
 
 
+def _our_packages_first() -> None:
+    """`python -m trainer` puts the working folder first on sys.path, where a user's own
+    `callbacks.py` (or `trainer/`) would shadow this package's: it goes behind the installed
+    packages instead (class_path still finds the user's modules there, see classpath.py)."""
+    here = {"", ".", os.getcwd()}
+    if any(entry in here for entry in sys.path):
+        sys.path[:] = [entry for entry in sys.path if entry not in here] + [os.getcwd()]
+
+
 def _extend_import_path(config: Path) -> None:
     """Let class_path find modules in the current folder and beside the config file."""
+    from trainer.config import classpath
+
     for folder in (os.getcwd(), str(config.resolve().parent)):
         if folder not in sys.path:
             sys.path.append(folder)
+        if folder not in classpath.USER_FOLDERS:
+            classpath.USER_FOLDERS.append(folder)
 
 
 def _setup_logging() -> None:
