@@ -75,5 +75,5 @@ def test_lightning_loader_keywords_and_evaluation(tmp_path: Path):
 def test_both_or_neither_is_an_error():
     with pytest.raises(ValueError, match="both loaders and a datamodule"):
         Trainer(**QUIET).fit(TinyNet(), DataLoader(make_data(8)), datamodule=Data())
-    with pytest.raises(ValueError, match="Received: neither"):
+    with pytest.raises(ValueError, match="Received: none of them"):
         Trainer(**QUIET).fit(TinyNet())

@@ -7,7 +7,7 @@ import functools
 import inspect
 from typing import Any, Callable
 
-__all__ = ["AttributeDict"]
+__all__ = ["AttributeDict", "hparams_of_caller"]
 
 
 class AttributeDict(dict):  # type: ignore[type-arg]
@@ -63,3 +63,23 @@ def _capturing_init(init: Callable[..., None]) -> Callable[..., None]:
 
     wrapper._captures_hparams = True  # type: ignore[attr-defined]
     return wrapper
+
+
+def hparams_of_caller(owner: Any, caller: Any, names: tuple[str, ...], ignore: str | list[str] | None) -> AttributeDict:
+    """`save_hyperparameters(*names, ignore=...)`: the calling `__init__`'s arguments (frame `caller`)."""
+    local = dict(caller.f_locals)
+    code = caller.f_code
+    arg_names = list(code.co_varnames[1 : code.co_argcount + code.co_kwonlyargcount])
+    dropped = {ignore} if isinstance(ignore, str) else set(ignore or [])
+    chosen = list(names) if names else arg_names
+    unknown = [n for n in chosen if n not in arg_names]
+    if unknown:
+        raise ValueError(
+            f"save_hyperparameters({', '.join(map(repr, unknown))}): not arguments of {type(owner).__name__}.__init__. "
+            f"Expected some of: {', '.join(arg_names)}."
+        )
+    values = {n: local[n] for n in chosen if n in local and n not in dropped}
+    if code.co_flags & inspect.CO_VARKEYWORDS and not names:
+        extra = code.co_varnames[code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & inspect.CO_VARARGS)]
+        values.update({k: v for k, v in dict(local.get(extra) or {}).items() if k not in dropped})
+    return AttributeDict(values)

@@ -46,6 +46,18 @@ class DataModule:
         if "hparams" not in self.__dict__:
             self.hparams: dict[str, Any] = _Captured()
 
+    def save_hyperparameters(self, *names: str, ignore: str | list[str] | None = None) -> None:
+        """Fill `self.hparams` now from the calling `__init__`'s arguments (Lightning's; they are
+        also captured automatically after `__init__`)."""
+        import inspect
+
+        from trainer._hparams import hparams_of_caller
+
+        frame = inspect.currentframe()
+        caller = frame.f_back if frame is not None else None
+        if caller is not None:
+            self.hparams = hparams_of_caller(self, caller, names, ignore)
+
     def prepare_data(self) -> None:
         """Download or write data once (called before `setup`)."""
 

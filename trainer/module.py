@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, Protocol
 
 import torch
 
-from trainer._hparams import AttributeDict, _Captured, _capturing_init
+from trainer._hparams import AttributeDict, _Captured, _capturing_init, hparams_of_caller
 
 __all__ = ["Module", "Reduce", "AttributeDict", "step_caller"]
 
@@ -108,24 +108,8 @@ class Module(torch.nn.Module):
         """
         frame = inspect.currentframe()
         caller = frame.f_back if frame is not None else None
-        if caller is None:
-            return
-        local = dict(caller.f_locals)
-        code = caller.f_code
-        arg_names = list(code.co_varnames[1 : code.co_argcount + code.co_kwonlyargcount])
-        dropped = {ignore} if isinstance(ignore, str) else set(ignore or [])
-        chosen = list(names) if names else arg_names
-        unknown = [n for n in chosen if n not in arg_names]
-        if unknown:
-            raise ValueError(
-                f"save_hyperparameters({', '.join(map(repr, unknown))}): not arguments of {type(self).__name__}.__init__. "
-                f"Expected some of: {', '.join(arg_names)}."
-            )
-        values = {n: local[n] for n in chosen if n in local and n not in dropped}
-        if code.co_flags & inspect.CO_VARKEYWORDS and not names:
-            extra = code.co_varnames[code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & inspect.CO_VARARGS)]
-            values.update({k: v for k, v in dict(local.get(extra) or {}).items() if k not in dropped})
-        object.__setattr__(self, "hparams", AttributeDict(values))
+        if caller is not None:
+            object.__setattr__(self, "hparams", hparams_of_caller(self, caller, names, ignore))
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickle and `copy.deepcopy` without the Trainer (a copy starts detached)."""
