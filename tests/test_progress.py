@@ -122,7 +122,7 @@ def test_bar_numbers_refresh_every_half_second_and_at_logging_steps(tmp_path: Pa
 def test_nothing_printed_when_disabled(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     trainer = make_trainer(tmp_path, max_epochs=2, enable_progress_bar=False)
     trainer.fit(Net(), DataLoader(data(), batch_size=4), DataLoader(data(), batch_size=8))
-    trainer.validate(Net(), DataLoader(data(), batch_size=8))
+    trainer.validate(Net(), DataLoader(data(), batch_size=8), verbose=False)  # verbose=True prints the results table (Lightning's)
     captured = capsys.readouterr()
     assert (captured.out, captured.err) == ("", "")
 
