@@ -88,8 +88,10 @@ class Module(torch.nn.Module):
 
     @property
     def device(self) -> torch.device:
-        """The device of the module's parameters (or buffers); cpu when it has none (Lightning's)."""
-        chosen = self.__dict__.get("_device_set")
+        """The device of the module's parameters (or buffers); cpu when it has none (Lightning's).
+        Parameters offloaded to the CPU between uses (FSDP's cpu_offload) report the device
+        the module computes on."""
+        chosen = self.__dict__.get("_device_set") or self.__dict__.get("_compute_device")
         if chosen is not None:
             return chosen  # type: ignore[no-any-return]
         for tensor in itertools.chain(self.parameters(), self.buffers()):

@@ -34,15 +34,37 @@ Reductions = Mapping[str, tuple[str, float]]
 
 
 def resolve_device(device: str) -> torch.device:
-    """`"auto"`: CUDA when available, else MPS when available, else CPU."""
-    if device != "auto":
-        return torch.device(device)
+    """`"auto"`: CUDA when available, else MPS when available, else CPU. `"auto"` and `"cuda"`
+    (no index) name a GPU: the local rank's when a launcher started this process (torchrun,
+    devices=N, srun: `strategy="single"` then trains one model per GPU, not all on GPU 0),
+    else the current device."""
+    chosen = torch.device(device) if device != "auto" else None
+    if chosen is not None and not (chosen.type == "cuda" and chosen.index is None):
+        return chosen
     if torch.cuda.is_available():
-        return torch.device("cuda", torch.cuda.current_device())
+        return torch.device("cuda", _launched_gpu())
+    if chosen is not None:
+        return chosen
     mps = getattr(torch.backends, "mps", None)
     if mps is not None and mps.is_available():
         return torch.device("mps")
     return torch.device("cpu")
+
+
+def _launched_gpu() -> int:
+    from trainer.strategies.cluster import ClusterEnvironment
+
+    cluster = ClusterEnvironment.detect()
+    if cluster.kind == "none":
+        return torch.cuda.current_device()
+    return cluster.local_rank % torch.cuda.device_count()
+
+
+def use_device(device: torch.device) -> None:
+    """Make `device` the current CUDA device (a no-op for others): kernels launched without an
+    explicit device, `torch.cuda` calls and the CUDA RNG a checkpoint saves then are this one's."""
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
 
 
 class Strategy:
@@ -61,7 +83,9 @@ class Strategy:
         return self.rank == 0
 
     def setup_module(self, module: torch.nn.Module) -> Callable[..., Any]:
-        """Move the module to the device; return the callable that runs a training step."""
+        """Move the module to the device (the current one from now on); return the callable
+        that runs a training step."""
+        use_device(self.device)
         module.to(self.device)
         return step_caller(module, "training_step")
 

@@ -108,6 +108,11 @@ class FSDP(ProcessGroupStrategy):
                 f"{self.device}, whose memory already is the CPU's. Set cpu_offload=False."
             )
 
+    def _cpu_collectives(self) -> bool:
+        """cpu_offload: gradients live on the CPU, and amp's inf check and the clip norm
+        all-reduce them, so the group has Gloo beside NCCL (`"cuda:nccl,cpu:gloo"`)."""
+        return bool(self.options["cpu_offload"])
+
     # ------------------------------------------------------------------ precision
     def setup_precision(self, precision: Any) -> None:
         """amp: a GradScaler whose skip decision every rank shares; amp/bf16: the compute dtype
@@ -133,6 +138,8 @@ class FSDP(ProcessGroupStrategy):
         if root is None:
             root = self._shard(module)
             object.__setattr__(module, _ROOT_ATTRIBUTE, root)  # a reference, not a submodule
+            if self.options["cpu_offload"]:  # its parameters say cpu; it computes on this rank's GPU
+                object.__setattr__(module, "_compute_device", self.device)
         elif root.world_size != self.world_size:
             raise ValueError(
                 f"{type(module).__name__} was sharded over {root.world_size} processes by an earlier "

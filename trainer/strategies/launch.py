@@ -28,6 +28,7 @@ import time
 from typing import Any, Callable, Union
 
 from trainer.strategies.cluster import ClusterEnvironment
+from trainer.strategies.devices import check_devices_fit
 
 __all__ = ["launch_processes"]
 
@@ -46,12 +47,13 @@ _TORCH_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
 _Handler = Union[Callable[[int, Any], Any], int, None]
 
 
-def launch_processes(devices: int, strategy: Any = "auto") -> None:
+def launch_processes(devices: int, strategy: Any = "auto", device: str = "auto") -> None:
     """Start ranks 1..`devices`-1 unless this process already is one of several.
 
     Args:
         devices: the number of processes on this machine (`Trainer(devices=...)`).
         strategy: `Trainer(strategy=...)`, checked against `devices` only.
+        device: `Trainer(device=...)`: on CUDA, `devices` must not exceed the visible GPUs.
 
     Raises:
         ValueError: strategy 'single' with several devices, under torchrun with another
@@ -92,6 +94,9 @@ def launch_processes(devices: int, strategy: Any = "auto") -> None:
         return
     if not dist.is_available():
         raise ValueError(f"Trainer(devices={devices}) needs torch.distributed, which this PyTorch build lacks.")
+    import torch
+
+    check_devices_fit(devices, str(device), cuda_available=torch.cuda.is_available(), visible=torch.cuda.device_count())
     command = _command_line(devices)
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std, start_processes
 

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import atexit
 import datetime
+import inspect
 import logging
+import os
 import sys
 from typing import Any
 
@@ -16,6 +18,7 @@ import torch
 from trainer.strategies.base import Reductions, Strategy
 from trainer.strategies.cluster import ClusterEnvironment
 from trainer.strategies.collectives import CollectiveGuard, parse_timeout
+from trainer.strategies.devices import group_backend, has_cpu_backend, local_cuda_index
 from trainer.strategies.sampler import _with_distributed_sampler
 
 __all__ = ["ProcessGroupStrategy", "unequal_counts"]
@@ -59,9 +62,10 @@ class ProcessGroupStrategy(Strategy):
         from torch import distributed as dist
 
         self._cluster = ClusterEnvironment.detect()
-        if dist.is_initialized():
+        self.local_rank: int | None
+        if dist.is_initialized():  # a group the user made: the launcher's local rank if there is one
             self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
-            self.local_rank = self._cluster.local_rank
+            self.local_rank = self._cluster.local_rank if self._cluster.kind != "none" else _env_int("LOCAL_RANK")
         elif self._cluster.kind != "none":
             self.rank, self.world_size = self._cluster.rank, self._cluster.world_size
             self.local_rank = self._cluster.local_rank
@@ -73,11 +77,14 @@ class ProcessGroupStrategy(Strategy):
                 "--nproc_per_node=N script.py` or `srun python script.py`, pass devices=N, or use strategy='auto'."
             )
         self.device = self._local_device(device)
+        if self.device.type == "cuda":  # always (a group the user made too): kernels and RNG go to this rank's GPU
+            torch.cuda.set_device(self.device)
         self._created_group = False
         self._failed = False
         self._bind_options()
         self._bound = True
         self._group()  # now: a DistributedSampler built before fit finds the group
+        self._check_group_backends()
         if self.timeout is not None:
             self._guard = CollectiveGuard(self.rank, self.world_size, self.timeout, type(self).__name__)
         return self
@@ -101,7 +108,38 @@ class ProcessGroupStrategy(Strategy):
         return chosen
 
     def _local_gpu(self) -> int:
-        return 0 if torch.cuda.device_count() == 1 else self.local_rank  # one GPU visible: the task's own
+        """strategies/devices.py decides; its ValueError names the problem (too few GPUs)."""
+        from torch import distributed as dist
+
+        bound = None
+        if dist.is_initialized():  # a group bound to a device (init_process_group(device_id=...)) says which
+            device_id = getattr(dist.distributed_c10d._get_default_group(), "bound_device_id", None)
+            bound = device_id.index if device_id is not None and device_id.type == "cuda" else None
+        try:
+            return local_cuda_index(local_rank=self.local_rank, rank=self.rank, visible=torch.cuda.device_count(),
+                                    local_world_size=self._cluster.local_world_size, launcher=self._cluster.kind,
+                                    bound=bound)
+        except ValueError as error:
+            raise ValueError(f"Trainer(strategy={self.name!r}) on CUDA, rank {self.rank}: {error}.") from None
+
+    def _cpu_collectives(self) -> bool:
+        """Whether collectives run on CPU tensors too (FSDP's cpu_offload): the group then has
+        a Gloo backend beside NCCL."""
+        return False
+
+    def _check_group_backends(self) -> None:
+        """A group the user made must serve the CPU tensors this strategy reduces."""
+        from torch import distributed as dist
+
+        if self._created_group or not self._cpu_collectives() or self.device.type != "cuda":
+            return
+        config = str(dist.get_backend_config())
+        if not has_cpu_backend(config):
+            raise ValueError(
+                f"Trainer(strategy={self!r}): the process group made before the Trainer has backend {config!r}, "
+                "but this strategy also reduces CPU tensors (offloaded gradients). Expected a group with a CPU "
+                "backend: dist.init_process_group(backend='cuda:nccl,cpu:gloo'), or let the Trainer make it."
+            )
 
     # ---------------------------------------------------------------- process group
     def _group(self) -> Any:
@@ -109,10 +147,10 @@ class ProcessGroupStrategy(Strategy):
         from torch import distributed as dist
 
         if not dist.is_initialized():
-            backend = "nccl" if self.device.type == "cuda" else "gloo"
-            if self.device.type == "cuda":
-                torch.cuda.set_device(self.device)
+            backend = group_backend(self.device.type, cpu_collectives=self._cpu_collectives())
             options: dict[str, Any] = {} if self.timeout is None else {"timeout": self.timeout}
+            if self.device.type == "cuda" and "device_id" in inspect.signature(dist.init_process_group).parameters:
+                options["device_id"] = self.device  # the group is bound to this rank's GPU (torch >= 2.3)
             try:
                 dist.init_process_group(backend=backend, init_method=self._cluster.init_method, rank=self.rank,
                                         world_size=self.world_size, **options)
@@ -335,6 +373,11 @@ class ProcessGroupStrategy(Strategy):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(rank={self.rank}, world_size={self.world_size}, device={self.device})"
+
+
+def _env_int(name: str) -> int | None:
+    value = os.environ.get(name, "")
+    return int(value) if value.isdigit() else None
 
 
 def _rendezvous_failed(error: RuntimeError) -> bool:
