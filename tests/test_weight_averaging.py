@@ -262,6 +262,8 @@ def test_ddp_two_processes_equal_a_hand_written_ddp_loop(tmp_path):
         equal(zero["average"], one["average"])
         assert zero["n_averaged"] == zero["hand_n_averaged"]
     assert ranks[0]["amp"]["skipped"] == 1
+    # rank 0 counted its first micro-batch's FLOPs (it writes the scalars), and still equals rank 1
+    assert ranks[0]["fp32"]["flops_per_sample"] == 480 and ranks[1]["fp32"]["flops_per_sample"] is None
 
 
 def test_checkpoint_written_after_fit_resumes_exactly(tmp_path):

@@ -44,6 +44,10 @@ class TrainerArgs(BaseModel):
         None, description="whole lines instead of the bar: None: when stderr is not a terminal (SLURM log, CI, nohup); "
         "True/False: always/never; or {'every_seconds': 30, 'every_n_steps': None}"
     )
+    performance_metrics: bool = Field(
+        True, description="log train/flops_per_sec (FLOPs counted once on the first micro-batch), train/mfu on known GPUs "
+        "and train/peak_memory_gib beside the throughput"
+    )
     enable_checkpointing: bool = True
     log_every_n_steps: int = Field(50, ge=1)
     callbacks: list[Any] | None = None

@@ -78,6 +78,7 @@ class Trainer(TrainerProperties, TrainerData, TrainerEvaluation):
         logger: Any = True,
         enable_progress_bar: bool = True,
         progress_lines: bool | dict[str, Any] | None = None,
+        performance_metrics: bool = True,
         enable_checkpointing: bool = True,
         log_every_n_steps: int = 50,
         callbacks: Sequence[CallbackBase] | None = None,

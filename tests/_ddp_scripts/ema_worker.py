@@ -78,8 +78,8 @@ def main() -> None:
         torch.manual_seed(1)
         trainer = Trainer(
             precision=AMP(**SCALER) if precision == "amp" else precision, max_epochs=2, strategy="ddp", device="cpu",
-            logger=False, enable_checkpointing=False, enable_progress_bar=False, num_sanity_val_steps=0,
-            callbacks=[averaging],
+            enable_checkpointing=False, enable_progress_bar=False, num_sanity_val_steps=0, callbacks=[averaging],
+            root_dir=out / precision, log_every_n_steps=2,  # rank 0 counts FLOPs on its first micro-batch, rank 1 does not
         )
         trainer.fit(model, loader())
         hand = by_hand(precision)
@@ -87,7 +87,7 @@ def main() -> None:
         results[precision] = {
             "average": weights(model), "training": weights(averaging.average_model.module),
             "n_averaged": int(averaging.average_model.n_averaged), "hand_average": hand["average"],
-            "hand_training": hand["training"], "hand_n_averaged": hand["n"], "skipped": trainer.state.skipped_steps,
+            "hand_training": hand["training"], "hand_n_averaged": hand["n"], "skipped": trainer.state.skipped_steps, "flops_per_sample": trainer._io.throughput.flops_per_sample,
         }
     torch.save(results, out / f"ema_rank{RANK}.pt")
 

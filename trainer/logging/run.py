@@ -25,6 +25,7 @@ from trainer.logging.loggers import TensorBoardLogger
 from trainer.logging.runs import DEFAULT_NAME, make_run_dir, planned_run_dir
 from trainer.logging.progress import ProgressBar
 from trainer.logging.live import LineProgress, LiveNumbers, line_settings, wants_lines
+from trainer.logging.throughput import Throughput
 from trainer.logging.summary import summarize
 from trainer._weak import WeakAttribute
 
@@ -85,6 +86,7 @@ class RunIO:
         self._live = LiveNumbers()  # the bar's numbers between logging steps (logging/live.py)
         self._last_loss: torch.Tensor | None = None  # the last step's loss, until it is written
         self._logged_step = -1
+        self.throughput = Throughput(args.performance_metrics)  # items/s, FLOP/s, MFU, peak memory
 
     # ------------------------------------------------------------------- run folder
     @property
@@ -238,6 +240,9 @@ class RunIO:
             automatic["train/steps_per_sec"] = (trainer.global_step - self._last_log_step) / elapsed
             if self._samples_known and self._samples:
                 automatic["train/samples_per_sec"] = self._samples / elapsed
+            micro_batches = (trainer.global_step - self._last_log_step) * trainer.args.accumulate_grad_batches
+            automatic.update(self.throughput.scalars(elapsed, self._samples if self._samples_known else None, micro_batches,
+                                                     trainer.strategy.device, trainer.precision.name))
         floats = {**automatic, **floats}
         self._last_log_time, self._last_log_step = now, trainer.global_step
         self._samples, self._samples_known = 0, True
@@ -295,6 +300,7 @@ class RunIO:
         self._last_log_time, self._last_log_step = time.perf_counter(), self.trainer.global_step
         self._samples, self._samples_known = 0, True
         self._live.reset()  # the new bar shows the loss after its first step
+        self.throughput.reset()
         if self._progress is not None:
             self._progress.start_train_epoch(self.trainer.current_epoch, total)
             done = self.trainer.state.batches_done

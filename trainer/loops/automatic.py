@@ -69,6 +69,8 @@ class AutomaticOptimization:
         self.pending_since = trainer.state.global_step
         self.skipped_where: list[str] = []  # counted, not yet reported
         self.held: HeldWindow | None = None  # an item-weighted window's micro-batches (items.py)
+        io = trainer._io  # the run's first micro-batch: its FLOPs counted once (logging/throughput.py)
+        self.flops = io.throughput.meter(io.writes and io.logging_on and not trainer.args.compile)
 
     def reset(self) -> None:
         self.window_loss = None
@@ -76,6 +78,8 @@ class AutomaticOptimization:
 
     def run(self, batch: Any, batch_idx: int, size: int, last: bool) -> Any:
         """One micro-batch; steps the optimizer when it is the last of its window."""
+        if self.flops is not None:
+            return self._counted(batch, batch_idx, size, last)
         trainer = self.trainer
         if self.held is not None:  # an item-weighted window (items.py): forward now, backward at its end
             output = self.held.forward(batch, batch_idx)
@@ -105,6 +109,16 @@ class AutomaticOptimization:
         trainer._io.progress_advance(batch)  # counted before the step's logging reads throughput
         if last:
             self.end_window(batch_idx + 1)
+        return output
+
+    def _counted(self, batch: Any, batch_idx: int, size: int, last: bool) -> Any:
+        """`run` under FlopCounterMode, which only reads shapes: the numbers are unchanged."""
+        meter, self.flops = self.flops, None
+        assert meter is not None
+        with meter.counting(batch):
+            output = self.run(batch, batch_idx, size, last)
+        if not meter.record(backward_ran=self.held is None):
+            self.flops = meter  # nothing ran (training_step returned None): count the next one
         return output
 
     def _hold(self, output: dict[str, Any], loss: torch.Tensor, batch_idx: int, synced: bool) -> None:
@@ -144,6 +158,7 @@ class AutomaticOptimization:
         held, self.held = self.held, None
         assert held is not None
         window_loss, finite = held.close(batches_done)
+        self.trainer._io.throughput.add_items(held.total_seen)
         args = self.trainer.args
         if not finite and not self.trainer._precision.handles_nonfinite and args.nonfinite_loss != "off":
             self._nonfinite_loss(batches_done)

@@ -133,6 +133,7 @@ class HeldWindow:
             divisor = total
             window_loss = loss_sum / total
             total_seen, sum_seen = torch.stack([total.to(torch.float64), loss_sum.to(torch.float64)]).tolist()
+        self.total_seen = total_seen  # the window's items over all ranks (items/s)
         if not total_seen > 0:
             state = trainer.state
             raise ValueError(

@@ -139,6 +139,8 @@ class ManualOptimization:
         self.marks: dict[int, list[Any]] = {}
         for opt in self.optimizers:
             self.mark(opt)  # gradients already there (an earlier fit's) are not this run's window
+        io = trainer._io  # the run's first training_step: its FLOPs counted once (logging/throughput.py)
+        self.flops = io.throughput.meter(io.writes and io.logging_on and not trainer.args.compile)
 
     def reset(self) -> None:
         self.steps_in_batch = 0
@@ -200,6 +202,13 @@ class ManualOptimization:
 
     # --------------------------------------------------------------- called by the loop
     def run(self, batch: Any, batch_idx: int, size: int, last: bool) -> Any:
+        if self.flops is not None:
+            meter, self.flops = self.flops, None
+            with meter.counting(batch):
+                output = self.run(batch, batch_idx, size, last)
+            if not meter.record(backward_ran=True):
+                self.flops = meter
+            return output
         trainer = self.trainer
         state = trainer.state
         steps_before = state.global_step

@@ -1,0 +1,151 @@
+"""Throughput beside `train/samples_per_sec`: items/s, FLOP/s, MFU and peak memory.
+
+- `train/items_per_sec`: with `{"loss": summed, "num_items": n}` returns (item-weighted
+  accumulation), the items of every rank per second: the count the loss is divided by.
+- `train/flops_per_sec`: the FLOPs of one training sample (forward and backward), counted
+  once with `torch.utils.flop_counter.FlopCounterMode` on the run's first micro-batch, times
+  this rank's samples per second. The counter only looks at shapes as the operations run,
+  so that step's numbers are those of an uncounted run (tests/test_throughput.py).
+- `train/mfu`: FLOP/s over the device's peak for the run's precision, on the GPUs of
+  `PEAK_TFLOPS`; absent elsewhere.
+- `train/peak_memory_gib`: the CUDA allocator's peak on a GPU, the process's peak resident
+  memory on a CPU, since the process started.
+
+Nothing here reads a tensor: FLOPs come from shapes, memory from allocator or OS counters.
+
+Example:
+    >>> peak_tflops("NVIDIA H100 80GB HBM3", "bf16")
+    989.4
+    >>> peak_tflops("NVIDIA A100-SXM4-80GB", "fp32", tf32=False)
+    19.5
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from trainer.logging.metrics import batch_size_of
+
+__all__ = ["PEAK_TFLOPS", "FlopMeter", "Throughput", "peak_tflops", "peak_memory_gib"]
+
+log = logging.getLogger("trainer")
+
+#: Dense peak TFLOP/s by GPU (the start of `torch.cuda.get_device_name()`, most specific
+#: first): bf16/fp16 tensor cores, TF32, and plain fp32 (the vendors' data sheets).
+PEAK_TFLOPS: dict[str, dict[str, float]] = {
+    "NVIDIA H200": {"bf16": 989.4, "tf32": 494.7, "fp32": 67.0},
+    "NVIDIA H100 PCIe": {"bf16": 756.5, "tf32": 378.0, "fp32": 51.0},
+    "NVIDIA H100 NVL": {"bf16": 835.5, "tf32": 417.5, "fp32": 60.0},
+    "NVIDIA H100": {"bf16": 989.4, "tf32": 494.7, "fp32": 67.0},  # SXM (HBM3)
+    "NVIDIA A100": {"bf16": 312.0, "tf32": 156.0, "fp32": 19.5},
+    "NVIDIA L4": {"bf16": 121.0, "tf32": 60.0, "fp32": 30.3},
+}
+
+
+def peak_tflops(device_name: str, precision: str, tf32: bool | None = None) -> float | None:
+    """The peak for `precision` ("fp32", "amp" = fp16, "bf16") on `device_name`, or None.
+    fp32 counts TF32 tensor cores when matmuls may use them (`tf32`; None: torch's setting)."""
+    row = next((peaks for name, peaks in PEAK_TFLOPS.items() if device_name.startswith(name)), None)
+    if row is None:
+        return None
+    if precision in ("amp", "bf16", "fp16"):
+        return row["bf16"]
+    if tf32 is None:
+        tf32 = torch.backends.cuda.matmul.allow_tf32 or torch.get_float32_matmul_precision() != "highest"
+    return row["tf32"] if tf32 else row["fp32"]
+
+
+def peak_memory_gib(device: torch.device) -> float | None:
+    """The CUDA allocator's peak on `device`, else the process's peak resident memory."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**30
+    try:
+        import resource
+    except ImportError:  # Windows
+        return None
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss / 2**30 if sys.platform == "darwin" else rss / 2**20  # bytes on macOS, KiB on Linux
+
+
+class FlopMeter:
+    """Counts the FLOPs of the first micro-batch it is given (then the loop drops it)."""
+
+    def __init__(self, throughput: Throughput) -> None:
+        self.throughput = throughput
+
+    @contextlib.contextmanager
+    def counting(self, batch: Any) -> Iterator[None]:
+        from torch.utils.flop_counter import FlopCounterMode
+
+        counter = FlopCounterMode(display=False)
+        with counter:
+            yield
+        self.flops = float(counter.get_total_flops())
+        self.samples = batch_size_of(batch)
+
+    def record(self, backward_ran: bool) -> bool:
+        """After the counted micro-batch: keep its count; False: nothing ran, count the next.
+        A held item-weighted micro-batch ran its forward only: its backward is taken as twice
+        the forward (the usual estimate), so the FLOPs are three times the forward's."""
+        flops = self.flops if backward_ran else 3 * self.flops
+        if flops <= 0:
+            return False
+        self.throughput.flops_per_batch = flops
+        self.throughput.flops_per_sample = flops / self.samples if self.samples else None
+        log.info("FLOPs of one training micro-batch (forward and backward): %.4g%s", flops,
+                 f" ({flops / self.samples:.4g} per sample)" if self.samples else "")
+        return True
+
+
+class Throughput:
+    """The scalars above, for one logging interval."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self.flops_per_sample: float | None = None
+        self.flops_per_batch: float | None = None
+        self.items = 0.0
+
+    def meter(self, active: bool) -> FlopMeter | None:
+        """A meter for the run's first micro-batch, once per Trainer; `active`: this process
+        writes scalars and the module is not compiled (counting would run it uncompiled once)."""
+        return FlopMeter(self) if active and self.enabled and self.flops_per_batch is None else None
+
+    def add_items(self, count: float) -> None:
+        self.items += count
+
+    def reset(self) -> None:
+        self.items = 0.0
+
+    def scalars(self, elapsed: float, samples: int | None, micro_batches: float, device: torch.device,
+                precision: str) -> dict[str, float]:
+        """This interval's scalars: `samples` (None: unknown) and `micro_batches` over `elapsed` seconds."""
+        out: dict[str, float] = {}
+        if self.items:
+            out["train/items_per_sec"] = self.items / elapsed
+        self.items = 0.0
+        if not self.enabled:
+            return out
+        if self.flops_per_sample is not None and samples:
+            flops = self.flops_per_sample * samples / elapsed
+        elif self.flops_per_batch is not None:
+            flops = self.flops_per_batch * micro_batches / elapsed
+        else:
+            flops = math.nan
+        if not math.isnan(flops):
+            out["train/flops_per_sec"] = flops
+            if device.type == "cuda":
+                peak = peak_tflops(torch.cuda.get_device_name(device), precision)
+                if peak is not None:
+                    out["train/mfu"] = flops / (peak * 1e12)
+        memory = peak_memory_gib(device)
+        if memory is not None:
+            out["train/peak_memory_gib"] = memory
+        return out
