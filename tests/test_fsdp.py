@@ -96,7 +96,9 @@ def test_reshard_after_forward_and_mixed_precision_options(parity):
     # float32 parameters under bf16: DDP's numbers exactly (both gather nothing in bf16)
     fp32_params = parity[0]["fp32_params/bf16"]["weights"]
     assert max_difference(fp32_params, parity[0]["ddp/bf16"]["weights"]) <= 1e-6
-    assert max_difference(fp32_params, parity[0]["fsdp/bf16"]["weights"]) > 0.0  # bf16 gathering is a real change
+    # bf16 gathering saves memory and traffic, not precision: autocast casts float32 weights to
+    # bfloat16 for each op anyway, and the batch is not cast at the root (float targets keep theirs)
+    assert max_difference(fp32_params, parity[0]["fsdp/bf16"]["weights"]) <= 1e-6
 
 
 def test_amp_skips_a_step_on_every_rank_when_one_shard_overflows(parity):

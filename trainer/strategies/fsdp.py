@@ -20,6 +20,7 @@ How it maps onto the loop (docs/distributed.md has the user's view):
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -165,7 +166,10 @@ class FSDP(ProcessGroupStrategy):
         for unit in self._units(module):
             fully_shard(unit, **settings)
         root = _Steps(module, self.world_size)
-        fully_shard(root, **settings)
+        # The root's inputs are the whole batch, targets included: cast there, float targets would
+        # lose precision (or overflow under fp16). Not cast, as under DDP and on one device: autocast
+        # decides each op's dtype; the units inside still cast their own inputs (activations).
+        fully_shard(root, **{**settings, "mp_policy": dataclasses.replace(policy, cast_forward_inputs=False)})
         return root
 
     def _units(self, module: torch.nn.Module) -> list[torch.nn.Module]:
