@@ -99,6 +99,19 @@ def test_rank_0_failing_ends_the_job_within_seconds(tmp_path):
     assert not list(tmp_path.glob("trainer-devices-*"))
 
 
+@pytest.mark.slow
+def test_a_failing_rank_stops_rank_0_while_it_runs(tmp_path):
+    """Rank 1 fails while rank 0 computes outside any collective (a minute): rank 0 watches the
+    ranks it started, names the failed one, aborts its group and stops within seconds."""
+    started = time.monotonic()
+    code, stderr = _finish(_start(tmp_path, "fail1"), tmp_path)
+    assert code != 0
+    assert time.monotonic() - started < 40, "rank 0 noticed rank 1's failure only after its own step"
+    assert "RuntimeError: rank 1 fails on purpose" in stderr
+    assert "devices=N: rank 1 (exit code 1) failed while rank 0 is still running" in stderr, stderr[-3000:]
+    assert (tmp_path / "stalled").exists() and all(_gone(pid) for pid in _pids(tmp_path))
+
+
 def _wait_for_training(tmp: Path, job: subprocess.Popen[str]) -> None:
     deadline = time.monotonic() + BOUND_S
     while not (tmp / "training").exists():

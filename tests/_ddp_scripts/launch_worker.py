@@ -7,7 +7,8 @@ Usage: python launch_worker.py OUT MODE
     MODE ok: a short fit; fail0: rank 0 raises at optimizer step 2; long: a fit that runs
     until the test interrupts it (OUT/training appears once it trains); stall1: rank 1
     sleeps outside any collective at step 2 (OUT/stalled appears), for a minute;
-    before0: rank 0 raises after building its Trainer, before fit (rank 1 waits in fit).
+    before0: rank 0 raises after building its Trainer, before fit (rank 1 waits in fit); fail1: rank 1
+    raises at step 2 while rank 0 sleeps outside any collective for a minute.
 """
 
 from __future__ import annotations
@@ -36,6 +37,11 @@ class Net(TinyNet):
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         if mode == "fail0" and self.trainer.global_step == 2 and self.trainer.global_rank == 0:
             raise RuntimeError("rank 0 fails on purpose")
+        if mode == "fail1" and self.trainer.global_step == 2:  # rank 1 fails while rank 0 computes (no collective)
+            if self.trainer.global_rank == 1:
+                raise RuntimeError("rank 1 fails on purpose")
+            (out / "stalled").touch()
+            time.sleep(60)
         if mode == "stall1" and self.trainer.global_step == 2 and self.trainer.global_rank == 1:
             (out / "stalled").touch()
             time.sleep(60)
@@ -46,7 +52,7 @@ class Net(TinyNet):
 
 
 before = handlers()
-trainer = Trainer(devices=2, strategy="ddp", device="cpu", max_epochs=2 if mode in ("ok", "fail0") else 10_000, seed=3,
+trainer = Trainer(devices=2, strategy="ddp", device="cpu", max_epochs=2 if mode in ("ok", "fail0", "fail1") else 10_000, seed=3,
                   logger=False, enable_progress_bar=False, enable_checkpointing=False)
 rank = trainer.global_rank
 (out / f"pid_rank{rank}").write_text(str(os.getpid()))

@@ -7,7 +7,9 @@ MASTER_ADDR, MASTER_PORT). Each of them builds the same Trainer, finds that envi
 and, like a process torchrun started, joins the group. Under torchrun (or an initialised
 process group) nothing is started. See docs/distributed.md ("devices=N").
 
-Ending together: rank 0 waits for the others when it exits (bounded) and ends them at once
+Ending together: rank 0 watches the others while it runs, and when one fails it aborts its
+process group and stops (it would wait for that rank in its next collective: with NCCL, for
+minutes); it waits for the others when it exits (bounded) and ends them at once
 when it exits on an uncaught exception (they would wait for it in a collective); the others
 are started in their own session (torch's choice), so on Linux each asks the kernel to end
 it should rank 0 die without running its exit handlers (SIGKILL, a crash). The signal
@@ -24,6 +26,7 @@ import signal
 import socket
 import sys
 import tempfile
+import threading
 import time
 from typing import Any, Callable, Union
 
@@ -39,6 +42,8 @@ EXIT_WAIT_S = 120.0
 #: The same when rank 0 exits on an uncaught exception: the others are then usually stuck
 #: in a collective waiting for it, so they get a short while to end by themselves.
 FAILED_WAIT_S = 5.0
+#: How often rank 0 looks whether one of the ranks it started has failed.
+WATCH_S = 1.0
 #: Set in the other ranks' environment: the pid of rank 0, which started them.
 PARENT_ENV = "TRAINER_LAUNCHER_PID"
 #: What torch's launcher installs handlers for in its caller (TORCHELASTIC_SIGNALS_TO_HANDLE).
@@ -127,7 +132,9 @@ def launch_processes(devices: int, strategy: Any = "auto", device: str = "auto")
     finally:
         _restore_signal_handlers(handlers)  # torch's raise SignalException (Ctrl-C would not be KeyboardInterrupt)
     os.environ.update(common, RANK="0", LOCAL_RANK="0")
-    atexit.register(_finish, context, logs)
+    watch = _ChildWatch(context)
+    watch.start()
+    atexit.register(_finish, context, logs, watch)
     log.info("devices=%d: this process is rank 0; started ranks 1..%d (%s).", devices, devices - 1, " ".join(command))
 
 
@@ -209,11 +216,72 @@ def _exiting_on_error() -> bool:
     return getattr(sys, "last_value", None) is not None
 
 
-def _finish(context: Any, logs: str) -> None:
+class _ChildWatch(threading.Thread):
+    """Rank 0 watches ranks 1..N-1 while it runs (once a second): when one of them fails, rank 0
+    would otherwise wait for it in the next collective, with NCCL for the backend's whole
+    timeout (minutes), or keep computing until it gets there. So it says which rank failed,
+    aborts its process group (NCCL: a collective in flight returns with an error at once) and
+    interrupts its own main thread (SIGINT, as Ctrl-C: the Trainer stops at once, outside the
+    step's critical section), and the job ends with the failed rank's exit code reported."""
+
+    def __init__(self, context: Any, period_s: float = WATCH_S) -> None:
+        super().__init__(name="trainer-devices-watch", daemon=True)
+        self.context, self.period_s = context, period_s
+        self.stopped = threading.Event()
+        self.failure: str | None = None
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.period_s):
+            try:
+                result = self.context.wait(timeout=0)  # a poll: None while every rank still runs
+            except Exception:  # noqa: BLE001 - the context is being closed: nothing left to watch
+                return
+            if result is None:
+                continue
+            if result.is_failed() and not self.stopped.is_set():
+                self.failure = _failed_ranks(result)
+                log.error("devices=N: %s failed while rank 0 is still running; aborting rank 0's process group and "
+                          "stopping it (the failed rank's error is printed above).", self.failure)
+                _abort_group()
+                _interrupt_main()
+            return  # every other rank has ended (failed or not): nothing more to watch
+
+    def stop(self) -> None:
+        self.stopped.set()
+        if self.is_alive() and threading.current_thread() is not self:
+            self.join(timeout=2 * self.period_s + 1)
+
+
+def _failed_ranks(result: Any) -> str:
+    return ", ".join(f"rank {index + 1} (exit code {failure.exitcode})" for index, failure in result.failures.items())
+
+
+def _abort_group() -> None:
+    """Abort this process's NCCL communicators (collectives in flight end with an error). Gloo
+    needs nothing: a peer's closed connection already fails its collectives."""
+    try:
+        from torch import distributed as dist
+
+        if dist.is_available() and dist.is_initialized() and "nccl" in str(dist.get_backend_config()):
+            dist.distributed_c10d._abort_process_group()
+    except Exception as error:  # noqa: BLE001 - best effort: the interrupt below still stops rank 0
+        log.warning("devices=N: aborting the process group failed (%s).", error)
+
+
+def _interrupt_main() -> None:
+    """SIGINT to the main thread: a blocking call there (a sleep, a socket wait) is interrupted too."""
+    main = threading.main_thread()
+    if main.ident is not None and main.is_alive():
+        signal.pthread_kill(main.ident, signal.SIGINT)
+
+
+def _finish(context: Any, logs: str, watch: _ChildWatch | None = None) -> None:
     """At rank 0's exit: wait (bounded) for the other ranks, end any that are left, say
     which failed, and remove torch's log folder. When rank 0 itself failed, the others are
     ended after a few seconds."""
     try:
+        if watch is not None:
+            watch.stop()
         _wait_and_end(context)
     finally:
         shutil.rmtree(logs, ignore_errors=True)
@@ -236,8 +304,7 @@ def _wait_and_end(context: Any) -> None:
     elif result is None:
         log.error("devices=N: ranks 1.. did not finish within %.0f s of rank 0's exit; ending them.", EXIT_WAIT_S)
     elif result.is_failed():
-        failed = ", ".join(f"rank {index + 1} (exit code {failure.exitcode})" for index, failure in result.failures.items())
-        log.error("devices=N: %s failed; its error is printed above.", failed)
+        log.error("devices=N: %s failed; its error is printed above.", _failed_ranks(result))
     # A rank stuck in a collective only notes SIGTERM (the Trainer stops at a step boundary)
     # and is killed after the grace period; once rank 0 has failed there is nothing to wait for.
     context.close(death_sig=signal.SIGKILL if failed_here else signal.SIGTERM)
