@@ -14,3 +14,22 @@ _LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "
 for _name in list(os.environ):
     if _name.startswith("SLURM_") or _name in _LAUNCHER_VARIABLES:
         del os.environ[_name]
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _the_cpu_suite_means_the_cpu(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests not marked `gpu` compare with CPU references: on a machine with a GPU,
+    `Trainer(device="auto")` still resolves to the CPU in them (a test that names a device gets
+    it; workers started as subprocesses name theirs). The GPU suite (`pytest -m gpu`) sees
+    the real choice. Without a GPU this changes nothing."""
+    import torch
+
+    if request.node.get_closest_marker("gpu") is not None or not torch.cuda.is_available():
+        return
+    from trainer.strategies import base
+
+    original = base.resolve_device
+    monkeypatch.setattr(base, "resolve_device", lambda device: original("cpu" if device == "auto" else device))

@@ -26,7 +26,7 @@ def test_numpy_scalars_in_optimizer_and_scheduler_state_are_stored_as_numbers(tm
     import callbacks
 
     every = callbacks.ModelCheckpoint(dirpath=tmp_path / "ck", every_n_train_steps=3, save_top_k=-1)
-    run = Trainer(max_epochs=1, root_dir=tmp_path, callbacks=[every], enable_progress_bar=False)
+    run = Trainer(max_epochs=1, root_dir=tmp_path, callbacks=[every], enable_progress_bar=False, device="cpu")
     run.fit(NumpyHyperparameters(), loader(make_data()))
     run.save_checkpoint(tmp_path / "manual.ckpt")
     written = sorted(tmp_path.rglob("*.ckpt"))
@@ -35,7 +35,7 @@ def test_numpy_scalars_in_optimizer_and_scheduler_state_are_stored_as_numbers(tm
         state = torch.load(path, weights_only=True)  # raises on anything but plain data
         assert isinstance(state["schedulers"][0]["state"]["T_max"], int)
         assert state["lr_schedulers"][0] is state["schedulers"][0]["state"]  # Lightning's key: the same object
-    resumed = Trainer(max_epochs=2, logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    resumed = Trainer(max_epochs=2, logger=False, enable_checkpointing=False, enable_progress_bar=False, device="cpu")
     resumed.fit(NumpyHyperparameters(), loader(make_data()), ckpt_path=tmp_path / "manual.ckpt")
     assert resumed.global_step == 20
 
@@ -45,7 +45,7 @@ def test_a_value_that_could_not_be_loaded_fails_the_save_naming_it(tmp_path: Pat
         def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
             checkpoint["extra"] = {"seen": {1, 2}}
 
-    run = Trainer(max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    run = Trainer(max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False, device="cpu")
     run.fit(Odd(), loader(make_data()))
     with pytest.raises(CheckpointError, match=r"checkpoint\['extra'\]\['seen'\] is a builtins.set") as caught:
         run.save_checkpoint(tmp_path / "odd.ckpt")
@@ -61,7 +61,7 @@ def test_numpy_arrays_become_tensors(tmp_path: Path):
         def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
             self.loaded = checkpoint["stats"]
 
-    run = Trainer(max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    run = Trainer(max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False, device="cpu")
     run.fit(WithArray(), loader(make_data()))
     run.save_checkpoint(tmp_path / "a.ckpt")
     assert torch.equal(load_checkpoint(tmp_path / "a.ckpt")["stats"], torch.arange(3.0, dtype=torch.float64))
@@ -81,7 +81,7 @@ def test_numpy_arrays_become_tensors(tmp_path: Path):
 def test_a_file_with_the_marker_but_missing_parts_is_refused_by_name(tmp_path: Path, damage, text):
     from trainer.checkpoint import save_atomic
 
-    run = Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    run = Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False, device="cpu")
     run.fit(TinyNet(), loader(make_data()))
     path = run.save_checkpoint(tmp_path / "whole.ckpt")
     state = torch.load(path, weights_only=True)
@@ -90,7 +90,7 @@ def test_a_file_with_the_marker_but_missing_parts_is_refused_by_name(tmp_path: P
     model = TinyNet()
     before = {k: v.clone() for k, v in model.state_dict().items()}
     with pytest.raises(CheckpointError, match="incomplete") as caught:
-        Trainer(max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False).fit(
+        Trainer(max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False, device="cpu").fit(
             model, loader(make_data()), ckpt_path=broken
         )
     assert text in str(caught.value) and str(broken) in str(caught.value)
@@ -108,11 +108,11 @@ def test_a_scheduler_of_another_class_is_refused_naming_both(tmp_path: Path):
             opt = torch.optim.SGD(self.parameters(), lr=0.05)
             return opt, torch.optim.lr_scheduler.CosineAnnealingLR(opt, 5)
 
-    run = Trainer(max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    run = Trainer(max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False, device="cpu")
     run.fit(Step(), loader(make_data()))
     path = run.save_checkpoint(tmp_path / "step.ckpt")
     with pytest.raises(CheckpointError, match="saved from a StepLR, but this run's is a CosineAnnealingLR"):
-        Trainer(max_steps=4, logger=False, enable_checkpointing=False, enable_progress_bar=False).fit(
+        Trainer(max_steps=4, logger=False, enable_checkpointing=False, enable_progress_bar=False, device="cpu").fit(
             Cosine(), loader(make_data()), ckpt_path=path
         )
 
@@ -123,7 +123,7 @@ def test_a_scheduler_of_another_class_is_refused_naming_both(tmp_path: Path):
     ids=["ENOSPC", "torch-unexpected-pos"],
 )
 def test_a_full_disk_is_named_and_the_previous_file_stays(tmp_path: Path, monkeypatch, failure):
-    run = Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    run = Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False, device="cpu")
     run.fit(TinyNet(), loader(make_data()))
     path = run.save_checkpoint(tmp_path / "x.ckpt")
     before = path.read_bytes()

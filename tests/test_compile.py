@@ -17,7 +17,7 @@ from trainer import Trainer
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None, reason="inductor needs a C compiler")
 
-QUIET = dict(logger=False, enable_progress_bar=False, enable_checkpointing=False, num_sanity_val_steps=0)
+QUIET = dict(logger=False, enable_progress_bar=False, enable_checkpointing=False, num_sanity_val_steps=0, device="cpu")
 
 
 class Net(TinyNet):
@@ -49,7 +49,7 @@ def test_checkpoints_move_between_compiled_and_eager_runs(tmp_path: Path):
     torch.manual_seed(0)
     eager = Net(dropout=0.0)
     compiled = copy.deepcopy(eager)
-    first = Trainer(max_steps=4, root_dir=tmp_path, logger=False, enable_progress_bar=False, compile={"mode": "default"})
+    first = Trainer(max_steps=4, root_dir=tmp_path, logger=False, enable_progress_bar=False, compile={"mode": "default"}, device="cpu")
     first.fit(compiled, loader(make_data(), shuffle=False))
     state = torch.load(first.log_dir / "last.ckpt", weights_only=True)
     assert not any("_orig_mod" in key for key in state["module"])

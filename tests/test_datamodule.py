@@ -14,7 +14,7 @@ from tests.reference import TinyNet, make_data
 from trainer import DataModule, Trainer
 from trainer.checkpoint import load_checkpoint
 
-QUIET = dict(logger=False, enable_progress_bar=False, num_sanity_val_steps=0)
+QUIET = dict(logger=False, enable_progress_bar=False, num_sanity_val_steps=0, device="cpu")
 
 
 class Data(DataModule):

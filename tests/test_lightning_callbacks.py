@@ -18,7 +18,7 @@ from tests.reference import TinyNet, make_data
 from trainer import Trainer
 from trainer.checkpoint import CheckpointError, load_checkpoint
 
-QUIET = dict(logger=False, enable_progress_bar=False, num_sanity_val_steps=0)
+QUIET = dict(logger=False, enable_progress_bar=False, num_sanity_val_steps=0, device="cpu")
 
 
 class Scripted(TinyNet):

@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from trainer import Module, Trainer
 
-QUIET = dict(enable_checkpointing=False, enable_progress_bar=False, num_sanity_val_steps=0)
+QUIET = dict(enable_checkpointing=False, enable_progress_bar=False, num_sanity_val_steps=0, device="cpu")
 
 
 class Logs(Module):

@@ -21,7 +21,7 @@ from tests.reference import TinyNet, assert_same_weights
 from trainer import Callback, Trainer
 from trainer.checkpoint import load_checkpoint
 
-QUIET = dict(logger=False, enable_progress_bar=False, num_sanity_val_steps=0)
+QUIET = dict(logger=False, enable_progress_bar=False, num_sanity_val_steps=0, device="cpu")
 EPOCHS, BATCHES = 2, 10
 
 
