@@ -1,6 +1,6 @@
 """The CUDA and NCCL paths whose logic does not need a GPU, checked on the CPU: the CUDA RNG
 state a rank saves and restores, the device each process picks, the process group's backend.
-(What needs a GPU is in tests/test_gpu*.py, `python -m pytest -m gpu`.)"""
+(What needs a GPU is in tests/gpu/, `python -m pytest -m gpu`.)"""
 
 from __future__ import annotations
 
