@@ -48,6 +48,11 @@ class TrainerArgs(BaseModel):
         True, description="log train/flops_per_sec (FLOPs counted once on the first micro-batch), train/mfu on known GPUs "
         "and train/peak_memory_gib beside the throughput"
     )
+    activation_checkpointing: bool | Annotated[int, Field(ge=1)] | Annotated[list[str | type[Any]], Field(min_length=1)] = Field(
+        False, description="recompute activations in backward for submodules: a list of class names (or classes), "
+        "True (a size rule: the outermost submodules of at least 1M parameters and at most half the model) or an int "
+        "(that rule's threshold)"
+    )
     enable_checkpointing: bool = True
     log_every_n_steps: int = Field(50, ge=1)
     callbacks: list[Any] | None = None

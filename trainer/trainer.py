@@ -31,6 +31,7 @@ from trainer.strategies import Strategy, resolve_strategy
 from trainer.strategies.launch import launch_processes
 from trainer.strategies.requeue import Requeue
 from trainer.module import Module
+from trainer.activation_checkpointing import checkpoint_activations
 from trainer.precision import Precision, resolve_precision
 
 __all__ = ["Trainer"]
@@ -79,6 +80,7 @@ class Trainer(TrainerProperties, TrainerData, TrainerEvaluation):
         enable_progress_bar: bool = True,
         progress_lines: bool | dict[str, Any] | None = None,
         performance_metrics: bool = True,
+        activation_checkpointing: bool | int | list[Any] = False,
         enable_checkpointing: bool = True,
         log_every_n_steps: int = 50,
         callbacks: Sequence[CallbackBase] | None = None,
@@ -314,6 +316,8 @@ class Trainer(TrainerProperties, TrainerData, TrainerEvaluation):
         self._call("setup", stage)  # before the model is moved or wrapped: layers made here count
         if self.args.sync_batchnorm:
             sync_batchnorm(model, self.strategy.world_size)
+        if self.args.activation_checkpointing:  # before compile and wrapping; once per model
+            checkpoint_activations(model, self.args.activation_checkpointing)
         probe = None
         if self.args.compile:
             # In place (what nn.Module.compile does): state-dict keys stay as they are, so checkpoints
