@@ -62,9 +62,14 @@ class AutomaticOptimization:
         self.pending_skips: torch.Tensor | None = None  # device count of skips not yet read
         # amp with a fused optimizer: the GradScaler's skip stays on the device too, counted by
         # the precision and read with the rest at logging steps (a Precision subclass whose
-        # optimizer_step lacks `defer_skips` keeps its own behaviour).
-        self.defer_skips = bool(getattr(self.optimizer, "_step_supports_amp_scaling", False)) and (
-            "defer_skips" in inspect.signature(trainer._precision.optimizer_step).parameters
+        # optimizer_step lacks `defer_skips` keeps its own behaviour). Only when nothing needs to
+        # know at once whether the step ran: a step-interval scheduler is not stepped for a
+        # skipped step, and `on_train_step_end(stepped)` (e.g. weight averaging) is told the truth.
+        self.defer_skips = (
+            bool(getattr(self.optimizer, "_step_supports_amp_scaling", False))
+            and "defer_skips" in inspect.signature(trainer._precision.optimizer_step).parameters
+            and not optimizers_of(trainer).has_step_schedulers()
+            and not self.want_step_end
         )
         self.pending_since = trainer.state.global_step
         self.skipped_where: list[str] = []  # counted, not yet reported
