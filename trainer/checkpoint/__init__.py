@@ -24,6 +24,7 @@ from trainer.checkpoint.format import (
     find_last,
     load_checkpoint,
     plain_state,
+    remove_checkpoint,
     save_atomic,
 )
 from trainer.checkpoint.sharded import export_weights
@@ -52,4 +53,5 @@ __all__ = [
     "check_layout",
     "collect_weights",
     "export_weights",
+    "remove_checkpoint",
 ]

@@ -44,6 +44,7 @@ __all__ = [
     "find_last",
     "plain_state",
     "check_layout",
+    "remove_checkpoint",
 ]
 
 log = logging.getLogger("trainer")
@@ -323,6 +324,15 @@ def plain_state(value: Any, target: Any = None, where: str = "checkpoint") -> An
         "tensors, numbers, strings, lists and dicts: convert it (e.g. float(x), x.tolist()) in the "
         "state_dict or on_save_checkpoint that adds it."
     )
+
+
+def remove_checkpoint(path: str | os.PathLike[str]) -> None:
+    """Delete a checkpoint: a file, or an FSDP run's folder of shards (nothing if it is gone)."""
+    target = Path(path)
+    if target.is_dir() and not target.is_symlink():
+        shutil.rmtree(target, ignore_errors=True)
+    else:
+        target.unlink(missing_ok=True)
 
 
 def find_last(root_dir: str | os.PathLike[str]) -> Path | None:
