@@ -35,6 +35,8 @@ from typing import Any
 
 import torch
 
+from trainer._utils import first_line
+
 __all__ = [
     "FORMAT",
     "FORMAT_VERSION",
@@ -134,7 +136,7 @@ def save_atomic(state: dict[str, Any], path: str | os.PathLike[str]) -> Path:
 def _write_failed(target: Path, error: BaseException) -> OSError:
     """A failed write, said plainly: which file, why (a full disk, most often), what is intact."""
     code = getattr(error, "errno", None)
-    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    text = first_line(error)
     full = code == errno.ENOSPC or "unexpected pos" in text or "file write failed" in text.lower()
     try:
         free = f"; {shutil.disk_usage(target.parent).free / 2**20:.0f} MiB free there now"
@@ -189,7 +191,7 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: Any = "cpu", *, 
             "Trainer.save_checkpoint can be loaded."
         ) from None
     except Exception as error:  # noqa: BLE001 - any failure to parse means a damaged file
-        raise _corrupt(name, f"{type(error).__name__}: {_first_line(error)}") from None
+        raise _corrupt(name, f"{type(error).__name__}: {first_line(error)}") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise CheckpointError(
             f"Checkpoint {name} is not a checkpoint of this trainer (no {FORMAT!r} marker). "
@@ -266,7 +268,7 @@ def _check_archive(source: Path, name: str, verify: bool) -> None:
                         while member.read(1 << 24):  # the CRC is checked at the end of the entry
                             pass
     except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError, ValueError) as error:
-        raise _corrupt(name, _first_line(error)) from None
+        raise _corrupt(name, first_line(error)) from None
 
 
 def _corrupt(name: str, detail: str) -> CheckpointError:
@@ -277,16 +279,11 @@ def _corrupt(name: str, detail: str) -> CheckpointError:
     )
 
 
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return text[0] if text else type(error).__name__
-
-
 def _unsafe_detail(error: BaseException) -> str:
     for line in str(error).splitlines():
         if "global" in line.lower():
             return line.strip()
-    return _first_line(error)
+    return first_line(error)
 
 
 

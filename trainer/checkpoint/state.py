@@ -10,8 +10,8 @@ from typing import Any
 
 import torch
 
-from trainer._utils import rng_state, set_rng_state
-from trainer.checkpoint.format import FORMAT, FORMAT_VERSION, CheckpointError, _first_line, plain_state
+from trainer._utils import first_line, rng_state, set_rng_state
+from trainer.checkpoint.format import FORMAT, FORMAT_VERSION, CheckpointError, plain_state
 from trainer.checkpoint.host import CallbackState, PendingWork, StateHost, module_of
 
 __all__ = ["callback_keys", "cut_problem", "collect_state", "collect_weights", "restore_module", "restore_state"]
@@ -251,7 +251,7 @@ def _restore_list(source: str, what: str, targets: list[Any], saved: list[dict[s
         except (ValueError, LookupError, TypeError, RuntimeError) as error:
             raise CheckpointError(
                 f"{source}: its {label} state does not fit this run's {_class_name(target)} "
-                f"({_first_line(error)}). Expected the configure_optimizers of the saved run."
+                f"({first_line(error)}). Expected the configure_optimizers of the saved run."
             ) from None
 
 
