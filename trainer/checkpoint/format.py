@@ -291,17 +291,30 @@ def _unsafe_detail(error: BaseException) -> str:
 _PLAIN_LEAVES = (bool, int, float, complex, str, bytes, type(None), torch.Tensor, torch.dtype, torch.device, torch.Size)
 
 
-def plain_state(value: Any, target: Any = None, where: str = "checkpoint") -> Any:
+def plain_state(value: Any, target: Any = None, where: str = "checkpoint", *, as_text: bool = False) -> Any:
     """`value` with NumPy scalars and arrays turned into Python numbers and tensors, so the
     file loads with `torch.load(weights_only=True)`; anything else that is not plain data
     fails the save at once, naming the entry (a checkpoint that can't be loaded back is
     worse than no checkpoint).
 
+    With `as_text=True`, for what describes a run (its arguments, hyperparameters, a YAML
+    run's config), nothing fails: mappings get text keys, tuples become lists, and anything
+    but None, a bool, a number or a string is kept as its text.
+
     Example:
         >>> import numpy as np
         >>> plain_state({"lr": np.float64(0.5), "steps": [np.int64(3)]})
         {'lr': 0.5, 'steps': [3]}
+        >>> from pathlib import Path
+        >>> plain_state({"root_dir": Path("runs"), "betas": (0.9, 0.99)}, as_text=True)
+        {'root_dir': 'runs', 'betas': [0.9, 0.99]}
     """
+    if as_text:
+        if isinstance(value, dict):
+            return {str(key): plain_state(item, as_text=True) for key, item in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [plain_state(item, as_text=True) for item in value]
+        return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
     numpy = sys.modules.get("numpy")
     if numpy is not None and isinstance(value, numpy.generic):  # before the leaves: np.float64 is a float
         return value.item()

@@ -100,9 +100,9 @@ def collect_state(trainer: StateHost, *, allow_partial: bool = False, target: An
         "callbacks": {
             key: cb.state_dict() for key, cb in zip(callback_keys(trainer.callbacks), trainer.callbacks)
         },
-        "config": _plain(trainer.args.model_dump(exclude={"callbacks", "logger", "precision"})),
-        "hparams": _plain(dict(getattr(module, "hparams", {}) or {})),
-        "experiment": _plain(trainer.experiment_config),
+        "config": plain_state(trainer.args.model_dump(exclude={"callbacks", "logger", "precision"}), as_text=True),
+        "hparams": plain_state(dict(getattr(module, "hparams", {}) or {}), as_text=True),
+        "experiment": plain_state(trainer.experiment_config, as_text=True),
     }
     datamodule: Any = trainer._datamodule
     if callable(getattr(datamodule, "state_dict", None)):
@@ -128,7 +128,7 @@ def collect_weights(trainer: StateHost, target: Any = None) -> dict[str, Any]:
         "weights_only": True,
         "module": module.state_dict(),
         "module_class": f"{type(module).__module__}.{type(module).__qualname__}",
-        "hparams": _plain(dict(getattr(module, "hparams", {}) or {})),
+        "hparams": plain_state(dict(getattr(module, "hparams", {}) or {}), as_text=True),
     }
     return plain_state(state, target)
 
@@ -281,14 +281,3 @@ def _restore_precision(trainer: StateHost, saved: dict[str, Any], source: str) -
             "tracker) is dropped.",
             stacklevel=5,
         )
-
-
-def _plain(value: Any) -> Any:
-    """Config values as plain data that `weights_only=True` loading accepts."""
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    return str(value)
