@@ -17,11 +17,11 @@ import logging
 import math
 import os
 import re
-import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from trainer import Callback, MonitorError
+from trainer.checkpoint import remove_checkpoint
 
 if TYPE_CHECKING:
     from trainer import Trainer
@@ -205,7 +205,7 @@ class ModelCheckpoint(Callback):
             return
         for stale in evicted:  # only now that the new file is safely written
             if stale != path and stale != self.last_model_path:
-                _remove(Path(stale))
+                remove_checkpoint(stale)
 
     def _admit(self, path: str, score: float, evicted: list[str]) -> bool:
         """Update the top-k bookkeeping for a new file; list the files it pushes out."""
@@ -308,11 +308,3 @@ def _validate(
                 f"ModelCheckpoint(filename={filename!r}): the format spec {match.group(2)!r} of "
                 f"{{{match.group(1)}}} does not apply to a {type(sample).__name__}. Expected e.g. '{{val/loss:.3f}}'."
             ) from None
-
-
-def _remove(path: Path) -> None:
-    """Delete a checkpoint: a file, or an FSDP run's folder of shards."""
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        path.unlink(missing_ok=True)
