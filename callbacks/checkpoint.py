@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from trainer import Callback, MonitorError
+from trainer.checkpoint import remove_checkpoint
 
 if TYPE_CHECKING:
     from trainer import Trainer

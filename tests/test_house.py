@@ -15,6 +15,7 @@ The layers, top to bottom: `callbacks/` (optional behaviours, public API only) a
 from __future__ import annotations
 
 import ast
+import collections
 import functools
 from collections.abc import Iterator
 from pathlib import Path
@@ -108,20 +109,32 @@ def find_cycles(graph: dict[str, dict[str, list[str]]]) -> list[list[str]]:
     for node in sorted(graph):
         if node not in index:
             visit(node)
-    cycles = []
-    for component in components:
-        members = set(component)
-        start = min(component)
-        path, node = [start], start
-        visited = {start}
-        while True:  # walk inside the component until a module repeats
-            node = min(t for t in graph[node] if t in members)
-            path.append(node)
-            if node in visited:
-                cycles.append(path[path.index(node):])
-                break
-            visited.add(node)
-    return cycles
+    return [_shortest_cycle(graph, set(component)) for component in components]
+
+
+def _shortest_cycle(graph: dict[str, dict[str, list[str]]], members: set[str]) -> list[str]:
+    """The shortest cycle inside a strongly connected component (breadth-first from each member)."""
+    best: list[str] = []
+    for start in sorted(members):
+        parents: dict[str, str] = {}
+        queue, closing = collections.deque([start]), None
+        while queue and closing is None:
+            node = queue.popleft()
+            for target in sorted(graph[node]):
+                if target == start:
+                    closing = node
+                    break
+                if target in members and target not in parents:
+                    parents[target] = node
+                    queue.append(target)
+        if closing is not None:
+            path = [closing]
+            while path[-1] != start:
+                path.append(parents[path[-1]])
+            cycle = [*reversed(path), start]
+            if not best or len(cycle) < len(best):
+                best = cycle
+    return best
 
 
 def _describe(graph: dict[str, dict[str, list[str]]], cycle: list[str]) -> str:

@@ -179,12 +179,13 @@ class TrainerArgs(BaseModel):
     @pydantic.field_validator("precision")
     @classmethod
     def _check_precision(cls, value: Any) -> Any:
-        from trainer.precision import PRECISION_ALIASES, PRECISIONS, Precision
+        from trainer.precision import PRECISIONS, Precision, precision_name
 
-        if isinstance(value, Precision) or (isinstance(value, str) and value in PRECISIONS):
+        if isinstance(value, Precision):
             return value
-        if isinstance(value, (str, int)) and not isinstance(value, bool) and value in PRECISION_ALIASES:
-            return PRECISION_ALIASES[value]  # Lightning's spellings ("16-mixed", ...), also in YAML
+        name = precision_name(value)  # ours, or Lightning's spellings ("16-mixed", ...): the one place they map
+        if name is not None:
+            return name
         raise ValueError(f"expected one of {', '.join(map(repr, PRECISIONS))} or a Precision instance")
 
     @pydantic.field_validator("strategy")

@@ -2,17 +2,19 @@
 saying what to write instead where it is not (docs/lightning.md has the whole table).
 
 Example:
-    >>> translate({"precision": "16-mixed", "callbacks": None}, {"default_root_dir": "runs/x", "accelerator": "cpu"})
-    {'precision': 'amp', 'callbacks': None, 'root_dir': 'runs/x', 'device': 'cpu'}
+    >>> translate({"precision": "bf16", "callbacks": None}, {"default_root_dir": "runs/x", "accelerator": "cpu"})
+    {'precision': 'bf16', 'callbacks': None, 'root_dir': 'runs/x', 'device': 'cpu'}
+
+Lightning's precision names ("16-mixed", ...) are mapped where the Trainer validates its
+arguments (`TrainerArgs`, via `trainer.precision.precision_name`); here only the ones with
+no equivalent are refused.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from trainer.precision import PRECISION_ALIASES
-
-__all__ = ["translate", "PRECISION_ALIASES"]
+__all__ = ["translate"]
 
 _PRECISION_REFUSED = {
     "bf16-true": "bfloat16 weights (no float32 master copy); we keep float32 weights: precision='bf16'",
@@ -49,9 +51,7 @@ def translate(arguments: dict[str, Any], lightning: dict[str, Any]) -> dict[str,
     out = dict(arguments)
     precision = out.get("precision")
     if isinstance(precision, (str, int)) and not isinstance(precision, bool):
-        if precision in PRECISION_ALIASES:
-            out["precision"] = PRECISION_ALIASES[precision]
-        elif precision in _PRECISION_REFUSED:
+        if precision in _PRECISION_REFUSED:
             raise ValueError(
                 f"Trainer(precision={precision!r}) means {_PRECISION_REFUSED[precision]}. "
                 "Expected one of 'fp32', 'amp', 'bf16' (Lightning's '32-true', '16-mixed', 'bf16-mixed')."

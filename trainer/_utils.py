@@ -1,4 +1,4 @@
-"""Small helpers of the loop: moving batches to a device, seeding, RNG state."""
+"""Small helpers: moving batches to a device, seeding, RNG state, one-line error reports."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["move_to_device", "to_host", "seed_everything", "rng_state", "set_rng_state"]
+__all__ = ["move_to_device", "to_host", "seed_everything", "rng_state", "set_rng_state", "length_of", "first_line"]
 
 
 def move_to_device(batch: Any, device: torch.device) -> Any:
@@ -159,3 +159,17 @@ def length_of(loader: Any) -> int | None:
         return len(loader)
     except TypeError:
         return None
+
+
+def first_line(error: BaseException, empty: str | None = None) -> str:
+    r"""The first line of `error`'s message, for a one-line report; when it has none, `empty`
+    (by default the error's type name).
+
+    Example:
+        >>> first_line(ValueError("bad value\nmore detail")), first_line(KeyError())
+        ('bad value', 'KeyError')
+    """
+    lines = str(error).strip().splitlines()
+    if lines:
+        return lines[0]
+    return type(error).__name__ if empty is None else empty

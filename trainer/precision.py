@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 import torch
 
-__all__ = ["Precision", "FP32", "AMP", "BF16", "PRECISIONS", "PRECISION_ALIASES", "resolve_precision"]
+__all__ = ["Precision", "FP32", "AMP", "BF16", "PRECISIONS", "PRECISION_ALIASES", "precision_name", "resolve_precision"]
 
 ClipAlgorithm = Literal["norm", "value"]
 _NO_AUTOCAST = contextlib.nullcontext()  # stateless, so one shared instance serves every step
@@ -316,6 +316,20 @@ PRECISION_ALIASES: dict[Any, str] = {
     "bf16-mixed": "bf16",
     "32-true": "fp32", "32": "fp32", 32: "fp32",
 }
+
+
+def precision_name(value: Any) -> str | None:
+    """Our name for a precision given by name, ours or Lightning's; None for anything else.
+
+    Example:
+        >>> precision_name("bf16"), precision_name("16-mixed"), precision_name(32), precision_name("fp16")
+        ('bf16', 'amp', 'fp32', None)
+    """
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        return None
+    if isinstance(value, str) and value in PRECISIONS:
+        return value
+    return PRECISION_ALIASES.get(value)
 
 
 def resolve_precision(precision: str | Precision) -> Precision:

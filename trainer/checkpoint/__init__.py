@@ -5,13 +5,12 @@
 - `sharded.py`: a folder of shards every rank writes (FSDP), with the single file's guarantees.
 
 Example:
-    >>> import tempfile, torch
-    >>> from pathlib import Path
-    >>> from trainer.checkpoint import FORMAT, FORMAT_VERSION, load_checkpoint, save_atomic
-    >>> path = Path(tempfile.mkdtemp()) / "x.ckpt"
-    >>> _ = save_atomic({"format": FORMAT, "format_version": FORMAT_VERSION, "w": torch.ones(2)}, path)
-    >>> load_checkpoint(path)["w"]
-    tensor([1., 1.])
+    >>> from trainer.checkpoint import CheckpointError, load_checkpoint
+    >>> try:
+    ...     load_checkpoint("missing.ckpt")
+    ... except CheckpointError as error:
+    ...     print(str(error).split(". ")[0])
+    Checkpoint 'missing.ckpt' does not exist
 """
 
 from __future__ import annotations
@@ -24,6 +23,7 @@ from trainer.checkpoint.format import (
     find_last,
     load_checkpoint,
     plain_state,
+    remove_checkpoint,
     save_atomic,
 )
 from trainer.checkpoint.sharded import export_weights
@@ -52,4 +52,5 @@ __all__ = [
     "check_layout",
     "collect_weights",
     "export_weights",
+    "remove_checkpoint",
 ]

@@ -38,6 +38,7 @@ from typing import IO, Any, cast
 
 import torch
 
+from trainer._utils import first_line
 from trainer.checkpoint.layout import from_lightning, is_lightning, lightning_refusal, upgrade
 
 __all__ = [
@@ -49,6 +50,7 @@ __all__ = [
     "find_last",
     "plain_state",
     "check_layout",
+    "remove_checkpoint",
 ]
 
 log = logging.getLogger("trainer")
@@ -176,7 +178,7 @@ def _append_digest(handle: Any, writer: _Crc32Writer) -> None:
 def _write_failed(target: Path, error: BaseException) -> OSError:
     """A failed write, said plainly: which file, why (a full disk, most often), what is intact."""
     code = getattr(error, "errno", None)
-    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    text = first_line(error)
     full = code == errno.ENOSPC or "unexpected pos" in text or "file write failed" in text.lower()
     try:
         free = f"; {shutil.disk_usage(target.parent).free / 2**20:.0f} MiB free there now"
@@ -241,7 +243,7 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: Any = "cpu", *, 
             "Trainer.save_checkpoint can be loaded."
         ) from None
     except Exception as error:  # noqa: BLE001 - any failure to parse means a damaged file
-        raise _corrupt(name, f"{type(error).__name__}: {_first_line(error)}") from None
+        raise _corrupt(name, f"{type(error).__name__}: {first_line(error)}") from None
     if is_lightning(state):  # a PyTorch Lightning checkpoint: read into our layout
         try:
             state = {**from_lightning(state, name), "format": FORMAT, "format_version": FORMAT_VERSION}
@@ -326,7 +328,7 @@ def _check_archive(source: Path, name: str, verify: bool) -> None:
         except (CheckpointError, MemoryError):
             raise
         except Exception as error:  # noqa: BLE001 - a file that can't be read this far is damaged
-            raise _corrupt(name, f"{type(error).__name__}: {_first_line(error)}") from None
+            raise _corrupt(name, f"{type(error).__name__}: {first_line(error)}") from None
     try:
         with zipfile.ZipFile(source) as archive:
             for entry in archive.infolist():
@@ -342,7 +344,7 @@ def _check_archive(source: Path, name: str, verify: bool) -> None:
     except (CheckpointError, MemoryError):
         raise
     except Exception as error:  # noqa: BLE001 - any failure to read the archive means a damaged file
-        raise _corrupt(name, f"{type(error).__name__}: {_first_line(error)}") from None
+        raise _corrupt(name, f"{type(error).__name__}: {first_line(error)}") from None
 
 
 def _stored_digest(handle: Any, name: str) -> int | None:
@@ -397,33 +399,43 @@ def _corrupt(name: str, detail: str) -> CheckpointError:
     )
 
 
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return text[0] if text else type(error).__name__
-
-
 def _unsafe_detail(error: BaseException) -> str:
     for line in str(error).splitlines():
         if "global" in line.lower():
             return line.strip()
-    return _first_line(error)
+    return first_line(error)
 
 
 _PLAIN_LEAVES = (bool, int, float, complex, str, bytes, type(None), torch.Tensor, torch.dtype, torch.device, torch.Size)
 
 
-def plain_state(value: Any, target: Any = None, where: str = "checkpoint", _seen: dict[int, Any] | None = None) -> Any:
+def plain_state(
+    value: Any, target: Any = None, where: str = "checkpoint", _seen: dict[int, Any] | None = None, *, as_text: bool = False
+) -> Any:
     """`value` with NumPy scalars and arrays turned into Python numbers and tensors, so the
     file loads with `torch.load(weights_only=True)`; anything else that is not plain data
     fails the save at once, naming the entry (a checkpoint that can't be loaded back is
     worse than no checkpoint). A dict or list met twice (Lightning's `state_dict` is our
     `module`) stays one object, which the file stores once.
 
+    With `as_text=True`, for what describes a run (its arguments, hyperparameters, a YAML
+    run's config), nothing fails: mappings get text keys, tuples become lists, and anything
+    but None, a bool, a number or a string is kept as its text.
+
     Example:
         >>> import numpy as np
         >>> plain_state({"lr": np.float64(0.5), "steps": [np.int64(3)]})
         {'lr': 0.5, 'steps': [3]}
+        >>> from pathlib import Path
+        >>> plain_state({"root_dir": Path("runs"), "betas": (0.9, 0.99)}, as_text=True)
+        {'root_dir': 'runs', 'betas': [0.9, 0.99]}
     """
+    if as_text:
+        if isinstance(value, dict):
+            return {str(key): plain_state(item, as_text=True) for key, item in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [plain_state(item, as_text=True) for item in value]
+        return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
     numpy = sys.modules.get("numpy")
     if numpy is not None and isinstance(value, numpy.generic):  # before the leaves: np.float64 is a float
         return value.item()
@@ -450,6 +462,15 @@ def plain_state(value: Any, target: Any = None, where: str = "checkpoint", _seen
         result = items_list if isinstance(value, list) else tuple(items_list)
     seen[id(value)] = result
     return result
+
+
+def remove_checkpoint(path: str | os.PathLike[str]) -> None:
+    """Delete a checkpoint: a file, or an FSDP run's folder of shards (nothing if it is gone)."""
+    target = Path(path)
+    if target.is_dir() and not target.is_symlink():
+        shutil.rmtree(target, ignore_errors=True)
+    else:
+        target.unlink(missing_ok=True)
 
 
 def find_last(root_dir: str | os.PathLike[str]) -> Path | None:

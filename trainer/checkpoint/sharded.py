@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from trainer.checkpoint.format import CheckpointError, _alive, _fsync_directory, load_checkpoint, save_atomic
+from trainer.checkpoint.format import CheckpointError, _alive, _fsync_directory, load_checkpoint, remove_checkpoint, save_atomic
 from trainer.checkpoint.host import ShardHost, module_of
 
 __all__ = ["STATE_FILE", "is_sharded", "save_sharded", "read_sharded", "restore_sharded", "export_weights"]
@@ -132,19 +132,12 @@ def _swap(temporary: Path, target: Path) -> None:
         os.replace(temporary, target)
     else:
         aside = target.with_name(f".{target.name}.{os.getpid()}.old")
-        _remove(aside)
+        remove_checkpoint(aside)
         os.replace(target, aside)
         os.replace(temporary, target)
         _fsync_directory(target.parent)
-        _remove(aside)
+        remove_checkpoint(aside)
     _fsync_directory(target.parent)
-
-
-def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        path.unlink(missing_ok=True)
 
 
 def _tidy(target: Path) -> None:
@@ -158,7 +151,7 @@ def _tidy(target: Path) -> None:
         if match.group(2) == "old" and not target.exists() and (candidate / STATE_FILE).is_file():
             os.replace(candidate, target)
         else:
-            _remove(candidate)
+            remove_checkpoint(candidate)
 
 
 # ------------------------------------------------------------------------------ reading

@@ -10,8 +10,8 @@ from typing import Any
 
 import torch
 
-from trainer._utils import rng_state, set_rng_state
-from trainer.checkpoint.format import FORMAT, FORMAT_VERSION, CheckpointError, _first_line, plain_state
+from trainer._utils import first_line, rng_state, set_rng_state
+from trainer.checkpoint.format import FORMAT, FORMAT_VERSION, CheckpointError, plain_state
 from trainer.checkpoint.host import CallbackState, PendingWork, StateHost, module_of
 from trainer.checkpoint.trackers import continue_loggers, logger_identities
 from trainer.checkpoint.layout import add_lightning_keys, adopt_streams, reunite
@@ -104,10 +104,10 @@ def collect_state(trainer: StateHost, *, allow_partial: bool = False, target: An
         "callbacks": {
             key: cb.state_dict() for key, cb in zip(callback_keys(trainer.callbacks), trainer.callbacks)
         },
-        "config": _plain(trainer.args.model_dump(exclude={"callbacks", "logger", "precision"})),
-        "hparams": _plain(dict(getattr(module, "hparams", {}) or {})),
-        "experiment": _plain(trainer.experiment_config),
-        "loggers": _plain(logger_identities(trainer.loggers)),  # each tracker's run, continued on resume
+        "config": _as_text(trainer.args.model_dump(exclude={"callbacks", "logger", "precision"})),
+        "hparams": _as_text(dict(getattr(module, "hparams", {}) or {})),
+        "experiment": _as_text(trainer.experiment_config),
+        "loggers": _as_text(logger_identities(trainer.loggers)),  # each tracker's run, continued on resume
     }
     datamodule: Any = trainer._datamodule
     if callable(getattr(datamodule, "state_dict", None)):
@@ -136,7 +136,7 @@ def collect_weights(trainer: StateHost, target: Any = None) -> dict[str, Any]:
         "weights_only": True,
         "module": module.state_dict(),
         "module_class": f"{type(module).__module__}.{type(module).__qualname__}",
-        "hparams": _plain(dict(getattr(module, "hparams", {}) or {})),
+        "hparams": plain_state(dict(getattr(module, "hparams", {}) or {}), as_text=True),
     }
     add_lightning_keys(state, trainer.state.state_dict())
     return plain_state(state, target)
@@ -261,7 +261,7 @@ def _restore_list(source: str, what: str, targets: list[Any], saved: list[dict[s
         except (ValueError, LookupError, TypeError, RuntimeError) as error:
             raise CheckpointError(
                 f"{source}: its {label} state does not fit this run's {_class_name(target)} "
-                f"({_first_line(error)}). Expected the configure_optimizers of the saved run."
+                f"({first_line(error)}). Expected the configure_optimizers of the saved run."
             ) from None
 
 
@@ -293,12 +293,6 @@ def _restore_precision(trainer: StateHost, saved: dict[str, Any], source: str) -
         )
 
 
-def _plain(value: Any) -> Any:
-    """Config values as plain data that `weights_only=True` loading accepts."""
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    return str(value)
+def _as_text(value: Any) -> Any:
+    """What describes a run (arguments, hyperparameters, a YAML config) as plain data."""
+    return plain_state(value, as_text=True)

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from trainer._utils import first_line
 from trainer.config.classpath import ConfigError, Problem, ResolvedSpec, instantiate
 from trainer.config.yaml_io import dump_yaml
 
@@ -157,7 +158,7 @@ def _construct(where: str, spec: ResolvedSpec) -> Any:
     try:
         return instantiate(spec)
     except Exception as error:  # noqa: BLE001 - the user's __init__ rejected its init_args
-        detail = str(error).strip().splitlines()[0] if str(error).strip() else "(no message)"
+        detail = first_line(error, empty="(no message)")
         raise ConfigError([Problem(
             f"{where}.init_args",
             f"{spec.class_path}(**init_args) raised {type(error).__name__}: {detail}. Fix the value it names in the "

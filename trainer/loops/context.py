@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from trainer._args import TrainerArgs
@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     from trainer.strategies import Strategy
 
 __all__ = ["LoopHost", "Evaluation", "ManualSteps", "module_of", "optimizers_of", "manual_of", "signals_of"]
+
+T = TypeVar("T")
 
 
 class Evaluation(Protocol):
@@ -114,27 +116,24 @@ class LoopHost(Protocol):
 
 def module_of(host: LoopHost) -> Module:
     """The module being run (set by `fit`/`validate`/... before any loop exists)."""
-    module = host._module
-    assert module is not None, "a loop runs only once the Trainer has a module"
-    return module
+    return _present(host._module, "a loop runs only once the Trainer has a module")
 
 
 def optimizers_of(host: LoopHost) -> OptimizerSetup:
     """The optimizers of the run (parsed before the training loops exist)."""
-    opt = host._opt
-    assert opt is not None, "the training loops run only once configure_optimizers was parsed"
-    return opt
+    return _present(host._opt, "the training loops run only once configure_optimizers was parsed")
 
 
 def manual_of(host: LoopHost) -> ManualSteps:
     """Manual optimization (made by the Trainer's setup for a module that steps itself)."""
-    manual = host._manual
-    assert manual is not None, "a module with automatic_optimization = False has its ManualOptimization"
-    return manual
+    return _present(host._manual, "a module with automatic_optimization = False has its ManualOptimization")
 
 
 def signals_of(host: LoopHost) -> SignalGuard:
     """The signal guard of the running fit (an optimizer step happens only inside fit)."""
-    signals = host._signals
-    assert signals is not None, "optimizer steps happen inside fit, under its signal guard"
-    return signals
+    return _present(host._signals, "optimizer steps happen inside fit, under its signal guard")
+
+
+def _present(value: T | None, guarantee: str) -> T:
+    assert value is not None, guarantee
+    return value
