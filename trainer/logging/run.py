@@ -368,6 +368,8 @@ class RunIO:
         Inside fit with `async_checkpointing`, a single file is written in the background
         (trainer/checkpoint/background.py); `keep`: the retention of the run's last.ckpt."""
         target = Path(path)
+        if self._logger is not None and not weights_only:
+            self._logger.flush()  # what was logged up to this step is on disk before the checkpoint that resumes after it
         args, strategy = self.trainer.args, self.trainer.strategy
         self._files.settle(strategy, enabled=args.async_checkpointing)  # the previous background write
         if weights_only:
