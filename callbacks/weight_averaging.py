@@ -201,7 +201,7 @@ class WeightAveraging(Callback):
         module.load_state_dict(current)  # training continues from the training weights
 
     # ------------------------------------------------------------------------ internals
-    def _consider_step(self, trainer: Any, module: Any, stepped: bool) -> None:
+    def _consider_step(self, trainer: Trainer, module: Any, stepped: bool) -> None:
         step = trainer.global_step
         if step <= self._latest_considered_step:
             return  # already considered (a checkpoint written earlier in this step caught up)

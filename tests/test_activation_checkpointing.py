@@ -11,7 +11,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from tests.reference import assert_same_weights, loader, make_data, make_model, reference_fit
 from trainer import Module, Trainer
-from trainer.activation_checkpointing import checkpoint_activations, chosen_modules
+from trainer.core.activation_checkpointing import checkpoint_activations, chosen_modules
 
 QUIET = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, device="cpu", num_sanity_val_steps=0)
 

@@ -145,7 +145,7 @@ def test_detect_anomaly_names_the_op_that_made_a_nan(tmp_path: Path) -> None:
 def test_sync_batchnorm_converts_under_several_processes_only(tmp_path: Path) -> None:
     """Lightning: trainer/connectors/test_accelerator_connector.py::test_sync_batchnorm_set (sync_batchnorm=True
     under DDP applies TorchSyncBatchNorm: BatchNorm layers become SyncBatchNorm)."""
-    from trainer._run_flags import sync_batchnorm
+    from trainer.core.flags import sync_batchnorm
 
     class WithNorm(Boring):
         def __init__(self) -> None:

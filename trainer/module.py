@@ -184,7 +184,7 @@ class Module(torch.nn.Module):
         is on the device the weights were loaded to (`map_location`, default: where they were saved,
         or the CPU when that device is missing).
         """
-        from trainer._module_load import load_module
+        from trainer.core.module_load import load_module
 
         return load_module(cls, checkpoint_path, map_location, strict, overrides)
 

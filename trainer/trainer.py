@@ -13,11 +13,11 @@ from trainer.loops.optimizers import OptimizerSetup, optimizers_or_none, parse_o
 from trainer.loops.state import LoopState
 from trainer.logging.run import RunIO
 from trainer.loops.signals import SignalGuard
-from trainer._run_flags import check_flags, sync_batchnorm, torch_flags
-from trainer._trainer_data import TrainerData, module_defines
-from trainer._trainer_eval import TrainerEvaluation
-from trainer._trainer_properties import TrainerProperties
-from trainer._compile import FirstStepCheck, check_compile_options, compile_module
+from trainer.core.flags import check_flags, sync_batchnorm, torch_flags
+from trainer.core.data import TrainerData, module_defines
+from trainer.core.evaluation import TrainerEvaluation
+from trainer.core.properties import TrainerProperties
+from trainer.core.compile import FirstStepCheck, check_compile_options, compile_module
 from trainer._utils import seed_everything
 from trainer.logging.profiler import SimpleProfiler
 from trainer.loops.batches import check_loader, check_module
@@ -31,7 +31,7 @@ from trainer.strategies import Strategy, resolve_strategy
 from trainer.strategies.launch import launch_processes
 from trainer.strategies.requeue import Requeue
 from trainer.module import Module
-from trainer.activation_checkpointing import checkpoint_activations
+from trainer.core.activation_checkpointing import checkpoint_activations
 from trainer.precision import Precision, resolve_precision
 
 __all__ = ["Trainer"]

@@ -27,7 +27,7 @@ from trainer.logging.progress import ProgressBar
 from trainer.logging.live import LineProgress, LiveNumbers, line_settings, wants_lines
 from trainer.logging.throughput import Throughput
 from trainer.logging.summary import summarize
-from trainer._weak import WeakAttribute
+from trainer.core.weak import WeakAttribute
 
 __all__ = ["RunIO", "RunHost"]
 
@@ -59,7 +59,7 @@ class RunHost(StateHost, SummaryHost, Protocol):
 
 
 class RunIO:
-    trainer: WeakAttribute[RunHost] = WeakAttribute()  # the Trainer owns this object: no reference cycle (trainer/_weak.py)
+    trainer: WeakAttribute[RunHost] = WeakAttribute()  # the Trainer owns this object: no reference cycle (trainer/core/weak.py)
 
     def __init__(self, trainer: RunHost) -> None:
         self.trainer = trainer

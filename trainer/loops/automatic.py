@@ -24,7 +24,7 @@ import torch
 from trainer.loops.batches import extract_loss, ordered_parameters
 from trainer.loops.context import LoopHost, module_of, optimizers_of, signals_of
 from trainer.loops.items import HeldWindow, is_item_output, mixed_window_error
-from trainer._weak import WeakAttribute
+from trainer.core.weak import WeakAttribute
 
 __all__ = ["AutomaticOptimization"]
 
@@ -34,7 +34,7 @@ log = logging.getLogger("trainer")
 class AutomaticOptimization:
     """Forward, backward and (at a window's end) the optimizer step of one micro-batch."""
 
-    trainer: WeakAttribute[LoopHost] = WeakAttribute()  # the Trainer owns this object: no reference cycle (trainer/_weak.py)
+    trainer: WeakAttribute[LoopHost] = WeakAttribute()  # the Trainer owns this object: no reference cycle (trainer/core/weak.py)
 
     def __init__(self, trainer: LoopHost) -> None:
         self.trainer = trainer

@@ -12,7 +12,7 @@ import torch
 from trainer.logging.metrics import to_floats
 from trainer._utils import length_of, move_to_device, to_host
 from trainer.loops.context import LoopHost, module_of
-from trainer._weak import WeakAttribute
+from trainer.core.weak import WeakAttribute
 
 __all__ = ["EvalLoop"]
 
@@ -26,7 +26,7 @@ class EvalLoop:
     user froze in eval mode stays that way.
     """
 
-    trainer: WeakAttribute[LoopHost] = WeakAttribute()  # the Trainer owns this object: no reference cycle (trainer/_weak.py)
+    trainer: WeakAttribute[LoopHost] = WeakAttribute()  # the Trainer owns this object: no reference cycle (trainer/core/weak.py)
 
     def __init__(self, trainer: LoopHost) -> None:
         self.trainer = trainer

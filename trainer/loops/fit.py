@@ -34,7 +34,7 @@ from trainer.loops.resume import restore_after_epoch_start
 from trainer.loops.schedule import ValidationSchedule, batch_limit, parse_max_time
 from trainer.logging.profiler import StepProfiler
 from trainer.loops.context import LoopHost, ManualSteps, manual_of, module_of, optimizers_of
-from trainer._weak import WeakAttribute
+from trainer.core.weak import WeakAttribute
 
 __all__ = ["FitLoop"]
 
@@ -56,7 +56,7 @@ def isolated_rng() -> Iterator[None]:
 
 
 class FitLoop:
-    trainer: WeakAttribute[LoopHost] = WeakAttribute()  # the Trainer owns this object: no reference cycle (trainer/_weak.py)
+    trainer: WeakAttribute[LoopHost] = WeakAttribute()  # the Trainer owns this object: no reference cycle (trainer/core/weak.py)
 
     def __init__(self, trainer: LoopHost, val_loader: Any) -> None:
         self.trainer = trainer

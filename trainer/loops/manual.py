@@ -41,7 +41,7 @@ import torch
 
 from trainer.loops.batches import ordered_parameters
 from trainer.loops.context import LoopHost, module_of, optimizers_of
-from trainer._weak import WeakAttribute
+from trainer.core.weak import WeakAttribute
 
 __all__ = ["ManualOptimization", "ManagedOptimizer", "check_manual_arguments"]
 
@@ -121,7 +121,7 @@ class ManagedOptimizer:
 class ManualOptimization:
     """Runs `training_step` once per batch; its `opt.step()` calls come back here."""
 
-    trainer: WeakAttribute[LoopHost] = WeakAttribute()  # the Trainer owns this object: no reference cycle (trainer/_weak.py)
+    trainer: WeakAttribute[LoopHost] = WeakAttribute()  # the Trainer owns this object: no reference cycle (trainer/core/weak.py)
 
     def __init__(self, trainer: LoopHost) -> None:
         self.trainer = trainer

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainer._run_flags import torch_flags
+from trainer.core.flags import torch_flags
 from trainer._utils import length_of
 from trainer.loops.batches import check_module
 from trainer.loops.evaluation import EvalLoop

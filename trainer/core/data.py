@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from trainer._run_flags import overfit_loader
+from trainer.core.flags import overfit_loader
 from trainer.loops.batches import check_loader
 
 if TYPE_CHECKING:
