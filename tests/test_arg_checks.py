@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.reference import TinyNet, loader, make_data
+from tests.helpers.reference import TinyNet, loader, make_data
 from trainer import Trainer
 
 QUIET = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False)

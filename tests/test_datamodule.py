@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from torch.utils.data import DataLoader
 
-from tests.reference import TinyNet, make_data
+from tests.helpers.reference import TinyNet, make_data
 from trainer import DataModule, Trainer
 from trainer.checkpoint import load_checkpoint
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.reference import assert_same_weights, loader, make_data, make_model, reference_fit
+from tests.helpers.reference import assert_same_weights, loader, make_data, make_model, reference_fit
 from trainer import Trainer
 from trainer.precision import AMP
 

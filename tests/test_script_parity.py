@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
-from tests.reference import DTYPES, assert_same_weights
+from tests.helpers.reference import DTYPES, assert_same_weights
 from trainer import Module, Trainer
 
 QUIET = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, device="cpu")

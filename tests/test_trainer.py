@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from tests.reference import TinyNet, assert_same_weights, loader, make_data, make_model, reference_fit
+from tests.helpers.reference import TinyNet, assert_same_weights, loader, make_data, make_model, reference_fit
 from trainer import Callback, Module, Trainer
 from trainer._args import TrainerArgs
 from trainer._utils import move_to_device

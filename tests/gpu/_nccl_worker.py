@@ -19,7 +19,7 @@ import torch  # noqa: E402
 from torch import distributed as dist  # noqa: E402
 
 from tests.gpu._references import QUIET, SaveAt  # noqa: E402
-from tests.reference import loader, make_data, make_model  # noqa: E402
+from tests.helpers.reference import loader, make_data, make_model  # noqa: E402
 from trainer import Trainer  # noqa: E402
 from trainer.distributed import FSDP  # noqa: E402
 

@@ -1,8 +1,8 @@
 """Hand-written CUDA loops the GPU suite compares the Trainer with, and what its files share.
 
-`cuda_fit` is tests/reference.py's loop on a GPU (autocast and GradScaler on "cuda", the
+`cuda_fit` is tests/helpers/reference.py's loop on a GPU (autocast and GradScaler on "cuda", the
 batch moved with non_blocking=True, a validation pass at each epoch's end as a
-`for epoch: train(); evaluate()` script has); `cuda_gan` is tests/_gan.py's recipe on a GPU.
+`for epoch: train(); evaluate()` script has); `cuda_gan` is tests/helpers/gan.py's recipe on a GPU.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from tests._gan import GAN, Z, bce
-from tests.reference import DTYPES
+from tests.helpers.gan import GAN, Z, bce
+from tests.helpers.reference import DTYPES
 from trainer import Callback
 
 GPU = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (none on this machine)")]
@@ -67,7 +67,7 @@ def cuda_fit(model: Any, train: DataLoader, *, precision: str = "fp32", epochs: 
 
 
 def cuda_gan(model: GAN, loader: DataLoader, *, precision: str = "fp32", epochs: int = 1) -> dict[str, Any]:
-    """tests/_gan.py's reference_gan on a GPU (one GradScaler, schedulers held on skipped steps)."""
+    """tests/helpers/gan.py's reference_gan on a GPU (one GradScaler, schedulers held on skipped steps)."""
     model.to(CUDA)
     G, D = model.generator, model.discriminator
     (opt_g, opt_d), (sched_g, sched_d) = model.configure_optimizers()

@@ -1,7 +1,7 @@
 """`compile` on a GPU: the default mode equals a hand-written loop over the same model
 compiled the same way; `mode="reduce-overhead"` (CUDA graphs) with one micro-batch per step
 trains to the eager weights (within rounding) and predicts copies that later replays do not
-overwrite. (CUDA graphs with accumulation are refused at construction: tests/test_compiled_outputs.py.)"""
+overwrite. (CUDA graphs with accumulation are refused at construction: tests/loops/test_compiled_outputs.py.)"""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from tests.gpu._references import CUDA, GPU, QUIET, cuda_fit
-from tests.reference import TinyNet, assert_same_weights, loader, make_data
+from tests.helpers.reference import TinyNet, assert_same_weights, loader, make_data
 from trainer import Trainer
 
 pytestmark = GPU

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests._gan import make_gan, make_points, points_loader
+from tests.helpers.gan import make_gan, make_points, points_loader
 from tests.gpu._references import GPU, QUIET, cuda_gan
-from tests.reference import assert_same_weights
+from tests.helpers.reference import assert_same_weights
 from trainer import Callback, Trainer
 
 pytestmark = GPU

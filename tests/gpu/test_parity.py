@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tests.gpu._references import CUDA, GPU, QUIET, SaveAt, cuda_fit
-from tests.reference import assert_same_weights, loader, make_data, make_model
+from tests.helpers.reference import assert_same_weights, loader, make_data, make_model
 from trainer import Trainer
 
 pytestmark = GPU

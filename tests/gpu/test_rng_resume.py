@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from tests.gpu._references import GPU, QUIET, SaveAt
-from tests.reference import assert_same_weights, loader, make_data, make_model
+from tests.helpers.reference import assert_same_weights, loader, make_data, make_model
 from trainer import Trainer
 from trainer.checkpoint import load_checkpoint, save_atomic
 

@@ -12,7 +12,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from tests.gpu._references import GPU, QUIET
-from tests.reference import TinyNet, make_data
+from tests.helpers.reference import TinyNet, make_data
 from trainer import Callback, Trainer
 
 pytestmark = GPU

@@ -1,0 +1,157 @@
+"""Lightning's Trainer spellings: aliases where the meaning is ours, an error that says what to
+write where it is not (issue 11; Lightning's accelerator_connector.py is the reference)."""
+
+from __future__ import annotations
+
+import pytest
+from torch.utils.data import DataLoader
+
+from tests.helpers.reference import TinyNet, make_data
+from trainer import Callback, Trainer
+
+
+@pytest.mark.parametrize(
+    ("lightning", "ours"),
+    [("16-mixed", "amp"), (16, "amp"), ("bf16-mixed", "bf16"), ("32-true", "fp32"), (32, "fp32")],
+)
+def test_precision_aliases(lightning, ours):
+    assert Trainer(precision=lightning, logger=False).precision.name == ours
+
+
+@pytest.mark.parametrize("value", ["bf16-true", "16-true", "64-true"])
+def test_precisions_we_do_not_have_say_what_to_write(value):
+    with pytest.raises(ValueError, match="Expected one of 'fp32', 'amp', 'bf16'"):
+        Trainer(precision=value)
+
+
+def test_accelerator_devices_default_root_dir_and_minus_one(tmp_path):
+    trainer = Trainer(accelerator="cpu", devices=1, default_root_dir=tmp_path, max_epochs=-1, max_steps=2,
+                      enable_progress_bar=False)
+    assert trainer.args.device == "cpu" and trainer.args.root_dir == tmp_path and trainer.args.max_epochs is None
+    trainer.fit(TinyNet(), DataLoader(make_data(8), batch_size=4))
+    assert trainer.global_step == 2 and str(trainer.log_dir).startswith(str(tmp_path))
+
+
+def test_one_callback_alone_is_taken():
+    class One(Callback):
+        pass
+
+    one = One()
+    assert Trainer(callbacks=one, logger=False).callbacks == [one]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "text"),
+    [
+        ({"devices": [0, 1]}, "devices=N (N processes"),
+        ({"accelerator": "tpu"}, "accelerator='tpu'"),
+        ({"plugins": []}, "is Lightning's"),
+        ({"num_nodes": 2}, "torchrun --nnodes"),
+        ({"resume_from_checkpoint": "x.ckpt"}, "ckpt_path"),
+        ({"max_epoch": 3}, "Did you mean 'max_epochs'?"),
+    ],
+)
+def test_what_we_do_not_take_says_what_to_write(kwargs, text):
+    with pytest.raises(ValueError) as caught:
+        Trainer(**kwargs)
+    assert text in str(caught.value)
+
+
+def test_yaml_takes_the_precision_alias_too():
+    from trainer._args import TrainerArgs
+    from trainer.config import prepare_config
+
+    assert TrainerArgs(precision="16-mixed").precision == "amp"
+    config = {
+        "model": {"class_path": "tests.helpers.reference.TinyNet"},
+        "data": {"class_path": "tests.helpers.gan.make_points"},
+        "trainer": {"precision": "bf16-mixed"},
+    }
+    assert prepare_config(config).plain["trainer"]["precision"] == "bf16"
+
+
+# --------------------------------------------------------------- the LightningModule surface
+import torch  # noqa: E402
+
+from trainer import Module  # noqa: E402
+
+
+class Saved(Module):
+    def __init__(self, hidden: int = 4, lr: float = 0.1, encoder: torch.nn.Module | None = None) -> None:
+        super().__init__()
+        self.save_hyperparameters(ignore="encoder")
+        self.net = torch.nn.Linear(2, self.hparams.hidden)  # readable inside __init__, by attribute
+        self.seen_lr = self.hparams["lr"]
+
+    def training_step(self, batch):  # no batch_idx, as Lightning allows
+        (x,) = batch
+        return self.net(x).pow(2).mean()
+
+    def validation_step(self, batch):
+        (x,) = batch
+        self.log("val/x", x.mean())
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
+
+
+def test_save_hyperparameters_hparams_attributes_and_device():
+    model = Saved(hidden=3, encoder=torch.nn.Linear(1, 1))
+    assert model.hparams == {"hidden": 3, "lr": 0.1} and model.hparams.hidden == 3 and model.seen_lr == 0.1
+    assert model.device == torch.device("cpu")
+    with pytest.raises(AttributeError, match="hparams has no 'width'"):
+        _ = model.hparams.width
+    model.hparams = {"a": 1}  # assigned by the user: attribute access too
+    assert model.hparams.a == 1
+
+
+def test_steps_without_batch_idx():
+    from torch.utils.data import TensorDataset
+
+    data = DataLoader(TensorDataset(torch.ones(8, 2)), batch_size=4)
+    trainer = Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    trainer.fit(Saved(), data, data)
+    assert trainer.global_step == 2 and trainer.callback_metrics["val/x"] == 1.0
+
+
+def test_trainer_properties_lightning_users_read(tmp_path, capsys):
+    import callbacks
+
+    class Shown(TinyNet):
+        def validation_step(self, batch, batch_idx):
+            self.log("val/acc", 0.5, prog_bar=True)
+
+    mc = callbacks.ModelCheckpoint(dirpath=tmp_path / "ck")
+    stop = callbacks.EarlyStopping("val/acc", mode="max", patience=5)
+    trainer = Trainer(max_epochs=2, accumulate_grad_batches=2, log_every_n_steps=1, callbacks=[mc, stop],
+                      root_dir=tmp_path, num_sanity_val_steps=0, progress_lines=False)  # the bar, not lines
+    trainer.fit(Shown(), DataLoader(make_data(20), batch_size=4), DataLoader(make_data(4)))  # 5 batches
+    assert trainer.num_training_batches == 5 and trainer.estimated_stepping_batches == 6  # 3 windows x 2 epochs
+    assert trainer.checkpoint_callback is mc and trainer.early_stopping_callback is stop
+    assert trainer.is_global_zero and trainer.world_size == 1 and trainer.max_epochs == 2 and trainer.max_steps is None
+    assert trainer.logged_metrics["val/acc"] == 0.5 and "train/loss" in trainer.logged_metrics
+    assert trainer.progress_bar_metrics["val/acc"] == 0.5 and "loss" in trainer.progress_bar_metrics
+    bars = capsys.readouterr().err
+    assert "val/acc=0.5" in bars  # validation metrics with prog_bar=True show in the kept epoch bar
+    trainer.should_stop = True
+    assert trainer.should_stop
+
+
+def test_lightning_strategy_names(monkeypatch):
+    from trainer.distributed import DDP, FSDP
+
+    with pytest.raises(ValueError, match=r"'ddp_spawn' is Lightning's.*strategy='ddp'"):
+        Trainer(strategy="ddp_spawn")
+    with pytest.raises(ValueError, match=r"'deepspeed_stage_3' is Lightning's.*strategy='fsdp'"):
+        Trainer(strategy="deepspeed_stage_3")
+    for name, value in dict(RANK="0", WORLD_SIZE="2", LOCAL_RANK="0").items():
+        monkeypatch.setenv(name, value)
+    from trainer.strategies.parallel import ProcessGroupStrategy
+
+    monkeypatch.setattr(ProcessGroupStrategy, "_group", lambda self: None)  # no peer to meet here
+    strategy = Trainer(strategy="ddp_find_unused_parameters_true", device="cpu", logger=False).strategy
+    assert isinstance(strategy, DDP) and strategy.options["find_unused_parameters"] is True
+    assert type(Trainer(strategy="ddp_find_unused_parameters_false", device="cpu", logger=False).strategy) is DDP
+    with pytest.raises(ValueError, match="cpu_offload=True.*CUDA"):  # Lightning's name, our FSDP's check
+        Trainer(strategy="fsdp_cpu_offload", device="cpu", logger=False)
+    assert FSDP in type(Trainer(strategy="fsdp", device="cpu", logger=False).strategy).__mro__
