@@ -374,18 +374,6 @@ class Trainer(TrainerProperties, TrainerData, TrainerEvaluation):
         complete (`async_checkpointing`): what replaces it is on disk first."""
         self._io.remove_checkpoint(path)
 
-    def lr_find(self, model: Module, train_loader: Any = None, *, datamodule: Any = None, min_lr: float = 1e-8,
-                max_lr: float = 1.0, num_training: int = 100, mode: str = "exponential",
-                early_stop_threshold: float | None = 4.0, update_attr: bool = False, attr_name: str = "") -> Any:
-        """A learning-rate range test on a separate run; `model`, this Trainer and every random
-        stream are left as they were. Returns an `LRFinderResult` (`suggestion()`, `plot()`,
-        `save_plot()`); see trainer/tuner.py and docs/tuning.md."""
-        from trainer.tuner import lr_find
-
-        return lr_find(self, model, train_loader, datamodule=datamodule, min_lr=min_lr, max_lr=max_lr,
-                       num_training=num_training, mode=mode, early_stop_threshold=early_stop_threshold,
-                       update_attr=update_attr, attr_name=attr_name)
-
     # ------------------------------------------------------------------ internals
     def _call(self, hook: str, *args: Any) -> None:
         self._dispatch.call(hook, self, self._module, *args)

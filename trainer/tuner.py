@@ -1,4 +1,4 @@
-"""The learning-rate finder: `trainer.lr_find(model, loader)` and Lightning's `Tuner(trainer).lr_find`.
+"""The learning-rate finder: `lr_find(trainer, model, loader)` and Lightning's `Tuner(trainer).lr_find`.
 
 A short training run raises the learning rate step by step from `min_lr` to `max_lr`
 (exponentially by default) and records the loss of every optimizer step, smoothed as
@@ -28,12 +28,15 @@ import copy
 import logging
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from trainer._utils import rng_state, set_rng_state
 from trainer.loops.hooks import HOOKS, CallbackBase
+
+if TYPE_CHECKING:
+    from trainer.trainer import Trainer
 
 __all__ = ["LRFinderResult", "Tuner", "lr_find"]
 
@@ -137,13 +140,13 @@ class _Sweep(_Hooks):
         self._average, self._best = 0.0, math.inf
         self._recorded = 0
 
-    def on_before_optimizer_step(self, trainer: Any, module: Any, optimizer: Any) -> None:
+    def on_before_optimizer_step(self, trainer: Trainer, module: Any, optimizer: Any) -> None:
         lr = self.schedule[min(trainer.global_step, len(self.schedule) - 1)]
         for opt in trainer.optimizers:
             for group in opt.param_groups:
                 group["lr"] = torch.tensor(lr) if isinstance(group["lr"], torch.Tensor) else lr
 
-    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: Trainer, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         step = trainer.global_step
         if step <= self._recorded:
             return  # inside an accumulation window
@@ -162,7 +165,7 @@ class _Sweep(_Hooks):
         self._best = min(self._best, smoothed)
 
 
-def lr_find(trainer: Any, model: Any, train_dataloaders: Any = None, *, datamodule: Any = None, min_lr: float = 1e-8,
+def lr_find(trainer: Trainer, model: Any, train_dataloaders: Any = None, *, datamodule: Any = None, min_lr: float = 1e-8,
             max_lr: float = 1.0, num_training: int = 100, mode: str = "exponential",
             early_stop_threshold: float | None = 4.0, update_attr: bool = False, attr_name: str = "") -> LRFinderResult:
     """The sweep (see the module's docstring); `trainer` is left as it was."""
@@ -202,7 +205,7 @@ def lr_find(trainer: Any, model: Any, train_dataloaders: Any = None, *, datamodu
     return result
 
 
-def _sweep_arguments(trainer: Any, num_training: int, sweep: _Sweep) -> dict[str, Any]:
+def _sweep_arguments(trainer: Trainer, num_training: int, sweep: _Sweep) -> dict[str, Any]:
     # nonfinite_loss="off": a diverged step is written like any other (its nan ends the sweep;
     # the weights it spoils are restored afterwards)
     args = trainer.args.model_dump(exclude={"callbacks", "logger", "precision", "strategy"})
@@ -276,7 +279,7 @@ class Tuner:
     `lr`/`learning_rate` (or `attr_name`), so the next `configure_optimizers` uses it.
     """
 
-    def __init__(self, trainer: Any) -> None:
+    def __init__(self, trainer: Trainer) -> None:
         self._trainer = trainer
 
     def lr_find(self, model: Any, train_dataloaders: Any = None, val_dataloaders: Any = None, dataloaders: Any = None,

@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from tests.helpers.reference import assert_same_weights, loader, make_data, make_model
 from trainer import Module, Trainer
 from trainer._utils import rng_state
-from trainer.tuner import LRFinderResult, Tuner
+from trainer.tuner import LRFinderResult, Tuner, lr_find
 
 QUIET = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, device="cpu", num_sanity_val_steps=0)
 
@@ -44,13 +44,13 @@ def regression_data() -> DataLoader:
 
 def test_suggestion_falls_in_the_good_range():
     torch.manual_seed(0)
-    result = Trainer(**QUIET).lr_find(Regression(), regression_data(), min_lr=1e-5, max_lr=10)
+    result = lr_find(Trainer(**QUIET), Regression(), regression_data(), min_lr=1e-5, max_lr=10)
     lrs, losses = result.results["lr"], result.results["loss"]
     assert lrs[0] == pytest.approx(1e-5) and all(b > a for a, b in zip(lrs, lrs[1:]))
     assert len(lrs) < 100  # the loss diverged past lr = 1 and the sweep stopped early
     suggestion = result.suggestion()
     assert suggestion is not None and 1e-2 <= suggestion <= 1.0, suggestion
-    linear = Trainer(**QUIET).lr_find(Regression(), regression_data(), min_lr=1e-3, max_lr=3, mode="linear")
+    linear = lr_find(Trainer(**QUIET), Regression(), regression_data(), min_lr=1e-3, max_lr=3, mode="linear")
     assert linear.mode == "linear" and 1e-2 <= (linear.suggestion() or 0) <= 1.0
 
 
@@ -68,7 +68,7 @@ def test_nothing_changes_and_the_next_fit_is_as_without_it():
             momentum = [s["momentum_buffer"].clone() for s in optimizer["state"].values()]
             streams = rng_state()
             numpy = np.random.get_state()[1].copy()
-            result = trainer.lr_find(model, data, num_training=20)
+            result = lr_find(trainer, model, data, num_training=20)
             seen["result"] = result
             after = model.state_dict()
             assert all(torch.equal(before[k], after[k]) for k in before)
@@ -94,7 +94,7 @@ def test_nothing_changes_and_the_next_fit_is_as_without_it():
 def test_a_loader_with_its_own_generator_is_left_where_it_was():
     data = regression_data()
     state = data.generator.get_state()  # type: ignore[union-attr]
-    Trainer(**QUIET).lr_find(Regression(), data, num_training=10)
+    lr_find(Trainer(**QUIET), Regression(), data, num_training=10)
     assert torch.equal(data.generator.get_state(), state)  # type: ignore[union-attr]
 
 
@@ -103,11 +103,11 @@ def test_tuner_sets_the_learning_rate_as_lightning():
     trainer = Trainer(**QUIET)
     result = Tuner(trainer).lr_find(model, train_dataloaders=regression_data(), min_lr=1e-5, max_lr=10)
     assert model.lr == result.suggestion() and 1e-2 <= model.lr <= 1.0
-    assert Trainer(**QUIET).lr_find(Regression(lr=123.0), regression_data(), num_training=10) is not None  # ours: off
+    assert lr_find(Trainer(**QUIET), Regression(lr=123.0), regression_data(), num_training=10) is not None  # ours: off
     with pytest.raises(AttributeError, match="learning rate attribute"):
         Tuner(trainer).lr_find(Nameless(), regression_data())
     with pytest.raises(ValueError, match="min_lr < max_lr"):
-        trainer.lr_find(Regression(), regression_data(), min_lr=1.0, max_lr=0.1)
+        lr_find(trainer, Regression(), regression_data(), min_lr=1.0, max_lr=0.1)
 
 
 class Nameless(Module):
@@ -127,7 +127,7 @@ def test_plot_and_saving_it(tmp_path):
 
     matplotlib.use("Agg")
     trainer = Trainer(root_dir=tmp_path, logger=False, enable_progress_bar=False, device="cpu")
-    result = trainer.lr_find(Regression(), regression_data(), min_lr=1e-5, max_lr=10)
+    result = lr_find(trainer, Regression(), regression_data(), min_lr=1e-5, max_lr=10)
     figure = result.plot()
     assert figure.axes[0].get_xscale() == "log" and figure.axes[0].get_xlabel() == "Learning rate"
     path = result.save_plot()
