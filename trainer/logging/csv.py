@@ -37,16 +37,16 @@ from typing import Any
 
 import yaml
 
-from trainer.logging.identity import folder_identity, folder_to_continue, same_folder
+from trainer.logging.identity import folder_to_continue, same_folder
 from trainer.logging.extras import plain_params
-from trainer.logging.runs import check_run_name, make_run_dir, planned_run_dir
+from trainer.logging.runs import RunFolder, planned_run_dir
 
 __all__ = ["CSVLogger"]
 
 log = logging.getLogger("trainer")
 
 
-class CSVLogger:
+class CSVLogger(RunFolder):
     """Writes `metrics.csv` and `hparams.yaml` into `root_dir/name/version_N`.
 
     Args:
@@ -80,15 +80,8 @@ class CSVLogger:
             raise ValueError(f"CSVLogger(name=...) expected a plain folder name such as 'mlp'. Received: {name!r}.")
         if isinstance(flush_every, bool) or not isinstance(flush_every, int) or flush_every < 1:
             raise ValueError(f"CSVLogger(flush_every=...) expected an int >= 1. Received: {flush_every!r}.")
-        if not (isinstance(version, int) and not isinstance(version, bool) and version >= 0):
-            check_run_name(version, "CSVLogger(version=...)")
-        if version is not None and version_dir is not None:
-            raise ValueError("CSVLogger: expected version= or version_dir=, not both. Received both.")
-        self.root_dir = Path(root_dir)
-        self.name = name
-        self.version = version
+        self._set_folder(root_dir, name, version, version_dir, "CSVLogger")
         self.flush_every = flush_every
-        self._log_dir: Path | None = Path(version_dir) if version_dir is not None else None
         self._columns: list[str] = ["step"]  # the file's header once `_written` rows exist
         self._file_columns = 0  # how many of `_columns` the file's header has
         self._pending: list[dict[str, Any]] = []
@@ -98,21 +91,8 @@ class CSVLogger:
 
     # ------------------------------------------------------------------ the run's folder
     @property
-    def log_dir(self) -> Path:
-        """The run's folder (created on first access)."""
-        if self._log_dir is None:
-            self._log_dir = make_run_dir(self.root_dir, self.name, self.version)
-        else:
-            self._log_dir.mkdir(parents=True, exist_ok=True)
-        return self._log_dir
-
-    @property
     def metrics_path(self) -> Path:
         return self.log_dir / "metrics.csv"
-
-    def run_identity(self) -> dict[str, Any] | None:
-        """The run's folder, saved in checkpoints (None until one was chosen)."""
-        return None if self._log_dir is None else folder_identity(self._log_dir, self.root_dir, self.name)
 
     def continue_run(self, identity: Mapping[str, Any], step: int | None) -> bool:
         """Continue the saved run's `metrics.csv`; with `step`, its rows after `step` are dropped."""

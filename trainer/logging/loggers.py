@@ -33,8 +33,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from trainer.logging.identity import folder_identity, folder_to_continue, same_folder
-from trainer.logging.runs import check_run_name, make_run_dir, next_version_dir, planned_run_dir
+from trainer.logging.identity import folder_to_continue, same_folder
+from trainer.logging.runs import RunFolder, next_version_dir, planned_run_dir
 
 __all__ = ["Logger", "TensorBoardLogger", "next_version_dir", "flatten_params", "hparam_value"]
 
@@ -51,7 +51,7 @@ class Logger(Protocol):
     def close(self) -> None: ...
 
 
-class TensorBoardLogger:
+class TensorBoardLogger(RunFolder):
     """Writes TensorBoard event files with `torch.utils.tensorboard.SummaryWriter`.
 
     Nothing touches the disk until the first value is written (or `log_dir` is read).
@@ -92,27 +92,11 @@ class TensorBoardLogger:
             raise ValueError(
                 f"TensorBoardLogger(name=...) expected a plain folder name such as 'mlp'. Received: {name!r}."
             )
-        if not (isinstance(version, int) and not isinstance(version, bool) and version >= 0):
-            check_run_name(version, "TensorBoardLogger(version=...)")
-        if version is not None and version_dir is not None:
-            raise ValueError("TensorBoardLogger: expected version= or version_dir=, not both. Received both.")
-        self.root_dir = Path(root_dir)
-        self.name = name
-        self.version = version
+        self._set_folder(root_dir, name, version, version_dir, "TensorBoardLogger")
         self.flush_secs = flush_secs
-        self._log_dir: Path | None = Path(version_dir) if version_dir is not None else None
         self._writer: Any = None
         self._purge_step: int | None = None  # a resume: TensorBoard hides the folder's later steps
         self._continued: tuple[str, int | None] | None = None  # the run a resume continues, and after which step
-
-    @property
-    def log_dir(self) -> Path:
-        """The run's folder (created on first access)."""
-        if self._log_dir is None:
-            self._log_dir = make_run_dir(self.root_dir, self.name, self.version)
-        else:
-            self._log_dir.mkdir(parents=True, exist_ok=True)
-        return self._log_dir
 
     @property
     def save_dir(self) -> Path:
@@ -133,10 +117,6 @@ class TensorBoardLogger:
             purge, self._purge_step = self._purge_step, None  # once: a writer opened again later keeps everything
             self._writer = SummaryWriter(log_dir=str(self.log_dir), flush_secs=self.flush_secs, purge_step=purge)
         return self._writer
-
-    def run_identity(self) -> dict[str, Any] | None:
-        """The run's folder, saved in checkpoints (None until one was chosen)."""
-        return None if self._log_dir is None else folder_identity(self._log_dir, self.root_dir, self.name)
 
     def continue_run(self, identity: Mapping[str, Any], step: int | None) -> bool:
         """Continue the saved run's folder (`trainer/logging/identity.py`) unless this logger has

@@ -26,6 +26,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "DEFAULT_NAME",
@@ -110,3 +111,41 @@ def run_folder_of(checkpoint: str | os.PathLike[str], root: str | os.PathLike[st
     files in its `checkpoints/` (whatever the folder layout above it)."""
     folder = Path(checkpoint).parent
     return folder.parent if folder.name == "checkpoints" and folder != Path(root) else folder
+
+
+class RunFolder:
+    """A logger's run folder, `root_dir/name/version` (or `version_dir`), made on first use,
+    and its identity for checkpoints: what TensorBoardLogger and CSVLogger share."""
+
+    root_dir: Path
+    name: str
+    version: int | str | None
+    _log_dir: Path | None
+
+    def _set_folder(
+        self, root_dir: str | os.PathLike[str], name: str, version: int | str | None,
+        version_dir: str | os.PathLike[str] | None, owner: str,
+    ) -> None:
+        if not (isinstance(version, int) and not isinstance(version, bool) and version >= 0):
+            check_run_name(version, f"{owner}(version=...)")
+        if version is not None and version_dir is not None:
+            raise ValueError(f"{owner}: expected version= or version_dir=, not both. Received both.")
+        self.root_dir = Path(root_dir)
+        self.name = name
+        self.version = version
+        self._log_dir = Path(version_dir) if version_dir is not None else None
+
+    @property
+    def log_dir(self) -> Path:
+        """The run's folder (created on first access)."""
+        if self._log_dir is None:
+            self._log_dir = make_run_dir(self.root_dir, self.name, self.version)
+        else:
+            self._log_dir.mkdir(parents=True, exist_ok=True)
+        return self._log_dir
+
+    def run_identity(self) -> dict[str, Any] | None:
+        """The run's folder, saved in checkpoints (None until one was chosen)."""
+        from trainer.logging.identity import folder_identity
+
+        return None if self._log_dir is None else folder_identity(self._log_dir, self.root_dir, self.name)
