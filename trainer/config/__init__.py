@@ -3,6 +3,7 @@
 - `schema.py`: the shape of a config file, overrides, and checking every section at once;
 - `experiment.py`: building a checked config's objects and running them (`Experiment`);
 - `classpath.py`: `class_path` + `init_args`, checked against the target's signature;
+- `optim.py`: LightningCLI's automatic `optimizer:` / `lr_scheduler:` sections;
 - `yaml_io.py`: the YAML dialect of experiment files;
 - `cli.py`: the `trainer` command (also `python -m trainer`);
 - `script.py`: `CLI`, a script's own command line as LightningCLI makes one (also `trainer.cli.LightningCLI`).
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 from trainer.config.classpath import ConfigError, Problem
 from trainer.config.experiment import Experiment, ResolvedConfig, Stage
+from trainer.config.optim import ReduceLROnPlateau
 from trainer.config.schema import (
     SECTIONS,
     TOP_LEVEL_ONLY,
@@ -40,6 +42,7 @@ from trainer.config.yaml_io import dump_yaml, parse_yaml
 __all__ = [
     "CLI",
     "LightningCLI",
+    "ReduceLROnPlateau",
     "ClassSpec",
     "ExperimentConfig",
     "ConfigError",

@@ -224,7 +224,7 @@ def _adapter(annotation: Any) -> TypeAdapter[Any] | None:
 def _plain(adapter: TypeAdapter[Any] | None, value: Any) -> Any:
     if adapter is not None:
         try:
-            return adapter.dump_python(value, mode="json")
+            return adapter.dump_python(value, mode="json", warnings=False)  # a default outside its own hint (`0` for list[float] | float)
         except Exception:
             pass
     return value
@@ -240,12 +240,13 @@ def _signature_text(target: Any, parameters: dict[str, inspect.Parameter], hints
 
 
 def check_spec(
-    spec: Any, path: str, base: type | None = None, *, allow_callable: bool = False
+    spec: Any, path: str, base: type | None = None, *, allow_callable: bool = False, skip: Iterable[str] = ()
 ) -> tuple[ResolvedSpec | None, list[Problem]]:
     """Import the target of `spec` and validate its `init_args`; collect every problem.
 
     With `base`, a class target must subclass it; `allow_callable` also accepts a function
-    (whose result is checked when it is called).
+    (whose result is checked when it is called). The parameters in `skip` are filled in by
+    the caller (an optimizer's `params`): they are neither required nor accepted.
     """
     if not isinstance(spec, dict):
         return None, [Problem(path, f"Expected a mapping {{class_path: ..., init_args: {{...}}}}. {received(spec)}")]
@@ -269,6 +270,7 @@ def check_spec(
         parameters, hints, var_keyword = _parameters(target)
     except (TypeError, ValueError):  # no introspectable signature (some builtins): no checks
         parameters, hints, var_keyword = {}, {}, True
+    parameters = {name: p for name, p in parameters.items() if name not in skip}
     kwargs: dict[str, Any] = {}
     plain: dict[str, Any] = {}
     for name, value in init_args.items():

@@ -23,6 +23,7 @@ from typing import Any
 
 from trainer._args import TrainerArgs
 from trainer.config.classpath import ConfigError, Problem, suggest
+from trainer.config.optim import add_optimizer_options
 from trainer.config.schema import SECTIONS, TOP_LEVEL_ONLY, load_experiment, prepare_config
 from trainer.config.yaml_io import dump_yaml, parse_yaml
 
@@ -43,6 +44,7 @@ after the file is read and before it is validated:
   --trainer.max_epochs 3   --trainer.precision bf16   --seed 1
   --model.init_args.hidden 256   --data.init_args.batch_size 32
   --callbacks.0.init_args.patience 5   --logger false
+  --optimizer Adam --optimizer.lr 0.01   --lr_scheduler StepLR --lr_scheduler.step_size 1
 Values are read as YAML: 3 is an int, 1e-4 a float, null None, [1, 2] a list.
 LightningCLI's --model.hidden 256 means --model.init_args.hidden 256; --model.help
 (and --data.help) lists the arguments of the config's model (data) class.
@@ -74,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "predict":
             parser.add_argument("--output", metavar="PATH", help="save the list of predict_step outputs with torch.save")
         add_trainer_options(parser)
+        add_optimizer_options(parser)
     export = commands.add_parser(
         "export", help="write a checkpoint's model weights as one plain file (from an FSDP folder too)",
         description="trainer export: write the model weights of CHECKPOINT (a file, or the folder of shards an FSDP "

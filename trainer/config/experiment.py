@@ -13,7 +13,7 @@ import itertools
 import logging
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -48,6 +48,8 @@ class ResolvedConfig:
     callbacks: list[ResolvedSpec]
     logger: bool | ResolvedSpec | list[ResolvedSpec]
     plain: dict[str, Any]
+    optimizer: ResolvedSpec | None = None  # LightningCLI's automatic optimizer (trainer/config/optim.py)
+    lr_scheduler: ResolvedSpec | None = None
 
 
 class Experiment:
@@ -166,14 +168,24 @@ def _construct(where: str, spec: ResolvedSpec) -> Any:
         )]) from error
 
 
-def build(resolved: ResolvedConfig, *, stage: Stage = "fit", dry_run: bool = False) -> Experiment:
-    """Seed, then build the data, the model, the callbacks, the logger and the Trainer.
+def build(
+    resolved: ResolvedConfig, *, stage: Stage = "fit", dry_run: bool = False,
+    configure_optimizers: Callable[..., Any] | None = None, owner: str = "the config's optimizer: section",
+) -> Experiment:
+    """Seed, then build the data, the model (with the config's optimizer, if any), the callbacks,
+    the logger and the Trainer.
+
+    `configure_optimizers(module, optimizer, lr_scheduler)` (LightningCLI's static method, by
+    default) is what the module's `configure_optimizers` returns when the config has an
+    `optimizer:`; `owner` names it in the warning given when the module defines its own.
 
     A bad value, the Trainer's own argument checks, and an exception raised by a class's
     constructor become a `ConfigError` naming the YAML path (the CLI prints it and exits
     with 2); an exception raised later by the user's code while it runs keeps its traceback.
     """
     from trainer._utils import seed_everything
+    from trainer.config.optim import attach_optimizers
+    from trainer.config.optim import configure_optimizers as default_configure
     from trainer.module import Module
     from trainer.trainer import Trainer
 
@@ -188,6 +200,8 @@ def build(resolved: ResolvedConfig, *, stage: Stage = "fit", dry_run: bool = Fal
     if not isinstance(model, Module):
         raise ConfigError([Problem("model", f"Expected {resolved.model.class_path}(...) to return a trainer.Module. "
                                    f"Received: {type(model).__name__}.")])
+    attach_optimizers(model, resolved.optimizer, resolved.lr_scheduler, configure=configure_optimizers or default_configure,
+                      owner=owner)
     callbacks = [_construct(f"callbacks.{i}", c) for i, c in enumerate(resolved.callbacks)]
     precision = _construct("trainer.precision", resolved.precision) if isinstance(resolved.precision, ResolvedSpec) else resolved.precision
     logger: Any = resolved.logger

@@ -1,7 +1,8 @@
 """YAML experiments: the schema of a run, its validation, and the objects it describes.
 
-A config file has six sections (`seed`, `model`, `data`, `trainer`, `callbacks`,
-`logger`). `resolve_config` checks all of them at once, before anything is built:
+A config file has the sections `seed`, `model`, `data`, `trainer`, `callbacks`, `logger`, and
+LightningCLI's `optimizer`, `lr_scheduler` (trainer/config/optim.py). `resolve_config` checks
+all of them at once, before anything is built:
 pydantic validates the shape, every `class_path` is imported and its `init_args` are
 validated against the class's own signature, and the `trainer:` section is validated by
 `TrainerArgs`, the same model `Trainer(...)` validates through. Every problem is
@@ -32,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from trainer._args import TrainerArgs
 from trainer.config.classpath import ConfigError, Problem, ResolvedSpec, check_spec, received, suggest
 from trainer.config.experiment import DRY_RUN, LOADER_OF, Experiment, ResolvedConfig, Stage, build
+from trainer.config.optim import OPTIMIZER_SECTIONS, as_spec, check_optimizers, set_section
 from trainer.config.yaml_io import dump_yaml, parse_yaml
 
 __all__ = [
@@ -82,6 +84,8 @@ class ExperimentConfig(BaseModel):
     logger: bool | ClassSpec | list[ClassSpec] = Field(
         True, description="true (TensorBoard), false, a logger's class_path, or a list of them (each gets the same values)"
     )
+    optimizer: Any = Field(None, description="LightningCLI's automatic optimizer: a torch.optim name or {class_path, init_args}")
+    lr_scheduler: Any = Field(None, description="LightningCLI's automatic LR scheduler (used with optimizer:)")
 
     @pydantic.field_validator("trainer", "callbacks", mode="before")
     @classmethod
@@ -133,7 +137,12 @@ def apply_overrides(config: dict[str, Any], overrides: Mapping[str, Any]) -> lis
             problems.append(Problem(key, f"unknown override.{suggest(parts[0], SECTIONS + TRAINER_FIELDS)} "
                                     f"Expected a dotted path starting with one of: {', '.join(SECTIONS)}."))
             continue
-        if parts[0] in ("model", "data") and len(parts) >= 2 and parts[1] not in ("class_path", "init_args"):
+        if parts[0] in OPTIMIZER_SECTIONS:  # `--optimizer Adam` keeps the init_args Adam accepts
+            if len(parts) == 1:
+                set_section(config, parts[0], value)
+                continue
+            config[parts[0]] = as_spec(config.get(parts[0]))
+        if parts[0] in ("model", "data", *OPTIMIZER_SECTIONS) and len(parts) >= 2 and parts[1] not in ("class_path", "init_args"):
             parts = [parts[0], "init_args", *parts[1:]]  # LightningCLI's shorthand: --model.hidden 256
         node: Any = config
         for depth, part in enumerate(parts[:-1]):
@@ -206,6 +215,8 @@ def resolve_config(config: Mapping[str, Any], stage: Stage = "fit", source: str 
     problems += found
     seed, found = _seed(shape)
     problems += found
+    optimizer, lr_scheduler, found = check_optimizers(config)
+    problems += found
     if problems:
         raise ConfigError(problems, source)
     assert shape is not None and model is not None and data is not None
@@ -222,8 +233,10 @@ def resolve_config(config: Mapping[str, Any], stage: Stage = "fit", source: str 
         "callbacks": [c.as_plain() for c in callbacks],
         "logger": logger.as_plain() if isinstance(logger, ResolvedSpec) else [spec.as_plain() for spec in logger]
         if isinstance(logger, list) else logger,
+        "optimizer": optimizer.as_plain() if optimizer is not None else None,
+        "lr_scheduler": lr_scheduler.as_plain() if lr_scheduler is not None else None,
     }
-    return ResolvedConfig(seed, model, data, trainer, precision, callbacks, logger, resolved)
+    return ResolvedConfig(seed, model, data, trainer, precision, callbacks, logger, resolved, optimizer, lr_scheduler)
 
 
 def _lightning_layout(config: Mapping[str, Any]) -> tuple[dict[str, Any], list[Problem]]:

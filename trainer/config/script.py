@@ -38,6 +38,8 @@ from trainer.config.cli import (
     split_overrides,
 )
 from trainer.config.experiment import LOADER_OF, Experiment, Stage, build
+from trainer.config.optim import OPTIMIZER_SECTIONS, add_optimizer_options
+from trainer.config.optim import configure_optimizers as _configure_optimizers
 from trainer.config.schema import prepare_config, read_yaml
 from trainer.config.yaml_io import dump_yaml
 
@@ -79,10 +81,17 @@ class CLI:
             (with `run=True`, `{"fit": {...}}`: the subcommand and its config).
         run: run the subcommand; False: build the objects only (no subcommand on the
             command line) for the script to call `cli.trainer.fit(cli.model, datamodule=cli.datamodule)`.
+        auto_configure_optimizers: the `optimizer:` / `lr_scheduler:` sections (`--optimizer Adam`),
+            whose objects the module's `configure_optimizers` then returns (through this class's
+            `configure_optimizers`, which a subclass may override). False: no such sections.
 
     Attributes: `model`, `datamodule` (None with the module's own loaders), `trainer`,
     `config` (the resolved config, plain data), `subcommand`, `experiment`.
     """
+
+    #: LightningCLI's static method: what the module's `configure_optimizers` returns when the
+    #: config has an `optimizer:` (`configure_optimizers(module, optimizer, lr_scheduler=None)`).
+    configure_optimizers = staticmethod(_configure_optimizers)
 
     def __init__(
         self,
@@ -97,6 +106,7 @@ class CLI:
         subclass_mode_data: bool = False,
         args: Sequence[str] | dict[str, Any] | None = None,
         run: bool = True,
+        auto_configure_optimizers: bool = True,
     ) -> None:
         from trainer.module import Module
         from trainer.trainer import Trainer
@@ -107,6 +117,7 @@ class CLI:
         self.subclass_mode = {"model": subclass_mode_model or model_class is None, "data": subclass_mode_data}
         self.save_config, self.trainer_defaults = bool(save_config_callback), dict(trainer_defaults or {})
         self.seed_default, self.parser_kwargs = seed_everything_default, dict(parser_kwargs or {})
+        self.auto_configure_optimizers = auto_configure_optimizers
         self.subcommand: str | None = None
         self.model: Any = None
         self.datamodule: Any = None
@@ -145,6 +156,8 @@ class CLI:
             for section in _SECTIONS:
                 self._section_help(parser, section)
             add_trainer_options(parser)
+            if self.auto_configure_optimizers:
+                add_optimizer_options(parser)
         return root
 
     def _describe(self) -> str:
@@ -193,6 +206,8 @@ class CLI:
         if ckpt_path not in (None, "last", "best") and not Path(ckpt_path).exists():
             problems.append(Problem("--ckpt_path", f"{ckpt_path!r} does not exist. Expected a checkpoint file written by "
                                     "the trainer (or by Lightning), 'last' or 'best'."))
+        if not self.auto_configure_optimizers:
+            problems += self._no_optimizer_sections(config, overrides)
         try:
             resolved = prepare_config(config, overrides, stage=stage)
         except ConfigError as error:
@@ -202,11 +217,15 @@ class CLI:
         own_loaders = resolved.data.class_path == _OWN_LOADERS
         if own_loaders:
             resolved.plain.pop("data")
+        if not self.auto_configure_optimizers:
+            for section in OPTIMIZER_SECTIONS:
+                resolved.plain.pop(section, None)
         self.config = resolved.plain
         if options.print_config:
             sys.stdout.write(dump_yaml(resolved.plain))
             raise SystemExit(0)
-        self.experiment = experiment = build(resolved, stage=stage)
+        self.experiment = experiment = build(resolved, stage=stage, configure_optimizers=self.configure_optimizers,
+                                             owner=f"{type(self).__name__}.configure_optimizers")
         self.model, self.trainer = experiment.model, experiment.trainer
         self.datamodule = None if own_loaders else experiment.data
         if not run:
@@ -283,6 +302,15 @@ class CLI:
             target = self._target(given)
             if inspect.isclass(target) and not issubclass(target, cls):
                 problems.append(Problem(key, f"Expected a subclass of {cls.__qualname__}. Received: {given!r}."))
+
+    def _no_optimizer_sections(self, config: dict[str, Any], overrides: dict[str, Any]) -> list[Problem]:
+        """With auto_configure_optimizers=False the module's configure_optimizers decides: an
+        `optimizer:` or `lr_scheduler:` section would be ignored, so it is refused."""
+        given = [s for s in OPTIMIZER_SECTIONS if config.get(s) is not None]
+        given += [k for k in overrides if k.split(".")[0] in OPTIMIZER_SECTIONS and k.split(".")[0] not in given]
+        return [Problem(name, f"not taken: this script's {type(self).__name__} has auto_configure_optimizers=False, so "
+                        "the module's configure_optimizers decides. Expected no such section (or "
+                        "auto_configure_optimizers=True in the script).") for name in given]
 
     @staticmethod
     def _qualified(base: type, name: str) -> str:
