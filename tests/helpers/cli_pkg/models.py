@@ -84,3 +84,22 @@ class FailingCallback(Callback):
 
     def __init__(self) -> None:
         raise ValueError("bug in a callback's __init__")
+
+
+class Scheduled(TinyClassifier):
+    """TinyClassifier whose own configure_optimizers returns SGD with momentum and a StepLR:
+    the reference for the config's `optimizer:` / `lr_scheduler:` sections."""
+
+    def __init__(self, hidden: int = 8, lr: float = 0.1, momentum: float = 0.9, step_size: int = 1, gamma: float = 0.5) -> None:
+        super().__init__(hidden=hidden, lr=lr)
+        self.momentum, self.step_size, self.gamma = momentum, step_size, gamma
+
+    def configure_optimizers(self) -> Any:
+        optimizer = torch.optim.SGD(self.parameters(), lr=self.lr, momentum=self.momentum)
+        return [optimizer], [torch.optim.lr_scheduler.StepLR(optimizer, step_size=self.step_size, gamma=self.gamma)]
+
+
+class NoOptimizers(TinyClassifier):
+    """A module that leaves configure_optimizers to the config (Module's own raises)."""
+
+    configure_optimizers = Module.configure_optimizers
