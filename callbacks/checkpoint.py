@@ -1,14 +1,17 @@
-"""`ModelCheckpoint`: keep the best (or latest) checkpoints of a run, every n steps or epochs.
+"""`ModelCheckpoint`: keep the best (or latest) checkpoints of a run, when and as Lightning's does.
 
 Files are written with `trainer.save_checkpoint`, which is atomic; a file that falls out
 of the top k is deleted only after the new one is safely on disk. The callback's
 bookkeeping (the kept files, their scores, the best one) is part of every checkpoint, so
 a run resumed with `fit(..., ckpt_path=...)` keeps ranking against the same files.
 
-Epoch-end saves are decided at `on_train_epoch_end` (after validation, so `val/...`
-metrics can be monitored) and written at the next clean cut of the loop, the start of the
-next epoch or the end of fit: there the epoch is complete in the saved loop state, so
-resuming from such a file continues exactly.
+When a save happens is Lightning's rule: `every_n_train_steps` in `on_train_batch_end` (after
+the step, once the callbacks before this one ran), epoch saves in `on_train_epoch_end` or,
+when the run validates more or less often than once an epoch (`save_on_train_epoch_end`
+resolved to False), in `on_validation_end`, the mid-epoch validations included; never twice
+at one `global_step`. A save decided at an epoch's end is written at the next clean cut of
+the loop (the next epoch's start or the end of training), where the epoch is complete in
+the saved loop state, so every file resumes exactly.
 """
 
 from __future__ import annotations
@@ -21,7 +24,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from trainer import Callback, MonitorError
-from trainer.checkpoint import remove_checkpoint
 
 if TYPE_CHECKING:
     from trainer import Trainer
@@ -41,78 +43,92 @@ class ModelCheckpoint(Callback):
         dirpath: folder of the files; default `trainer.log_dir / "checkpoints"`.
         filename: name without extension; `{epoch}`, `{step}` and any logged metric,
             with an optional format spec (`"{epoch}-{val_loss:.2f}"` writes
-            `epoch=0-val_loss=5.00.ckpt`, Lightning's names). A `/` in the result (as in
+            `epoch=0-val_loss=5.00.ckpt`, Lightning's names; a metric not logged yet is
+            written as 0, as Lightning does, with a warning). A `/` in the result (as in
             metric names) becomes `_`, so no subfolder appears. `.ckpt` is appended.
         monitor: metric to rank files by (a key of `trainer.callback_metrics`); None
-            ranks by recency.
+            keeps the latest.
         mode: "min" or "max": which direction of `monitor` is better.
         save_top_k: how many files to keep; -1 keeps all, 0 none. Without `monitor`
             only 1 (the latest), 0 or -1 are meaningful.
-        save_last: also keep `last.ckpt` in `dirpath`, updated at every save.
-        every_n_train_steps: save after every n optimizer steps (None: never by steps).
-        every_n_epochs: save after every n finished epochs (None or 0: never by epochs).
+        save_last: also keep `last.ckpt` in `dirpath`: after every step-triggered save, after
+            every epoch save that wrote a file, and at the end of training if nothing was saved.
+        every_n_train_steps: save after every n optimizer steps (None or 0: never by steps).
+        every_n_epochs: save after every n epochs (0: never by epochs). None: 1 when
+            `every_n_train_steps` is not given, else 0 (Lightning's defaults).
         auto_insert_metric_name: write `{name}` as `name=value` (Lightning's default).
         save_weights_only: files hold only the module's weights (load them with
             `module.load_state_dict(torch.load(path, weights_only=True)["module"])`, or
             `trainer.validate/test(..., ckpt_path=path)`); they can't resume a run.
         verbose: log every save.
-        save_on_train_epoch_end: Lightning's choice between saving at the training epoch's end
-            and at the validation's end; here the epoch-end save is decided after the epoch's
-            validation either way (the same moment), so every value saves the same files, except
-            that Lightning also saves after each mid-epoch validation (`val_check_interval`).
+        save_on_train_epoch_end: save epoch files at the training epoch's end (True) or at
+            the end of each validation (False, mid-epoch validations included). None
+            (Lightning's rule): at the epoch's end when the run validates once every epoch
+            or never, else at the validations.
         enable_version_counter: a file name that already exists (from an earlier run, or a
-            constant `filename` with `save_top_k=-1`) gets `-v1`, `-v2`, ... (Lightning's);
-            False overwrites it.
+            constant `filename`) gets `-v1`, `-v2`, ... (Lightning's); False overwrites it.
 
-    Without `monitor`, files are ranked by recency and `best_model_score` stays None (Lightning's).
+    Without `monitor`, `best_model_path` is the latest file and `best_model_score` stays None
+    (Lightning's).
 
     Example:
         >>> import callbacks
         >>> best = callbacks.ModelCheckpoint(monitor="val/loss", mode="min", save_top_k=2,
         ...                                  filename="{epoch}-{val/loss:.3f}")
-        >>> best.best_model_path
-        ''
+        >>> best.best_model_path, best.kth_best_model_path
+        ('', '')
     """
+
+    CHECKPOINT_NAME_LAST = "last"
 
     def __init__(
         self,
         dirpath: str | os.PathLike[str] | None = None,
-        filename: str = "{epoch}-{step}",
+        filename: str | None = "{epoch}-{step}",
         monitor: str | None = None,
         mode: Literal["min", "max"] = "min",
         save_top_k: int = 1,
-        save_last: bool = False,
+        save_last: bool | None = False,
         every_n_train_steps: int | None = None,
-        every_n_epochs: int | None = 1,
+        every_n_epochs: int | None = None,
         auto_insert_metric_name: bool = True,
         save_weights_only: bool = False,
         verbose: bool = False,
         save_on_train_epoch_end: bool | None = None,
         enable_version_counter: bool = True,
     ) -> None:
-        if every_n_epochs == 0:  # Lightning's spelling of "never by epochs"
-            every_n_epochs = None
+        filename = "{epoch}-{step}" if filename is None else filename
+        if every_n_train_steps is None and every_n_epochs is None:
+            every_n_epochs = 1  # Lightning's default trigger
         _validate(filename, monitor, mode, save_top_k, every_n_train_steps, every_n_epochs)
         self.auto_insert_metric_name = auto_insert_metric_name
         self.save_weights_only = save_weights_only
         self.verbose = verbose
-        self.save_on_train_epoch_end = save_on_train_epoch_end  # accepted: epoch saves come after the epoch's validation either way
+        self.save_on_train_epoch_end = save_on_train_epoch_end
         self.enable_version_counter = enable_version_counter
         self.dirpath = Path(dirpath) if dirpath is not None else None
         self.filename = filename
         self.monitor = monitor
         self.mode = mode
         self.save_top_k = save_top_k
-        self.save_last = save_last
-        self.every_n_train_steps = every_n_train_steps
-        self.every_n_epochs = every_n_epochs
-        self.best_k_models: dict[str, float] = {}  # path -> score (recency rank without monitor)
+        self.save_last = bool(save_last)
+        self.every_n_train_steps = every_n_train_steps or None  # None: never by steps
+        self.every_n_epochs = every_n_epochs or None  # None: never by epochs
+        self.best_k_models: dict[str, float] = {}  # path -> score (with a monitor)
         self.best_model_path = ""
         self.best_model_score: float | None = None
+        self.kth_best_model_path = ""
+        self.kth_value = math.inf if mode == "min" else -math.inf
+        self.current_score: float | None = None
         self.last_model_path = ""
-        self._last_saved_step: int | None = None
+        self._last_saved_step = 0  # Lightning's: nothing is saved before the first step, nor twice at one step
         self._pending: dict[str, Any] | None = None  # an epoch-end save waiting for a clean cut
-        self._warned_missing = False
+        self._written = ""  # the last file this fit wrote (Lightning's `_last_checkpoint_saved`)
+        self._stepped = False  # an optimizer step ended since the last on_train_batch_end
+        self._deferred = False  # a step save waits for the validation that logs `monitor`
+        self._fitting = False
+        self._validated = False  # a validation ran in this fit (then a missing monitor is an error)
+        self._warned: set[str] = set()
 
     @property
     def state_key(self) -> str:
@@ -123,130 +139,214 @@ class ModelCheckpoint(Callback):
 
     # -------------------------------------------------------------------------- hooks
     def on_fit_start(self, trainer: Trainer, module: Any) -> None:
+        self._fitting, self._validated, self._written, self._deferred = True, False, "", False
         if self.dirpath is None:  # rank 0's run folder (other ranks must not create one)
             strategy = trainer.strategy
             log_dir = str(trainer.log_dir) if strategy.is_global_zero else None
             self.dirpath = Path(strategy.broadcast_object(log_dir)) / "checkpoints"
 
     def on_train_step_end(self, trainer: Trainer, module: Any, stepped: bool) -> None:
+        self._stepped = True  # this batch's on_train_batch_end is a clean cut
+
+    def on_train_batch_end(self, trainer: Trainer, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        stepped, self._stepped = self._stepped, False
         n = self.every_n_train_steps
-        if n is not None and trainer.global_step % n == 0:
-            request = self._request(trainer, trainer.current_epoch, strict=False)
-            if request is not None:
-                self._save(trainer, request)
+        if not stepped or n is None or trainer.global_step % n != 0:
+            return
+        if self.monitor is not None and (
+            self.monitor not in trainer.callback_metrics  # a validation metric not logged yet
+            or (not self._saves_on_train_epoch_end(trainer) and _last_batch(trainer) and _validation_follows(trainer))
+        ):
+            self._deferred = True  # Lightning's: saved at the next on_validation_end, with fresh metrics
+            return
+        if not self._skip(trainer):
+            self._save_now(trainer, self._plan(trainer, top_k=True, last="always"))
+
+    def on_validation_end(self, trainer: Trainer, module: Any) -> None:
+        if not self._fitting or trainer.sanity_checking:
+            return
+        self._validated = True
+        if self._skip(trainer) or self._saves_on_train_epoch_end(trainer):
+            return
+        if self._deferred:
+            self._deferred = False
+            plan = self._plan(trainer, top_k=True, last="always")
+        elif self._epoch_due(trainer):
+            plan = self._plan(trainer, top_k=True, last="if_saved")
+        else:
+            return
+        if _mid_epoch(trainer):
+            self._save_now(trainer, plan)
+        else:  # the epoch's own validation: its end is not counted yet, so write at the next cut
+            self._pending = plan
 
     def on_train_epoch_end(self, trainer: Trainer, module: Any) -> None:
-        n = self.every_n_epochs
-        if n is not None and (trainer.current_epoch + 1) % n == 0:
-            self._pending = self._request(trainer, trainer.current_epoch, strict=True)
+        if self._fitting and not self._skip(trainer) and self._saves_on_train_epoch_end(trainer) and self._epoch_due(trainer):
+            self._pending = self._plan(trainer, top_k=True, last="if_saved")
 
     def on_train_epoch_start(self, trainer: Trainer, module: Any) -> None:
         self._flush(trainer)
 
+    def on_train_end(self, trainer: Trainer, module: Any) -> None:
+        self._flush(trainer)
+        if self.save_last and not self._written and not trainer.fast_dev_run:  # Lightning: a last.ckpt in any case
+            self._save_now(trainer, {"name": None, "score": None, "step": trainer.global_step, "last": True})
+
     def on_fit_end(self, trainer: Trainer, module: Any) -> None:
         self._flush(trainer)
+        self._fitting = False
+
+    def on_exception(self, trainer: Trainer, module: Any, exception: BaseException) -> None:
+        self._fitting = False
 
     # ---------------------------------------------------------------------- decisions
-    def _request(self, trainer: Trainer, epoch: int, *, strict: bool) -> dict[str, Any] | None:
-        """What to save now (or None): rank 0 decides and every rank follows.
+    def _skip(self, trainer: Trainer) -> bool:
+        return bool(trainer.fast_dev_run) or trainer.sanity_checking or self._last_saved_step == trainer.global_step
 
-        Under DDP per-step metrics are each rank's own, and a save is a collective, so all
-        ranks must make the same decision: rank 0's.
-        """
+    def _epoch_due(self, trainer: Trainer) -> bool:
+        n = self.every_n_epochs
+        return n is not None and (trainer.current_epoch + 1) % n == 0
+
+    def _saves_on_train_epoch_end(self, trainer: Trainer) -> bool:
+        """Lightning's rule for `save_on_train_epoch_end=None`: at the training epoch's end
+        unless the run validates other than once at every epoch's end."""
+        if self.save_on_train_epoch_end is not None:
+            return self.save_on_train_epoch_end
+        if trainer.args.check_val_every_n_epoch != 1:
+            return False
+        if not _validates(trainer):
+            return True
+        interval = trainer.args.val_check_interval
+        return (1.0 if interval is None else interval) == 1.0
+
+    def _plan(self, trainer: Trainer, *, top_k: bool, last: Literal["always", "if_saved"]) -> dict[str, Any]:
+        """What to write now (rank 0 decides, every rank follows: a save is a collective and
+        under DDP per-step metrics are each rank's own); marks this step as saved."""
         strategy = trainer.strategy
-        local = self._decide(trainer, epoch, strict=strict) if strategy.is_global_zero else None
-        request: dict[str, Any] | None = strategy.broadcast_object(local)
-        return request
+        local = self._decide(trainer, top_k) if strategy.is_global_zero else None
+        plan: dict[str, Any] = strategy.broadcast_object(local)
+        if plan.get("error"):
+            raise MonitorError(plan["error"])
+        plan["last"] = self.save_last and (last == "always" or plan["name"] is not None)
+        if plan["name"] is not None or plan["last"]:
+            self._last_saved_step = trainer.global_step
+        return plan
 
-    def _decide(self, trainer: Trainer, epoch: int, *, strict: bool) -> dict[str, Any] | None:
-        """The name and score of a save now, from the metrics of this moment."""
+    def _decide(self, trainer: Trainer, top_k: bool) -> dict[str, Any]:
+        """The top-k file of a save now (`name` None: none), from the metrics of this moment."""
         metrics = dict(trainer.callback_metrics)
-        needed = [n for n in _placeholders(self.filename) if n not in _BUILTIN]
-        if self.monitor is not None:
-            needed.append(self.monitor)
-        missing = sorted({n for n in needed if n not in metrics})
-        if missing:
+        plan: dict[str, Any] = {"name": None, "score": None, "step": trainer.global_step}
+        if not top_k or self.save_top_k == 0:
+            return plan
+        if self.monitor is not None and self.monitor not in metrics:
             message = (
-                f"ModelCheckpoint expected the metric(s) {', '.join(map(repr, missing))} (monitor / "
-                f"filename) in trainer.callback_metrics. Received: {sorted(metrics) or 'no metrics'}. "
-                "Log them with self.log(name, value), or fix monitor/filename."
+                f"ModelCheckpoint(monitor={self.monitor!r}) found no such metric in trainer.callback_metrics. "
+                f"Received: {sorted(metrics) or 'no metrics'}. Log it with self.log({self.monitor!r}, value), "
+                "or fix monitor."
             )
-            if strict:
-                raise MonitorError(message)
-            if not self._warned_missing:
-                log.warning("%s Skipping step-based saves until they are logged.", message)
-                self._warned_missing = True
-            return None
-        values = {"epoch": epoch, "step": trainer.global_step, **metrics}
-        score = float(metrics[self.monitor]) if self.monitor is not None else float(trainer.global_step)
-        name = self._versioned(_render(self.filename, values, self.auto_insert_metric_name))
-        return {"name": name, "score": score, "step": trainer.global_step}
+            if self._validated:  # Lightning's rule: an error once a validation has run
+                return {**plan, "error": message}
+            self._warn(message + " No file is saved until it is logged.")
+            return plan
+        missing = sorted({n for n in _placeholders(self.filename) if n not in metrics and n not in _BUILTIN})
+        if missing:
+            self._warn(f"ModelCheckpoint(filename={self.filename!r}): {', '.join(map(repr, missing))} not in "
+                       f"trainer.callback_metrics ({sorted(metrics)}); written as 0, as Lightning does.")
+        values = {name: 0 for name in missing} | metrics
+        values["epoch"] = int(metrics["epoch"]) if "epoch" in metrics else trainer.current_epoch
+        values["step"] = int(metrics["step"]) if "step" in metrics else trainer.global_step
+        name = _render(self.filename, values, self.auto_insert_metric_name)
+        if self.monitor is None:
+            return {**plan, "name": self._versioned(name, self.best_model_path)}
+        score = float(metrics[self.monitor])
+        if not self._admits(score):
+            if self.verbose:
+                log.info("ModelCheckpoint: %s=%s at step %d is not in the top %d.", self.monitor, score,
+                         trainer.global_step, self.save_top_k)
+            return plan
+        if math.isnan(score):  # Lightning's: a NaN is kept as the worst possible score
+            score = math.inf if self.mode == "min" else -math.inf
+        return {**plan, "name": self._versioned(name, self._replaced()), "score": score}
 
-    def _versioned(self, name: str) -> str:
+    def _admits(self, score: float) -> bool:
+        if self.save_top_k == -1 or len(self.best_k_models) < self.save_top_k:
+            return True
+        kth = self.best_k_models[self.kth_best_model_path]
+        return score < kth if self.mode == "min" else score > kth
+
+    def _replaced(self) -> str | None:
+        """The file a new top-k file pushes out (Lightning's kth best), if the top k is full."""
+        full = self.save_top_k != -1 and 0 < self.save_top_k == len(self.best_k_models)
+        return self.kth_best_model_path if full else None
+
+    def _versioned(self, name: str, replaced: str | None) -> str:
         """`name`, or `name-vN` when a file of that name exists and is not the one this save replaces."""
         if not self.enable_version_counter or self.dirpath is None:
             return name
-        full = self.save_top_k != -1 and self.best_k_models and len(self.best_k_models) >= self.save_top_k
-        replaced = self._worst() if full else None
         candidate, version = name, 1
         while (self.dirpath / f"{candidate}.ckpt").exists() and str(self.dirpath / f"{candidate}.ckpt") != replaced:
             candidate, version = f"{name}-v{version}", version + 1
         return candidate
 
+    def _warn(self, message: str) -> None:
+        if message not in self._warned:
+            self._warned.add(message)
+            log.warning("%s", message)
+
     def _flush(self, trainer: Trainer) -> None:
         if self._pending is not None:
-            request, self._pending = self._pending, None
-            self._save(trainer, request)
-
-    def _worst(self) -> str:
-        return max(self.best_k_models, key=lambda p: _ordering_key(self.best_k_models[p], self._minimising()))
-
-    def _minimising(self) -> bool:
-        return self.monitor is not None and self.mode == "min"
+            plan, self._pending = self._pending, None
+            self._save_now(trainer, plan)
 
     # -------------------------------------------------------------------------- saving
-    def _save(self, trainer: Trainer, request: dict[str, Any]) -> None:
+    def _save_now(self, trainer: Trainer, plan: dict[str, Any]) -> None:
+        """Write a plan's files, then delete what they replace (only once they are on disk)."""
         assert self.dirpath is not None
-        path = str(self.dirpath / f"{request['name']}.ckpt")
         before = self.state_dict()
-        evicted: list[str] = []
-        keep = self.save_top_k != 0 and self._admit(path, request["score"], evicted)
-        self._last_saved_step = request["step"]
-        if save_last := self.save_last:
-            self.last_model_path = str(self.dirpath / "last.ckpt")
-        if trainer.fast_dev_run:  # a quick check of the whole run writes nothing
-            return
+        stale: list[str] = []
+        self._last_saved_step = plan["step"]
         try:
-            if keep:
+            if plan["name"] is not None:
+                path = str(self.dirpath / f"{plan['name']}.ckpt")
+                stale += self._record(path, plan["score"])
                 trainer.save_checkpoint(path, weights_only=self.save_weights_only)
+                self._written = path
                 if self.verbose:
-                    log.info("ModelCheckpoint: saved %s (%s=%s).", path, self.monitor or "step", request["score"])
-            if save_last:
+                    log.info("ModelCheckpoint: saved %s (%s=%s).", path, self.monitor or "step", plan["score"])
+            if plan.get("last", self.save_last):
+                previous = self.last_model_path
+                self.last_model_path = str(self.dirpath / f"{self._versioned(self.CHECKPOINT_NAME_LAST, previous)}.ckpt")
                 trainer.save_checkpoint(self.last_model_path, weights_only=self.save_weights_only)
+                self._written = self.last_model_path
+                stale.append(previous)
         except BaseException:
             self.load_state_dict(before)  # the bookkeeping never names a file that isn't there
             raise
         if not trainer.strategy.is_global_zero:  # only rank 0 touches files
             return
-        for stale in evicted:  # only once the new file is safely written (async_checkpointing: later)
-            if stale != path and stale != self.last_model_path:
-                trainer.remove_checkpoint(stale)
+        kept = {*self.best_k_models, self.best_model_path, self.last_model_path}
+        for path in stale:
+            if path and path not in kept and self.dirpath in Path(path).parents:
+                trainer.remove_checkpoint(path)
 
-    def _admit(self, path: str, score: float, evicted: list[str]) -> bool:
-        """Update the top-k bookkeeping for a new file; list the files it pushes out."""
+    def _record(self, path: str, score: float | None) -> list[str]:
+        """Lightning's top-k bookkeeping for a new file; returns the file it replaces."""
+        if self.monitor is None or score is None:
+            previous, self.best_model_path = self.best_model_path, path
+            return [previous] if self.save_top_k == 1 else []
         models = self.best_k_models
-        models.pop(path, None)
-        if self.save_top_k != -1 and len(models) >= self.save_top_k:
-            worst = self._worst()
-            if self.monitor is not None and not _improves(score, models[worst], self._minimising()):
-                return False
-            evicted.append(worst)
-            del models[worst]
+        replaced = self._replaced()
+        if replaced is not None:
+            models.pop(replaced, None)
+        self.current_score = score
         models[path] = score
-        best = min(models, key=lambda p: _ordering_key(models[p], self._minimising()))
-        self.best_model_path = best
-        self.best_model_score = models[best] if self.monitor is not None else None  # no monitor: no score (Lightning)
-        return True
+        if self.save_top_k == -1 or len(models) == self.save_top_k:
+            pick = max if self.mode == "min" else min
+            self.kth_best_model_path = pick(models, key=models.__getitem__)
+            self.kth_value = models[self.kth_best_model_path]
+        best = (min if self.mode == "min" else max)(models, key=models.__getitem__)
+        self.best_model_path, self.best_model_score = best, models[best]
+        return [replaced] if replaced is not None else []
 
     # ------------------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:
@@ -255,31 +355,55 @@ class ModelCheckpoint(Callback):
             "best_k_models": dict(self.best_k_models),
             "best_model_path": self.best_model_path,
             "best_model_score": self.best_model_score,
+            "kth_best_model_path": self.kth_best_model_path,
+            "kth_value": self.kth_value,
+            "current_score": self.current_score,
             "last_model_path": self.last_model_path,
             "last_saved_step": self._last_saved_step,
             "pending": dict(self._pending) if self._pending is not None else None,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.best_k_models = {str(k): float(v) for k, v in state.get("best_k_models", {}).items()}
+        monitored = self.monitor is not None
+        self.best_k_models = {str(k): float(v) for k, v in state.get("best_k_models", {}).items()} if monitored else {}
         self.best_model_path = str(state.get("best_model_path", ""))
         score = state.get("best_model_score")
-        self.best_model_score = float(score) if score is not None and self.monitor is not None else None
+        self.best_model_score = float(score) if score is not None and monitored else None
+        self.kth_best_model_path = str(state.get("kth_best_model_path", ""))
+        models = self.best_k_models
+        if models and self.kth_best_model_path not in models and self.save_top_k in (-1, len(models)):
+            pick = max if self.mode == "min" else min  # a file written before the kth best was kept
+            self.kth_best_model_path = pick(models, key=models.__getitem__)
+        self.kth_value = float(state.get("kth_value", models.get(self.kth_best_model_path, self.kth_value)))
+        current = state.get("current_score")
+        self.current_score = float(current) if current is not None else None
         self.last_model_path = str(state.get("last_model_path", ""))
-        self._last_saved_step = state.get("last_saved_step")
+        self._last_saved_step = int(state.get("last_saved_step") or 0)
         pending = state.get("pending")
         self._pending = dict(pending) if pending is not None else None
 
 
-def _ordering_key(score: float, minimising: bool) -> float:
-    """Smaller is better; NaN is worst. Without a monitor the newest (largest step) is best."""
-    if math.isnan(score):
-        return math.inf
-    return score if minimising else -score
+def _validates(trainer: Trainer) -> bool:
+    """Whether this fit validates at all (Lightning: `num_val_batches > 0`)."""
+    loop = getattr(trainer, "_loop", None)
+    return getattr(loop, "val_loader", None) is not None and getattr(loop, "val_limit", None) != 0
 
 
-def _improves(score: float, worst: float, minimising: bool) -> bool:
-    return _ordering_key(score, minimising) < _ordering_key(worst, minimising)
+def _validation_follows(trainer: Trainer) -> bool:
+    """Lightning's guess that a validation runs after the epoch's last batch."""
+    n = trainer.args.check_val_every_n_epoch
+    return _validates(trainer) and (n is None or (trainer.current_epoch + 1) % n == 0)
+
+
+def _last_batch(trainer: Trainer) -> bool:
+    return trainer.state.batches_done >= trainer.num_training_batches
+
+
+def _mid_epoch(trainer: Trainer) -> bool:
+    """Whether the current validation runs inside the epoch (`val_check_interval`), not at its end."""
+    if math.isinf(trainer.num_training_batches):  # no len(): only an int interval validates inside
+        return isinstance(trainer.args.val_check_interval, int)
+    return trainer.state.batches_done < trainer.num_training_batches
 
 
 def _placeholders(filename: str) -> list[str]:
@@ -316,13 +440,8 @@ def _validate(
     if monitor is not None and (not isinstance(monitor, str) or not monitor):
         raise ValueError(f"ModelCheckpoint(monitor=...) expected a metric name or None. Received: {monitor!r}.")
     for name, value in (("every_n_train_steps", every_n_train_steps), ("every_n_epochs", every_n_epochs)):
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-            raise ValueError(f"ModelCheckpoint({name}=...) expected an int >= 1 or None. Received: {value!r}.")
-    if every_n_train_steps is None and every_n_epochs is None:
-        raise ValueError(
-            "ModelCheckpoint(every_n_train_steps=None, every_n_epochs=None) would never save. "
-            "Expected at least one of them to be an int >= 1."
-        )
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            raise ValueError(f"ModelCheckpoint({name}=...) expected an int >= 0 (0: never) or None. Received: {value!r}.")
     if not isinstance(filename, str) or not filename or filename.count("{") != filename.count("}"):
         raise ValueError(f"ModelCheckpoint(filename=...) expected a non-empty name with balanced braces. Received: {filename!r}.")
     for match in _PLACEHOLDER.finditer(filename):
@@ -334,4 +453,3 @@ def _validate(
                 f"ModelCheckpoint(filename={filename!r}): the format spec {match.group(2)!r} of "
                 f"{{{match.group(1)}}} does not apply to a {type(sample).__name__}. Expected e.g. '{{val/loss:.3f}}'."
             ) from None
-

@@ -139,8 +139,8 @@ def test_missing_monitor_names_the_metrics_that_exist(tmp_path):
     ({"mode": "best"}, "mode=...) expected 'min' or 'max'. Received: 'best'"),
     ({"save_top_k": -2}, "save_top_k=...) expected an int >= -1"),
     ({"save_top_k": 3}, "needs monitor"),
-    ({"every_n_train_steps": 0}, "every_n_train_steps=...) expected an int >= 1"),
-    ({"every_n_epochs": None}, "would never save"),
+    ({"every_n_train_steps": -1}, "every_n_train_steps=...) expected an int >= 0 (0: never)"),
+    ({"every_n_epochs": 1.5}, "every_n_epochs=...) expected an int >= 0 (0: never)"),
     ({"filename": "{val/loss:d}"}, "format spec 'd'"),
     ({"filename": "{epoch"}, "balanced braces"),
 ])
