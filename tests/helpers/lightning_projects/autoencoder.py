@@ -64,7 +64,18 @@ class LitAutoEncoder(L.LightningModule):
         return torch.optim.Adam(self.parameters(), lr=self.hparams.learning_rate)
 
 
-def main(root_dir: str | Path, precision: str = "32-true", max_epochs: int = 3, ckpt_path: str | None = None) -> dict[str, Any]:
+class SaveEveryEpoch(L.Callback):
+    """Saves `epoch=N.ckpt` into `folder` at the end of every training epoch."""
+
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = Path(folder)
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        trainer.save_checkpoint(self.folder / f"epoch={trainer.current_epoch}.ckpt")
+
+
+def main(root_dir: str | Path, precision: str = "32-true", max_epochs: int = 3, ckpt_path: str | None = None,
+         save_every_epoch_to: str | Path | None = None) -> dict[str, Any]:
     L.seed_everything(1234)
     data = PatchData()
     model = LitAutoEncoder()
@@ -76,6 +87,7 @@ def main(root_dir: str | Path, precision: str = "32-true", max_epochs: int = 3, 
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
+        callbacks=[SaveEveryEpoch(save_every_epoch_to)] if save_every_epoch_to is not None else [],
     )
     trainer.fit(model, datamodule=data, ckpt_path=ckpt_path)
     validated = trainer.validate(model, datamodule=data, verbose=False)[0]
