@@ -78,6 +78,17 @@ def test_command_line_shorthand(tmp_path: Path) -> None:
     assert plain["optimizer"]["class_path"] == "torch.optim.SGD" and plain["optimizer"]["init_args"]["momentum"] == 0.5
 
 
+def test_a_later_file_merges_into_the_section(tmp_path: Path) -> None:
+    from trainer.config.cli import _merge_files
+
+    (tmp_path / "base.yaml").write_text("optimizer: {class_path: SGD, init_args: {lr: 0.3, momentum: 0.9}}\nlr_scheduler: StepLR\n")
+    (tmp_path / "adam.yaml").write_text("optimizer: {class_path: Adam, init_args: {eps: 1.0e-6}}\n"
+                                        "lr_scheduler: {init_args: {step_size: 4}}\n")
+    merged = _merge_files([str(tmp_path / "base.yaml"), str(tmp_path / "adam.yaml")])
+    assert merged["optimizer"] == {"class_path": "Adam", "init_args": {"lr": 0.3, "eps": 1e-6}}  # momentum: not Adam's
+    assert merged["lr_scheduler"] == {"class_path": "StepLR", "init_args": {"step_size": 4}}
+
+
 # ----------------------------------------------------------------------------------- errors
 def test_every_mistake_at_once(tmp_path: Path) -> None:
     bad = config(tmp_path, optimizer={"class_path": "SGD", "init_args": {"lrr": 0.1, "momentum": "x", "params": []}},

@@ -23,7 +23,7 @@ from typing import Any
 
 from trainer._args import TrainerArgs
 from trainer.config.classpath import ConfigError, Problem, suggest
-from trainer.config.optim import add_optimizer_options
+from trainer.config.optim import OPTIMIZER_SECTIONS, add_optimizer_options, set_section
 from trainer.config.schema import SECTIONS, TOP_LEVEL_ONLY, load_experiment, prepare_config
 from trainer.config.yaml_io import dump_yaml, parse_yaml
 
@@ -236,10 +236,12 @@ def _merge_files(paths: list[str]) -> dict[str, Any]:
     return merged
 
 
-def _deep_merge(into: dict[str, Any], update: dict[str, Any]) -> None:
+def _deep_merge(into: dict[str, Any], update: dict[str, Any], top: bool = True) -> None:
     for key, value in update.items():
-        if isinstance(value, dict) and isinstance(into.get(key), dict):
-            _deep_merge(into[key], value)
+        if top and key in OPTIMIZER_SECTIONS:  # `optimizer: Adam` over a spec keeps the init_args Adam accepts
+            set_section(into, key, value)
+        elif isinstance(value, dict) and isinstance(into.get(key), dict):
+            _deep_merge(into[key], value, top=False)
         else:
             into[key] = value
 

@@ -131,17 +131,24 @@ def as_spec(value: Any) -> Any:
 
 
 def set_section(config: dict[str, Any], section: str, value: Any) -> None:
-    """`--optimizer NAME` on top of a config: a new class keeps the `init_args` it accepts (as
-    LightningCLI keeps them when the class changes); any other value replaces the section."""
-    current = config.get(section)
-    if not (isinstance(value, str) and isinstance(current, dict) and isinstance(current.get("init_args"), dict)):
+    """`--optimizer NAME` (or a later file's `optimizer:`) on top of a config's section: merged key
+    by key, and a new class keeps only the `init_args` it accepts, as LightningCLI keeps them
+    when the class changes. Any other value (null, a number) replaces the section."""
+    current = as_spec(config.get(section))
+    if not isinstance(current, dict) or not isinstance(value, (str, dict)):
         config[section] = value
         return
-    target, _ = import_target(resolve_name(section, value), section)
-    init_args = dict(current["init_args"])
-    if target is not None and not any(p.kind is p.VAR_KEYWORD for p in _signature(target).values()):
-        init_args = {k: v for k, v in init_args.items() if k in _signature(target)}
-    config[section] = {"class_path": value, "init_args": init_args}
+    update = as_spec(value)
+    init_args = dict(current["init_args"]) if isinstance(current.get("init_args"), dict) else {}
+    class_path = update.get("class_path", current.get("class_path"))
+    if isinstance(class_path, str) and class_path != current.get("class_path"):
+        target, _ = import_target(resolve_name(section, class_path), section)
+        accepted = _signature(target) if target is not None else {}
+        if accepted and not any(p.kind is p.VAR_KEYWORD for p in accepted.values()):
+            init_args = {k: v for k, v in init_args.items() if k in accepted}
+    if isinstance(update.get("init_args"), dict):
+        init_args.update(update["init_args"])
+    config[section] = {**current, **update, "init_args": init_args}
 
 
 def _signature(target: Any) -> dict[str, inspect.Parameter]:
