@@ -97,6 +97,24 @@ def test_16_mixed_on_cpu(tmp_path: Path) -> None:
     assert_same_run("boring", run("boring", "ours", tmp_path, "16-mixed"), run("boring", "lightning", tmp_path, "16-mixed"))
 
 
+AUTOCAST_CACHE = ("Lightning's Trainer autocasts with cache_enabled=False, ours with PyTorch's default cache: a weight "
+                  "used twice in one training_step (the discriminator on real and fake) gets one bfloat16 cast whose "
+                  "gradients add up in bfloat16 here, two casts whose gradients add up in float32 in Lightning")
+
+
+@pytest.mark.xfail(strict=True, reason=AUTOCAST_CACHE)
+def test_gan_bf16_mixed(tmp_path: Path) -> None:
+    assert_same_run("gan", run("gan", "ours", tmp_path, "bf16-mixed"), run("gan", "lightning", tmp_path, "bf16-mixed"))
+
+
+def test_gan_bf16_mixed_differs_only_by_the_autocast_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With our bfloat16 autocast made cache-free, as Lightning's is, the GAN's weights are Lightning's."""
+    from trainer.precision import BF16
+
+    monkeypatch.setattr(BF16, "autocast", lambda self: torch.autocast(self.device.type, torch.bfloat16, cache_enabled=False))
+    assert_same_run("gan", run("gan", "ours", tmp_path, "bf16-mixed"), run("gan", "lightning", tmp_path, "bf16-mixed"))
+
+
 def test_early_stopping_and_best_checkpoint_as_lightning(tmp_path: Path) -> None:
     """The classifier stops early (EarlyStopping's min_delta) at the same epoch and tests the
     same best checkpoint (`ckpt_path="best"`), named as Lightning names it."""
