@@ -10,9 +10,11 @@ from callbacks.lambda_callback import LambdaCallback
 from callbacks.lr_monitor import LearningRateMonitor
 from callbacks.model_summary import ModelSummary
 from callbacks.progress import RichProgressBar, TQDMProgressBar
+from callbacks.stochastic_weight_averaging import StochasticWeightAveraging
 from callbacks.weight_averaging import EMAWeightAveraging, WeightAveraging
 
 __all__: list[str] = [
     "Callback", "ModelCheckpoint", "EarlyStopping", "LambdaCallback", "LearningRateMonitor", "ModelSummary",
     "TQDMProgressBar", "RichProgressBar", "WeightAveraging", "EMAWeightAveraging",
+    "StochasticWeightAveraging",
 ]
