@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.logging.metrics import MetricStore, to_floats
+from trainer.checkpoint.parts import trainer_parts
 from trainer.loops.optimizers import OptimizerSetup, optimizers_or_none, parse_optimizers
 from trainer.loops.state import LoopState
 from trainer.logging.run import RunIO
@@ -158,6 +159,7 @@ class Trainer(TrainerProperties, TrainerData, TrainerEvaluation):
         self._loader_source: Callable[[], tuple[Any, Any]] | None = None  # reload_dataloaders_every_n_epochs
         self._warned_no_validation_step = False
         self._timer = SimpleProfiler() if self.args.profiler == "simple" else None
+        self._state_parts = trainer_parts(self)  # what a checkpoint holds, each part registered once
 
     @property
     def default_root_dir(self) -> Path:

@@ -1,7 +1,10 @@
 """Checkpoints: the file format, the Trainer's state, and the sharded folders FSDP writes.
 
 - `format.py`: atomic writes, checked loads that never execute code, the format marker;
-- `state.py`: the Trainer's whole state as a checkpoint dict, and back;
+- `registry.py`: the registry of stateful parts a checkpoint is made of (each registered once);
+- `parts.py`: the Trainer's parts (weights and optimizers through the strategy, schedulers,
+  precision, loop, loggers, callbacks, data order, random streams, ...);
+- `state.py`: the Trainer's whole state as a checkpoint dict (the parts, the cut, Lightning's keys), and back;
 - `sharded.py`: a folder of shards every rank writes (FSDP), with the single file's guarantees.
 
 Example:

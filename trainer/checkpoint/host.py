@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     import torch
 
     from trainer._args import TrainerArgs
+    from trainer.checkpoint.registry import StateRegistry
     from trainer.module import Module
     from trainer.precision import Precision
     from trainer.strategies import Strategy
@@ -107,6 +108,10 @@ class StateHost(ShardHost, Protocol):
     def global_step(self) -> int: ...
     @property
     def experiment_config(self) -> dict[str, Any] | None: ...
+    @property
+    def _state_parts(self) -> StateRegistry:
+        """What a checkpoint holds, part by part (`trainer/checkpoint/parts.py`)."""
+
     @property
     def _loop(self) -> PendingWork | None: ...
     @property

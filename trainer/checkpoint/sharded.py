@@ -35,7 +35,8 @@ import torch
 from trainer.checkpoint.format import CheckpointError, _alive, _fsync_directory, load_checkpoint, remove_checkpoint, save_atomic
 from trainer.checkpoint.host import ShardHost, module_of
 
-__all__ = ["STATE_FILE", "is_sharded", "save_sharded", "read_sharded", "restore_sharded", "export_weights"]
+__all__ = ["STATE_FILE", "is_sharded", "save_sharded", "read_sharded", "restore_sharded", "restore_sharded_optimizers",
+           "export_weights"]
 
 STATE_FILE = "trainer_state.ckpt"
 _DCP_INDEX = ".metadata"
@@ -232,28 +233,45 @@ def _check_fits(module: torch.nn.Module, checkpoint: dict[str, Any], own: dict[s
 def restore_sharded(module: torch.nn.Module, optimizers: list[torch.optim.Optimizer] | None, checkpoint: dict[str, Any]) -> None:
     """Load the weights (and, given `optimizers`, their states) of a sharded checkpoint into
     this run's model, sharded or not, on any number of processes (DCP reshards)."""
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
-
     own = module.state_dict()
     _check_fits(module, checkpoint, own)
-    wanted: dict[str, Any] = {"module": own, "optimizers": {}}
-    saved_entries = checkpoint.get("optimizers") or []
-    for index, optimizer in enumerate(optimizers or []):
-        if saved_entries[index].get("sharded"):
-            wanted["optimizers"][str(index)] = get_optimizer_state_dict(module, optimizer)
-    folder = Path(checkpoint["_folder"])
-    try:
-        dcp.load(wanted, storage_reader=_SafeReader(folder), planner=_SafePlanner(allow_partial_load=not optimizers), no_dist=not _distributed())
-    except Exception as error:  # noqa: BLE001 - named, with the folder
-        raise CheckpointError(f"Checkpoint {checkpoint['_path']!r}: its shards could not be loaded ({type(error).__name__}: {error}).") from None
+    _load_shards(checkpoint, {"module": own}, partial=True)
     module.load_state_dict(own)
-    for index, optimizer in enumerate(optimizers or []):
+    if optimizers:
+        restore_sharded_optimizers(module, optimizers, checkpoint)
+
+
+def restore_sharded_optimizers(module: torch.nn.Module, optimizers: list[torch.optim.Optimizer], checkpoint: dict[str, Any]) -> None:
+    """Load the optimizer states of a sharded checkpoint (as many, of the same classes: the
+    caller checked) into this run's optimizers of `module`'s parameters."""
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
+
+    saved_entries = checkpoint.get("optimizers") or []
+    wanted = {
+        str(index): get_optimizer_state_dict(module, optimizer)
+        for index, optimizer in enumerate(optimizers)
+        if saved_entries[index].get("sharded")
+    }
+    if wanted:
+        _load_shards(checkpoint, {"optimizers": wanted}, partial=False)
+    for index, optimizer in enumerate(optimizers):
         entry = saved_entries[index]
         if entry.get("sharded"):
-            set_optimizer_state_dict(module, optimizer, wanted["optimizers"][str(index)])
+            set_optimizer_state_dict(module, optimizer, wanted[str(index)])
         else:
             optimizer.load_state_dict(entry["state"])
+
+
+def _load_shards(checkpoint: dict[str, Any], wanted: dict[str, Any], *, partial: bool) -> None:
+    """DCP-load the entries of `wanted` (in place) from the checkpoint's folder; `partial`:
+    the folder may hold more than is asked for."""
+    import torch.distributed.checkpoint as dcp
+
+    folder = Path(checkpoint["_folder"])
+    try:
+        dcp.load(wanted, storage_reader=_SafeReader(folder), planner=_SafePlanner(allow_partial_load=partial), no_dist=not _distributed())
+    except Exception as error:  # noqa: BLE001 - named, with the folder
+        raise CheckpointError(f"Checkpoint {checkpoint['_path']!r}: its shards could not be loaded ({type(error).__name__}: {error}).") from None
 
 
 def _distributed() -> bool:

@@ -102,6 +102,14 @@ class Strategy:
     def setup_loader(self, loader: Any, *, train: bool) -> Any:
         return loader
 
+    def module_state(self, module: torch.nn.Module) -> dict[str, Any]:
+        """The module's state for a checkpoint (FSDP: each rank's shards, as DTensors)."""
+        return module.state_dict()
+
+    def optimizer_state(self, module: torch.nn.Module, optimizer: Any) -> dict[str, Any]:
+        """An optimizer's state for a checkpoint (keyed by parameter index, as PyTorch's)."""
+        return optimizer.state_dict()
+
     def load_module_state(self, module: torch.nn.Module, state: dict[str, Any]) -> None:
         """Load whole (unsharded) weights from a single-file checkpoint into `module`."""
         module.load_state_dict(state)
