@@ -112,6 +112,14 @@ def test_every_mistake_at_once(tmp_path: Path) -> None:
     assert "optimizer.class_path" in paths and "lr_scheduler.class_path" in paths
 
 
+def test_fsdp_which_replaces_the_parameters_is_refused(tmp_path: Path) -> None:
+    for strategy in ("fsdp", {"class_path": "trainer.distributed.FSDP"}):
+        source = config(tmp_path, optimizer="SGD")
+        source["trainer"]["strategy"] = strategy
+        with pytest.raises(ConfigError, match="strategy fsdp replaces them"):
+            prepare_config(source)
+
+
 def test_a_value_the_optimizer_refuses_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"optimizer\.init_args: torch\.optim\.SGD\(\*\*init_args\) raised ValueError"):
         load_experiment(config(tmp_path, model="NoOptimizers", optimizer={"class_path": "SGD", "init_args": {"lr": -1.0}}))
@@ -197,7 +205,7 @@ def test_script_cli_takes_the_options_and_its_configure_optimizers(tmp_path: Pat
     from tests.helpers.cli_pkg.models import TinyClassifier
 
     common = ["--trainer.root_dir", str(tmp_path), "--trainer.logger", "false"]
-    with pytest.warns(UserWarning, match=r"`TinyClassifier\.configure_optimizers` will be overridden by `CLI\.configure_optimizers`"):
+    with pytest.warns(UserWarning, match=r"`TinyClassifier\.configure_optimizers` will be overridden by `LightningCLI\.configure_optimizers`"):
         cli = CLI(TinyClassifier, RandomData, run=False, args=["--optimizer", "Adam", "--optimizer.lr", "0.01",
                                                                   "--lr_scheduler", "StepLR", "--lr_scheduler.step_size", "2", *common])
     optimizers, schedulers = cli.model.configure_optimizers()

@@ -34,7 +34,8 @@ from torch.optim.lr_scheduler import LRScheduler
 from trainer._utils import first_line
 from trainer.config.classpath import ConfigError, Problem, ResolvedSpec, check_spec, import_target, instantiate, received, suggest
 
-__all__ = ["OPTIMIZER_SECTIONS", "ReduceLROnPlateau", "configure_optimizers", "check_optimizers", "attach_optimizers",
+__all__ = ["OPTIMIZER_SECTIONS", "ReduceLROnPlateau", "configure_optimizers", "check_optimizers", "check_strategy",
+           "attach_optimizers",
            "set_section", "as_spec", "add_optimizer_options"]
 
 #: The top-level sections this module adds to a config.
@@ -208,6 +209,19 @@ def _check_section(section: str, value: Any) -> tuple[ResolvedSpec | None, list[
                                 "`lr_scheduler: ReduceLROnPlateau` (trainer.config.ReduceLROnPlateau) with "
                                 "init_args: {monitor: NAME}."))
     return resolved, problems
+
+
+def check_strategy(optimizer: ResolvedSpec | None, strategy: Any) -> list[Problem]:
+    """An `optimizer:` is built on the module's parameters before the Trainer runs, and FSDP
+    replaces those parameters with sharded ones: the optimizer would train nothing."""
+    from trainer.strategies.fsdp import FSDP
+
+    target = strategy.target if isinstance(strategy, ResolvedSpec) else None
+    if optimizer is None or not (strategy == "fsdp" or (inspect.isclass(target) and issubclass(target, FSDP))):
+        return []
+    return [Problem("optimizer", "is built on the module's parameters before the Trainer starts, and strategy fsdp "
+                    "replaces them with sharded ones, so this optimizer would update nothing. Expected "
+                    "configure_optimizers() in the module for fsdp (it runs after sharding), or another strategy.")]
 
 
 # ---------------------------------------------------------------------------- building

@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from trainer._args import TrainerArgs
 from trainer.config.classpath import ConfigError, Problem, ResolvedSpec, check_spec, received, suggest
 from trainer.config.experiment import DRY_RUN, LOADER_OF, Experiment, ResolvedConfig, Stage, build
-from trainer.config.optim import OPTIMIZER_SECTIONS, as_spec, check_optimizers, set_section
+from trainer.config.optim import OPTIMIZER_SECTIONS, as_spec, check_optimizers, check_strategy, set_section
 from trainer.config.yaml_io import dump_yaml, parse_yaml
 
 __all__ = [
@@ -216,7 +216,7 @@ def resolve_config(config: Mapping[str, Any], stage: Stage = "fit", source: str 
     seed, found = _seed(shape)
     problems += found
     optimizer, lr_scheduler, found = check_optimizers(config)
-    problems += found
+    problems += found + check_strategy(optimizer, trainer.get("strategy"))
     if problems:
         raise ConfigError(problems, source)
     assert shape is not None and model is not None and data is not None

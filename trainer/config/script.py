@@ -225,7 +225,7 @@ class CLI:
             sys.stdout.write(dump_yaml(resolved.plain))
             raise SystemExit(0)
         self.experiment = experiment = build(resolved, stage=stage, configure_optimizers=self.configure_optimizers,
-                                             owner=f"{type(self).__name__}.configure_optimizers")
+                                             owner=f"{'LightningCLI' if type(self) is CLI else type(self).__name__}.configure_optimizers")
         self.model, self.trainer = experiment.model, experiment.trainer
         self.datamodule = None if own_loaders else experiment.data
         if not run:
