@@ -11,7 +11,7 @@ import torch
 from callbacks import ModelCheckpoint
 from tests.helpers.checkpoints import scramble_global_rng, shuffled, trainer
 from tests.helpers.reference import TinyNet, assert_same_weights, make_data
-from trainer import Trainer
+from trainer import Callback, Trainer
 from trainer.checkpoint import load_checkpoint
 
 SCORES = [5.0, 3.0, 4.0, 1.0, 2.0, 6.0, 0.5]  # val/loss by epoch
@@ -147,3 +147,72 @@ def test_missing_monitor_names_the_metrics_that_exist(tmp_path):
 def test_invalid_arguments_fail_at_construction(kwargs, match):
     with pytest.raises(ValueError, match=match.replace("(", r"\(").replace(")", r"\)").replace("...", r"\.\.\.")):
         ModelCheckpoint(**kwargs)
+
+
+def test_mid_epoch_validation_files_resume_exactly(tmp_path):
+    """val_check_interval=0.5 (save_on_train_epoch_end resolves to False): a file after every
+    validation, the mid-epoch ones included, and each resumes to the uninterrupted run's weights."""
+    def run(name: str, mc: ModelCheckpoint, ckpt_path: Any = None) -> Scored:
+        model = scored()
+        torch.manual_seed(1)
+        trainer(tmp_path / name, max_epochs=2, val_check_interval=0.5, accumulate_grad_batches=2, callbacks=[mc]).fit(
+            model, shuffled(make_data()), shuffled(make_data(12, seed=1)), ckpt_path=ckpt_path)
+        return model
+
+    full = run("full", ModelCheckpoint(dirpath=tmp_path / "ck", save_top_k=-1))
+    # 10 batches in windows of 2: validation after the step that holds batch 5 (step 3) and at the epoch's end.
+    files = ["epoch=0-step=3.ckpt", "epoch=0-step=5.ckpt", "epoch=1-step=8.ckpt", "epoch=1-step=10.ckpt"]
+    assert names(tmp_path / "ck") == sorted(files)
+    mid = load_checkpoint(tmp_path / "ck" / "epoch=0-step=3.ckpt")
+    assert (mid["loop"]["epoch"], mid["loop"]["batches_done"], mid["loop"]["validation_pending"]) == (0, 6, False)
+    for start in ("epoch=0-step=3.ckpt", "epoch=0-step=5.ckpt", "epoch=1-step=8.ckpt"):
+        scramble_global_rng()
+        again = ModelCheckpoint(dirpath=tmp_path / start, save_top_k=-1)
+        resumed = run(f"from-{start}", again, ckpt_path=tmp_path / "ck" / start)
+        assert_same_weights(full, resumed)
+        for later in names(tmp_path / start):  # the files the resumed run wrote are the uninterrupted run's
+            ours, reference = load_checkpoint(tmp_path / start / later), load_checkpoint(tmp_path / "ck" / later)
+            assert all(torch.equal(ours["state_dict"][k], v) for k, v in reference["state_dict"].items()), later
+        assert names(tmp_path / start) == sorted(files[files.index(start) + 1:])
+
+
+class Nudge(Callback):
+    """Changes the weights after every batch, as an EMA callback does."""
+
+    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        with torch.no_grad():
+            module.net[0].weight.mul_(0.9)
+
+
+class Snapshot(Callback):
+    """Records the weights at on_train_batch_end, after the callbacks listed before it."""
+
+    def __init__(self) -> None:
+        self.seen: dict[int, dict[str, torch.Tensor]] = {}
+
+    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self.seen.setdefault(trainer.global_step, {k: v.clone() for k, v in module.state_dict().items()})
+
+
+class NudgedInHook(Scored):
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        with torch.no_grad():
+            self.net[0].bias.add_(1.0)
+
+
+def test_step_files_hold_the_state_after_the_earlier_batch_end_hooks(tmp_path):
+    """every_n_train_steps saves in on_train_batch_end (Lightning's): after the step and the callbacks
+    listed before it, before the module's own hook (which Lightning calls after the callbacks')."""
+    mc, snapshot = ModelCheckpoint(dirpath=tmp_path / "ck", every_n_train_steps=2, save_top_k=-1), Snapshot()
+    torch.manual_seed(0)
+    model = NudgedInHook()
+    trainer(tmp_path / "run", max_epochs=1, accumulate_grad_batches=2, callbacks=[Nudge(), mc, snapshot]).fit(
+        model, shuffled(make_data()))
+    assert names(tmp_path / "ck") == ["epoch=0-step=2.ckpt", "epoch=0-step=4.ckpt"]
+    for step in (2, 4):
+        saved = load_checkpoint(tmp_path / "ck" / f"epoch=0-step={step}.ckpt")["state_dict"]
+        seen = snapshot.seen[step]
+        assert all(torch.equal(saved[k], seen[k]) for k in seen)
+    # ...and the module's hook ran after the save: its nudge is in the weights but not in the file.
+    last = load_checkpoint(tmp_path / "ck" / "epoch=0-step=4.ckpt")["state_dict"]
+    assert not torch.equal(last["net.0.bias"], model.state_dict()["net.0.bias"])
