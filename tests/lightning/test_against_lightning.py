@@ -78,8 +78,8 @@ CASES = [
     ("boring", "32-true"), ("boring", "bf16-mixed"),
     ("gan", "32-true"),
     ("autoencoder", "32-true"), ("autoencoder", "bf16-mixed"),
-    ("classifier", "32-true"),
-    ("dqn", "32-true"),
+    ("classifier", "32-true"), ("classifier", "bf16-mixed"),
+    ("dqn", "32-true"), ("dqn", "bf16-mixed"),
     ("transformer_lm", "32-true"), ("transformer_lm", "bf16-mixed"),
 ]
 
