@@ -417,6 +417,8 @@ def test_example_notebook_executes(tmp_path: Path) -> None:
     assert "stopped after step 30, in epoch 1" in stdout and _interrupt_line(stderr) == 30
     assert "weights identical to the uninterrupted run: True" in stdout
     assert float(re.search(r"final test accuracy: ([0-9.]+)", stdout).group(1)) > 0.8  # type: ignore[union-attr]
+    suggested = re.search(r"suggested lr: ([0-9.e+-]+) \(model unchanged by the sweep: (\w+)\)", stdout)
+    assert suggested is not None and 1e-5 <= float(suggested.group(1)) <= 1.0 and suggested.group(2) == "True"
     runs = Path(re.search(r"runs go to (\S+)\n", stdout).group(1))  # type: ignore[union-attr]
     assert not runs.exists(), "the notebook should remove its runs folder"
     assert _files(NOTEBOOK.parent) == before, "the notebook wrote into examples/"
