@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +21,8 @@ from torch.optim.swa_utils import SWALR, AveragedModel
 from trainer import Callback
 from trainer.module import step_caller
 from trainer.utilities import rank_zero_info, rank_zero_warn
+
+from callbacks.weight_averaging import _device_of
 
 if TYPE_CHECKING:
     from trainer import Trainer
@@ -96,10 +97,11 @@ class StochasticWeightAveraging(Callback):
         >>> swa = callbacks.StochasticWeightAveraging(swa_lrs=0.05, swa_epoch_start=3)
         >>> swa.swa_start  # zero-based: the third epoch
         2
-        >>> callbacks.StochasticWeightAveraging(swa_lrs=-1.0)
-        Traceback (most recent call last):
-        ...
-        ValueError: StochasticWeightAveraging got an invalid argument: swa_lrs=-1.0: expected a positive float, ...
+        >>> try:
+        ...     callbacks.StochasticWeightAveraging(swa_lrs=-1.0, annealing_strategy="cosine")
+        ... except ValueError as error:
+        ...     print(str(error)[:60])
+        StochasticWeightAveraging got invalid arguments: swa_lrs=-1.
     """
 
     def __init__(
@@ -114,7 +116,7 @@ class StochasticWeightAveraging(Callback):
         problems = _check_arguments(swa_lrs, swa_epoch_start, annealing_epochs, annealing_strategy, avg_fn, device)
         if problems:
             raise ValueError(
-                f"StochasticWeightAveraging got an invalid argument{'s' if len(problems) > 1 else ''}: "
+                f"StochasticWeightAveraging got {'invalid arguments' if len(problems) > 1 else 'an invalid argument'}: "
                 + "; ".join(problems) + "."
             )
         self._swa_lrs: float | list[float] = list(swa_lrs) if isinstance(swa_lrs, (list, tuple)) else float(swa_lrs)
@@ -137,7 +139,6 @@ class StochasticWeightAveraging(Callback):
         self._finalized_epoch = -1
         self._batch_idx = -1
         self._last_grads: list[torch.Tensor | None] | None = None  # the last step's gradients (BatchNorm pass)
-        self._trainer: Any = None
         self.momenta: dict[nn.modules.batchnorm._BatchNorm, float | None] = {}
 
     # ------------------------------------------------------------------ Lightning's names
@@ -160,7 +161,7 @@ class StochasticWeightAveraging(Callback):
 
     @property
     def average_model(self) -> AveragedModel | None:
-        """The `AveragedModel` (made when fit is set up)."""
+        """The `AveragedModel` whose `.module` holds the average (made when fit is set up)."""
         return self._average_model
 
     @staticmethod
@@ -194,7 +195,6 @@ class StochasticWeightAveraging(Callback):
             self._initialized, self._swa_scheduler, self._replaced = False, None, None
 
     def on_fit_start(self, trainer: Trainer, module: Any) -> None:
-        self._trainer = weakref.ref(trainer)
         if len(trainer.optimizers) != 1:
             raise ValueError(f"StochasticWeightAveraging works with one optimizer; configure_optimizers() of "
                              f"{type(module).__name__} returned {len(trainer.optimizers)}. Expected exactly one.")
@@ -245,10 +245,11 @@ class StochasticWeightAveraging(Callback):
             self._stepped_epoch = epoch
 
     def on_train_end(self, trainer: Trainer, module: Any) -> None:
-        average, epoch = self._average_model, trainer.current_epoch
+        # Lightning counts an epoch cut short (max_steps, a stop request) as completed.
+        average, epoch = self._average_model, trainer.current_epoch + (1 if trainer.state.batches_done else 0)
         finished = self._max_epochs == -1 or epoch == self.swa_end + 1
         if average is None or not finished or epoch == self._finalized_epoch:
-            return  # stopped before the end of the window (Lightning then keeps the training weights too)
+            return  # stopped before the window's last epoch: the training weights stay, as in Lightning
         self._finalized_epoch = epoch
         if int(average.n_averaged) == 0:
             rank_zero_warn("StochasticWeightAveraging: training ended before the SWA window started, so nothing was "
@@ -410,11 +411,6 @@ def _epoch_limit(trainer: Trainer) -> int:
 
 def _parameters(optimizer: torch.optim.Optimizer) -> list[nn.Parameter]:
     return [p for group in optimizer.param_groups for p in group["params"]]
-
-
-def _device_of(module: nn.Module) -> torch.device:
-    first = next(itertools.chain(module.parameters(), module.buffers()), None)
-    return first.device if first is not None else torch.device("cpu")
 
 
 def _to_device(batch: Any, device: torch.device) -> Any:

@@ -24,7 +24,7 @@ from trainer import Callback, seed_everything
 PROJECT = '''
 import torch
 from torch.utils.data import DataLoader, TensorDataset
-from trainer import LightningModule, Trainer, seed_everything
+from trainer import Callback, LightningModule, Trainer, seed_everything
 from callbacks import StochasticWeightAveraging
 
 
@@ -66,12 +66,23 @@ def loaders(validate):
     return train, (DataLoader(data(16, seed=1), batch_size=8) if validate else None)
 
 
-def main(precision="32-true", max_epochs=5, validate=False, swa=None, callbacks=(), ckpt_path=None, seed=7, **kwargs):
+class StopAt(Callback):
+    def __init__(self, step):
+        self.step = step
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        if trainer.global_step == self.step:
+            trainer.should_stop = True
+
+
+def main(precision="32-true", max_epochs=5, max_steps=-1, validate=False, swa=None, callbacks=(), ckpt_path=None,
+         seed=7, root=None, **kwargs):
     seed_everything(seed)
     model = Net(**kwargs)
     swa = swa if swa is not None else StochasticWeightAveraging(swa_lrs=0.02, swa_epoch_start=2, annealing_epochs=2)
-    trainer = Trainer(max_epochs=max_epochs, precision=precision, accelerator="cpu", logger=False,
-                      enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+    trainer = Trainer(max_epochs=max_epochs, max_steps=max_steps, precision=precision, accelerator="cpu", logger=False,
+                      enable_checkpointing=root is not None, default_root_dir=root or "runs", enable_progress_bar=False,
+                      enable_model_summary=False,
                       num_sanity_val_steps=0, callbacks=[swa, *callbacks])
     trainer.fit(model, *loaders(validate), ckpt_path=ckpt_path)
     return {"model": model, "trainer": trainer, "swa": swa}
@@ -279,8 +290,9 @@ def test_resume_after_training_ended_finishes_the_same(tmp_path: Path) -> None:
         def on_fit_end(self, trainer: Any, module: Any) -> None:
             trainer.save_checkpoint(after)
 
-    whole = run(callbacks=[SaveAt(before, epoch=4), SaveAfterFit()])
-    for path in (before, after):
+    whole = run(callbacks=[SaveAt(before, epoch=4), SaveAfterFit()], root=tmp_path / "run")
+    (last,) = (tmp_path / "run").rglob("last.ckpt")  # the Trainer's own, written when the last epoch ended
+    for path in (before, last, after):
         resumed = run(ckpt_path=path, seed=123)
         assert_equal_states(resumed["model"].state_dict(), whole["model"].state_dict())
 
@@ -295,13 +307,13 @@ def test_resume_after_training_ended_finishes_the_same(tmp_path: Path) -> None:
     (dict(swa_lrs=0.1, avg_fn=3), "avg_fn=3"), (dict(swa_lrs=0.1, device="nowhere"), "device='nowhere'"),
 ])
 def test_invalid_arguments_are_refused_at_construction(kwargs: dict[str, Any], named: str) -> None:
-    with pytest.raises(ValueError, match="StochasticWeightAveraging got an invalid argument") as error:
+    with pytest.raises(ValueError, match="StochasticWeightAveraging got an invalid argument: ") as error:
         callbacks.StochasticWeightAveraging(**kwargs)
     assert named in str(error.value) and "expected" in str(error.value)
 
 
 def test_every_invalid_argument_is_named_at_once() -> None:
-    with pytest.raises(ValueError) as error:
+    with pytest.raises(ValueError, match="StochasticWeightAveraging got invalid arguments: ") as error:
         callbacks.StochasticWeightAveraging(swa_lrs=-1.0, swa_epoch_start=0, annealing_strategy="cosine")
     assert all(name in str(error.value) for name in ("swa_lrs=", "swa_epoch_start=", "annealing_strategy="))
 
@@ -325,15 +337,27 @@ def test_fit_start_errors() -> None:
                         enable_checkpointing=False, enable_progress_bar=False).fit(TwoSchedulers(), project.loaders(False)[0])
 
 
-def test_stopping_before_the_window_ends_keeps_the_training_weights() -> None:
-    """As in Lightning: max_steps inside the window leaves the module as trained (no transfer)."""
-    ours = run(callbacks=[], max_epochs=5, swa=callbacks.StochasticWeightAveraging(swa_lrs=0.02, swa_epoch_start=2))
-    stopped = load()
-    seed_everything(7)
-    model, swa = stopped.Net(), callbacks.StochasticWeightAveraging(swa_lrs=0.02, swa_epoch_start=2)
-    trainer = stopped.Trainer(max_epochs=5, max_steps=20, callbacks=[swa], logger=False, enable_checkpointing=False,
-                              enable_progress_bar=False, num_sanity_val_steps=0)
-    trainer.fit(model, stopped.loaders(False)[0])
-    assert trainer.global_step == 20 and int(swa.n_averaged) == 3
-    assert not torch.equal(model.net[0].weight, ours["model"].net[0].weight)
-    assert not torch.equal(model.net[0].weight, swa.average_model.module.net[0].weight)
+def parameters(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {name: p.detach().clone() for name, p in module.named_parameters()}
+
+
+@pytest.mark.parametrize(("max_steps", "transferred"), [(20, False), (27, True), (30, True)])
+def test_a_run_cut_short_in_the_last_epoch_still_takes_the_average(max_steps: int, transferred: bool) -> None:
+    """Lightning counts an epoch cut short (max_steps, a stop request) as completed: a run cut inside
+    the window's last epoch takes the average (without the BatchNorm pass), one cut earlier keeps its weights."""
+    result = run(max_steps=max_steps)
+    assert result["trainer"].global_step == max_steps and int(result["swa"].n_averaged) == (3 if max_steps == 20 else 4)
+    mine, average = parameters(result["model"]), parameters(result["swa"].average_model.module)
+    assert all(torch.equal(mine[name], average[name]) for name in mine) == transferred
+
+
+@pytest.mark.parametrize("case", [dict(max_steps=20), dict(max_steps=27), dict(max_steps=30), dict(stop=27), dict(stop=30)],
+                         ids=lambda case: ",".join(f"{k}={v}" for k, v in case.items()))
+def test_stopping_early_as_lightning(case: dict[str, int]) -> None:
+    pytest.importorskip("lightning")
+    results = {}
+    for framework in ("ours", "lightning"):
+        project = load(framework)
+        stop = [project.StopAt(case["stop"])] if "stop" in case else []
+        results[framework] = project.main(max_steps=case.get("max_steps", -1), callbacks=stop)
+    assert_equal_states(results["ours"]["model"].state_dict(), results["lightning"]["model"].state_dict())
