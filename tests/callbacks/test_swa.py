@@ -76,11 +76,12 @@ class StopAt(Callback):
 
 
 def main(precision="32-true", max_epochs=5, max_steps=-1, validate=False, swa=None, callbacks=(), ckpt_path=None,
-         seed=7, root=None, **kwargs):
+         seed=7, root=None, gradient_clip_val=None, **kwargs):
     seed_everything(seed)
     model = Net(**kwargs)
     swa = swa if swa is not None else StochasticWeightAveraging(swa_lrs=0.02, swa_epoch_start=2, annealing_epochs=2)
     trainer = Trainer(max_epochs=max_epochs, max_steps=max_steps, precision=precision, accelerator="cpu", logger=False,
+                      gradient_clip_val=gradient_clip_val,
                       enable_checkpointing=root is not None, default_root_dir=root or "runs", enable_progress_bar=False,
                       enable_model_summary=False,
                       num_sanity_val_steps=0, callbacks=[swa, *callbacks])
@@ -210,6 +211,7 @@ def test_float_start_linear_annealing_and_its_schedule() -> None:
 LIGHTNING_CASES = [
     dict(precision="32-true"), dict(precision="bf16-mixed"), dict(validate=True), dict(batch_norm=False),
     dict(scheduler=None), dict(swa_epoch_start=0.4, annealing_strategy="linear", annealing_epochs=0),
+    dict(gradient_clip_val=0.05),
 ]
 
 
