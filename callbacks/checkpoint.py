@@ -100,18 +100,12 @@ class ModelCheckpoint(Callback):
         filename = "{epoch}-{step}" if filename is None else filename
         if every_n_train_steps is None and every_n_epochs is None:
             every_n_epochs = 1  # Lightning's default trigger
-        _validate(filename, monitor, mode, save_top_k, every_n_train_steps, every_n_epochs)
-        self.auto_insert_metric_name = auto_insert_metric_name
-        self.save_weights_only = save_weights_only
-        self.verbose = verbose
-        self.save_on_train_epoch_end = save_on_train_epoch_end
-        self.enable_version_counter = enable_version_counter
+        _validate(filename, monitor, mode, save_top_k, save_last, every_n_train_steps, every_n_epochs)
+        self.auto_insert_metric_name, self.save_weights_only, self.verbose = auto_insert_metric_name, save_weights_only, verbose
+        self.save_on_train_epoch_end, self.enable_version_counter = save_on_train_epoch_end, enable_version_counter
         self.dirpath = Path(dirpath) if dirpath is not None else None
-        self.filename = filename
-        self.monitor = monitor
-        self.mode = mode
-        self.save_top_k = save_top_k
-        self.save_last = bool(save_last)
+        self.filename, self.monitor, self.mode = filename, monitor, mode
+        self.save_top_k, self.save_last = save_top_k, bool(save_last)
         self.every_n_train_steps = every_n_train_steps or None  # None: never by steps
         self.every_n_epochs = every_n_epochs or None  # None: never by epochs
         self.best_k_models: dict[str, float] = {}  # path -> score (with a monitor)
@@ -132,10 +126,8 @@ class ModelCheckpoint(Callback):
 
     @property
     def state_key(self) -> str:
-        return (
-            f"ModelCheckpoint{{monitor={self.monitor!r}, mode={self.mode!r}, "
-            f"every_n_train_steps={self.every_n_train_steps}, every_n_epochs={self.every_n_epochs}}}"
-        )
+        return (f"ModelCheckpoint{{monitor={self.monitor!r}, mode={self.mode!r}, "
+                f"every_n_train_steps={self.every_n_train_steps}, every_n_epochs={self.every_n_epochs}}}")
 
     # -------------------------------------------------------------------------- hooks
     def on_fit_start(self, trainer: Trainer, module: Any) -> None:
@@ -160,7 +152,7 @@ class ModelCheckpoint(Callback):
             self._deferred = True  # Lightning's: saved at the next on_validation_end, with fresh metrics
             return
         if not self._skip(trainer):
-            self._save_now(trainer, self._plan(trainer, top_k=True, last="always"))
+            self._save_now(trainer, self._plan(trainer, last="always"))
 
     def on_validation_end(self, trainer: Trainer, module: Any) -> None:
         if not self._fitting or trainer.sanity_checking:
@@ -170,9 +162,9 @@ class ModelCheckpoint(Callback):
             return
         if self._deferred:
             self._deferred = False
-            plan = self._plan(trainer, top_k=True, last="always")
+            plan = self._plan(trainer, last="always")
         elif self._epoch_due(trainer):
-            plan = self._plan(trainer, top_k=True, last="if_saved")
+            plan = self._plan(trainer, last="if_saved")
         else:
             return
         if _mid_epoch(trainer):
@@ -182,7 +174,7 @@ class ModelCheckpoint(Callback):
 
     def on_train_epoch_end(self, trainer: Trainer, module: Any) -> None:
         if self._fitting and not self._skip(trainer) and self._saves_on_train_epoch_end(trainer) and self._epoch_due(trainer):
-            self._pending = self._plan(trainer, top_k=True, last="if_saved")
+            self._pending = self._plan(trainer, last="if_saved")
 
     def on_train_epoch_start(self, trainer: Trainer, module: Any) -> None:
         self._flush(trainer)
@@ -214,16 +206,13 @@ class ModelCheckpoint(Callback):
             return self.save_on_train_epoch_end
         if trainer.args.check_val_every_n_epoch != 1:
             return False
-        if not _validates(trainer):
-            return True
-        interval = trainer.args.val_check_interval
-        return (1.0 if interval is None else interval) == 1.0
+        return not _validates(trainer) or trainer.args.val_check_interval in (None, 1.0)
 
-    def _plan(self, trainer: Trainer, *, top_k: bool, last: Literal["always", "if_saved"]) -> dict[str, Any]:
+    def _plan(self, trainer: Trainer, last: Literal["always", "if_saved"]) -> dict[str, Any]:
         """What to write now (rank 0 decides, every rank follows: a save is a collective and
         under DDP per-step metrics are each rank's own); marks this step as saved."""
         strategy = trainer.strategy
-        local = self._decide(trainer, top_k) if strategy.is_global_zero else None
+        local = self._decide(trainer) if strategy.is_global_zero else None
         plan: dict[str, Any] = strategy.broadcast_object(local)
         if plan.get("error"):
             raise MonitorError(plan["error"])
@@ -232,11 +221,11 @@ class ModelCheckpoint(Callback):
             self._last_saved_step = trainer.global_step
         return plan
 
-    def _decide(self, trainer: Trainer, top_k: bool) -> dict[str, Any]:
+    def _decide(self, trainer: Trainer) -> dict[str, Any]:
         """The top-k file of a save now (`name` None: none), from the metrics of this moment."""
         metrics = dict(trainer.callback_metrics)
         plan: dict[str, Any] = {"name": None, "score": None, "step": trainer.global_step}
-        if not top_k or self.save_top_k == 0:
+        if self.save_top_k == 0:
             return plan
         if self.monitor is not None and self.monitor not in metrics:
             message = (
@@ -248,7 +237,7 @@ class ModelCheckpoint(Callback):
                 return {**plan, "error": message}
             self._warn(message + " No file is saved until it is logged.")
             return plan
-        missing = sorted({n for n in _placeholders(self.filename) if n not in metrics and n not in _BUILTIN})
+        missing = sorted({n for n in (m.group(1) for m in _PLACEHOLDER.finditer(self.filename)) if n not in metrics and n not in _BUILTIN})
         if missing:
             self._warn(f"ModelCheckpoint(filename={self.filename!r}): {', '.join(map(repr, missing))} not in "
                        f"trainer.callback_metrics ({sorted(metrics)}); written as 0, as Lightning does.")
@@ -260,9 +249,6 @@ class ModelCheckpoint(Callback):
             return {**plan, "name": self._versioned(name, self.best_model_path)}
         score = float(metrics[self.monitor])
         if not self._admits(score):
-            if self.verbose:
-                log.info("ModelCheckpoint: %s=%s at step %d is not in the top %d.", self.monitor, score,
-                         trainer.global_step, self.save_top_k)
             return plan
         if math.isnan(score):  # Lightning's: a NaN is kept as the worst possible score
             score = math.inf if self.mode == "min" else -math.inf
@@ -406,10 +392,6 @@ def _mid_epoch(trainer: Trainer) -> bool:
     return trainer.state.batches_done < trainer.num_training_batches
 
 
-def _placeholders(filename: str) -> list[str]:
-    return [m.group(1) for m in _PLACEHOLDER.finditer(filename)]
-
-
 def _render(filename: str, values: dict[str, Any], insert_names: bool = False) -> str:
     def substitute(match: re.Match[str]) -> str:
         text = format(values[match.group(1)], match.group(2) or "")
@@ -418,14 +400,8 @@ def _render(filename: str, values: dict[str, Any], insert_names: bool = False) -
     return _PLACEHOLDER.sub(substitute, filename).replace("/", "_").replace(os.sep, "_")
 
 
-def _validate(
-    filename: str,
-    monitor: str | None,
-    mode: str,
-    save_top_k: int,
-    every_n_train_steps: int | None,
-    every_n_epochs: int | None,
-) -> None:
+def _validate(filename: str, monitor: str | None, mode: str, save_top_k: int, save_last: Any,
+              every_n_train_steps: int | None, every_n_epochs: int | None) -> None:
     if mode not in ("min", "max"):
         raise ValueError(f"ModelCheckpoint(mode=...) expected 'min' or 'max'. Received: {mode!r}.")
     if not isinstance(save_top_k, int) or isinstance(save_top_k, bool) or save_top_k < -1:
@@ -437,6 +413,8 @@ def _validate(
             f"ModelCheckpoint(save_top_k={save_top_k}) needs monitor=... to rank files. Expected "
             "save_top_k in (-1, 0, 1) without a monitor, or pass monitor='val/loss' (for example)."
         )
+    if save_last not in (None, True, False):  # Lightning's "link" (a symlink to the newest file) is not offered
+        raise ValueError(f"ModelCheckpoint(save_last=...) expected True or False. Received: {save_last!r}.")
     if monitor is not None and (not isinstance(monitor, str) or not monitor):
         raise ValueError(f"ModelCheckpoint(monitor=...) expected a metric name or None. Received: {monitor!r}.")
     for name, value in (("every_n_train_steps", every_n_train_steps), ("every_n_epochs", every_n_epochs)):
