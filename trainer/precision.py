@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import warnings
 import weakref
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
@@ -154,12 +155,25 @@ class FP32(Precision):
 
 
 class BF16(Precision):
-    """bfloat16 autocast; gradients and weights stay float32, nothing is scaled."""
+    """bfloat16 autocast; gradients and weights stay float32, nothing is scaled.
+
+    Args:
+        autocast_cache: keep autocast's cache of low-precision weight copies inside a forward
+            (PyTorch's default, what a hand-written loop gets). A weight used twice in one step
+            then sums its two gradients in bfloat16; without the cache each use casts again and
+            the sum is float32. Lightning turns it off: `precision="bf16-mixed"` does too.
+    """
 
     name = "bf16"
 
+    def __init__(self, autocast_cache: bool = True) -> None:
+        self.autocast_cache = autocast_cache
+
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
-        return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, cache_enabled=self.autocast_cache)
+
+    def __repr__(self) -> str:
+        return "BF16()" if self.autocast_cache else "BF16(autocast_cache=False)"
 
 
 class AMP(Precision):
@@ -170,6 +184,7 @@ class AMP(Precision):
 
     Args:
         init_scale, growth_factor, backoff_factor, growth_interval: GradScaler settings.
+        autocast_cache: as for `BF16` (`precision="16-mixed"`, Lightning's spelling, turns it off).
     """
 
     name = "amp"
@@ -181,7 +196,9 @@ class AMP(Precision):
         growth_factor: float = 2.0,
         backoff_factor: float = 0.5,
         growth_interval: int = 2000,
+        autocast_cache: bool = True,
     ) -> None:
+        self.autocast_cache = autocast_cache
         self._scaler_args = dict(
             init_scale=init_scale,
             growth_factor=growth_factor,
@@ -216,7 +233,7 @@ class AMP(Precision):
                 self._pending_state = None
 
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
-        return torch.autocast(self.device.type, dtype=torch.float16)
+        return torch.autocast(self.device.type, dtype=torch.float16, cache_enabled=self.autocast_cache)
 
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         assert self.scaler is not None, "AMP.setup(device) must run before backward"
@@ -306,24 +323,26 @@ class AMP(Precision):
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v}" for k, v in self._scaler_args.items())
-        return f"AMP({args})"
+        return f"AMP({args})" if self.autocast_cache else f"AMP({args}, autocast_cache=False)"
 
 
 PRECISIONS: dict[str, type[Precision]] = {"fp32": FP32, "amp": AMP, "bf16": BF16}
-#: Lightning's spellings of the same three (`Trainer(precision="16-mixed")`, also in YAML).
+#: Lightning's spellings (`Trainer(precision="16-mixed")`, also in YAML): fp32, or the mixed
+#: precisions as Lightning runs them (`resolve_precision`).
 PRECISION_ALIASES: dict[Any, str] = {
-    "16-mixed": "amp", "16": "amp", 16: "amp",
-    "bf16-mixed": "bf16",
+    "16-mixed": "16-mixed", "16": "16-mixed", 16: "16-mixed",
+    "bf16-mixed": "bf16-mixed",
     "32-true": "fp32", "32": "fp32", 32: "fp32",
 }
 
 
 def precision_name(value: Any) -> str | None:
-    """Our name for a precision given by name, ours or Lightning's; None for anything else.
+    """The name a precision given by name goes by: ours, or Lightning's mixed ones; None for
+    anything else.
 
     Example:
-        >>> precision_name("bf16"), precision_name("16-mixed"), precision_name(32), precision_name("fp16")
-        ('bf16', 'amp', 'fp32', None)
+        >>> precision_name("bf16"), precision_name(16), precision_name(32), precision_name("fp16")
+        ('bf16', '16-mixed', 'fp32', None)
     """
     if isinstance(value, bool) or not isinstance(value, (str, int)):
         return None
@@ -332,12 +351,31 @@ def precision_name(value: Any) -> str | None:
     return PRECISION_ALIASES.get(value)
 
 
-def resolve_precision(precision: str | Precision) -> Precision:
-    """Turn a name ("fp32", "amp", "bf16") or an instance into a strategy object."""
+def resolve_precision(precision: str | Precision, device: torch.device | None = None) -> Precision:
+    """Turn a name or an instance into a strategy object.
+
+    Lightning's `"bf16-mixed"` and `"16-mixed"` are `BF16`/`AMP` as Lightning's Trainer runs
+    them: without autocast's weight cache; and `"16-mixed"` on a CPU runs as `"bf16-mixed"`
+    (with Lightning's warning), so a Lightning project trains to Lightning's weights. Our
+    `"bf16"` and `"amp"` are what a hand-written loop does (the cache on; `"amp"` is float16
+    with a GradScaler on every device).
+    """
     if isinstance(precision, Precision):
         return precision
     if isinstance(precision, str) and precision in PRECISIONS:
         return PRECISIONS[precision]()
+    if precision == "bf16-mixed":
+        return BF16(autocast_cache=False)
+    if precision == "16-mixed":
+        if device is not None and device.type == "cpu":
+            warnings.warn(
+                "Trainer(precision='16-mixed') on a CPU runs as 'bf16-mixed', as Lightning does (float16 "
+                "autocast is not supported there). For float16 autocast with a GradScaler on a CPU, pass "
+                "precision='amp'.",
+                stacklevel=3,
+            )
+            return BF16(autocast_cache=False)
+        return AMP(autocast_cache=False)
     accepted = ", ".join(repr(name) for name in PRECISIONS)
     raise ValueError(
         f"Trainer(precision=...) expected one of {accepted} or a trainer.precision.Precision "

@@ -132,9 +132,9 @@ class Trainer(TrainerProperties, TrainerData, TrainerEvaluation):
         if self.args.fast_dev_run:  # validated first, then overridden (writes nothing)
             self.args = fast_dev_run_args(self.args)
         check_compile_options(self.args.compile, self.args.accumulate_grad_batches)  # CUDA graphs: no accumulation
-        self._precision = resolve_precision(self.args.precision)
         launch_processes(self.args.devices, self.args.strategy, self.args.device)  # devices=N outside torchrun: this process is rank 0
         self.strategy: Strategy = resolve_strategy(self.args.strategy, self.args.device)
+        self._precision = resolve_precision(self.args.precision, self.strategy.device)  # "16-mixed": by device
         self._requeue = Requeue(self.args.requeue, self.args.requeue_signal)  # SLURM: the warning signal, requeueing
         self.strategy.setup_precision(self._precision)  # AMP's scaler exists from the start
         self.state = LoopState()

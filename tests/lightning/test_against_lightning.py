@@ -91,28 +91,25 @@ def test_same_weights_steps_and_metrics_as_lightning(name: str, precision: str, 
     assert_same_run(name, ours, theirs)
 
 
-@pytest.mark.xfail(strict=True, reason="on a CPU Lightning runs precision='16-mixed' as 'bf16-mixed' (with a warning); "
-                   "ours runs float16 autocast with a GradScaler there")
 def test_16_mixed_on_cpu(tmp_path: Path) -> None:
-    assert_same_run("boring", run("boring", "ours", tmp_path, "16-mixed"), run("boring", "lightning", tmp_path, "16-mixed"))
+    """On a CPU Lightning runs precision='16-mixed' as 'bf16-mixed' (with a warning); so do we."""
+    with pytest.warns(UserWarning, match="on a CPU runs as 'bf16-mixed'"):
+        ours = run("boring", "ours", tmp_path, "16-mixed")
+    assert_same_run("boring", ours, run("boring", "lightning", tmp_path, "16-mixed"))
 
 
-AUTOCAST_CACHE = ("Lightning's Trainer autocasts with cache_enabled=False, ours with PyTorch's default cache: a weight "
-                  "used twice in one training_step (the discriminator on real and fake) gets one bfloat16 cast whose "
-                  "gradients add up in bfloat16 here, two casts whose gradients add up in float32 in Lightning")
-
-
-@pytest.mark.xfail(strict=True, reason=AUTOCAST_CACHE)
 def test_gan_bf16_mixed(tmp_path: Path) -> None:
+    """Lightning autocasts without the weight cache, and so does our 'bf16-mixed': the GAN
+    uses its discriminator twice in one step, where the cache would change the last bits."""
     assert_same_run("gan", run("gan", "ours", tmp_path, "bf16-mixed"), run("gan", "lightning", tmp_path, "bf16-mixed"))
 
 
-def test_gan_bf16_mixed_differs_only_by_the_autocast_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """With our bfloat16 autocast made cache-free, as Lightning's is, the GAN's weights are Lightning's."""
-    from trainer.precision import BF16
-
-    monkeypatch.setattr(BF16, "autocast", lambda self: torch.autocast(self.device.type, torch.bfloat16, cache_enabled=False))
-    assert_same_run("gan", run("gan", "ours", tmp_path, "bf16-mixed"), run("gan", "lightning", tmp_path, "bf16-mixed"))
+def test_gan_under_our_bf16_keeps_the_cache_and_differs_from_lightning(tmp_path: Path) -> None:
+    """Our own 'bf16' is a hand-written loop's autocast (cache on): its weights are not
+    Lightning's here, which is why Lightning's spelling turns the cache off."""
+    ours, theirs = run("gan", "ours", tmp_path, "bf16"), run("gan", "lightning", tmp_path, "bf16-mixed")
+    theirs_weights = theirs["model"].state_dict()
+    assert any(not torch.equal(tensor, theirs_weights[name]) for name, tensor in ours["model"].state_dict().items())
 
 
 def test_early_stopping_and_best_checkpoint_as_lightning(tmp_path: Path) -> None:
@@ -191,8 +188,6 @@ def test_our_checkpoint_weights_load_into_a_plain_module(tmp_path: Path) -> None
     assert_same_weights(plain.state_dict(), weights)
 
 
-@pytest.mark.xfail(strict=True, raises=KeyError, reason="our checkpoint has no 'pytorch-lightning_version' key, which "
-                   "Lightning's load_from_checkpoint reads first")
 def test_our_checkpoint_loads_through_lightnings_load_from_checkpoint(tmp_path: Path) -> None:
     weights, path = _our_autoencoder_checkpoint(tmp_path)
     twin = load_project("autoencoder", "lightning").LitAutoEncoder.load_from_checkpoint(path)

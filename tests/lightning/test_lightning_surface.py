@@ -4,6 +4,7 @@ write where it is not (issue 11; Lightning's accelerator_connector.py is the ref
 from __future__ import annotations
 
 import pytest
+import torch
 from torch.utils.data import DataLoader
 
 from tests.helpers.reference import TinyNet, make_data
@@ -12,10 +13,32 @@ from trainer import Callback, Trainer
 
 @pytest.mark.parametrize(
     ("lightning", "ours"),
-    [("16-mixed", "amp"), (16, "amp"), ("bf16-mixed", "bf16"), ("32-true", "fp32"), (32, "fp32")],
+    [("bf16-mixed", "bf16"), ("32-true", "fp32"), (32, "fp32")],
 )
 def test_precision_aliases(lightning, ours):
     assert Trainer(precision=lightning, logger=False).precision.name == ours
+
+
+@pytest.mark.parametrize("lightning", ["16-mixed", "16", 16])
+def test_16_mixed_is_float16_with_a_scaler_on_a_gpu_and_bf16_on_a_cpu_as_lightning_runs_it(lightning):
+    # Lightning's accelerator connector: '16-mixed' with accelerator='cpu' warns and becomes 'bf16-mixed'.
+    from trainer.precision import AMP, BF16, resolve_precision
+
+    gpu = resolve_precision("16-mixed", torch.device("cuda"))
+    assert isinstance(gpu, AMP) and gpu.autocast_cache is False
+    with pytest.warns(UserWarning, match=r"precision='16-mixed'\) on a CPU runs as 'bf16-mixed'.*precision='amp'"):
+        cpu = Trainer(precision=lightning, logger=False, device="cpu").precision
+    assert isinstance(cpu, BF16) and cpu.autocast_cache is False
+
+
+@pytest.mark.parametrize(("name", "cache"), [("bf16", True), ("amp", True), ("bf16-mixed", False)])
+def test_lightning_spellings_autocast_without_the_weight_cache_as_lightning_does(name, cache):
+    # Lightning's MixedPrecision.autocast_context_manager passes cache_enabled=False; ours keep
+    # PyTorch's default, what a hand-written loop gets.
+    precision = Trainer(precision=name, logger=False, device="cpu").precision
+    precision.setup(torch.device("cpu"))
+    with precision.autocast():
+        assert torch.is_autocast_cache_enabled() is cache
 
 
 @pytest.mark.parametrize("value", ["bf16-true", "16-true", "64-true"])
@@ -61,17 +84,16 @@ def test_yaml_takes_the_precision_alias_too():
     from trainer._args import TrainerArgs
     from trainer.config import prepare_config
 
-    assert TrainerArgs(precision="16-mixed").precision == "amp"
+    assert TrainerArgs(precision=16).precision == "16-mixed"
     config = {
         "model": {"class_path": "tests.helpers.reference.TinyNet"},
         "data": {"class_path": "tests.helpers.gan.make_points"},
         "trainer": {"precision": "bf16-mixed"},
     }
-    assert prepare_config(config).plain["trainer"]["precision"] == "bf16"
+    assert prepare_config(config).plain["trainer"]["precision"] == "bf16-mixed"
 
 
 # --------------------------------------------------------------- the LightningModule surface
-import torch  # noqa: E402
 
 from trainer import Module  # noqa: E402
 

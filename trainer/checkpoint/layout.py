@@ -34,6 +34,10 @@ __all__ = [
 ]
 
 LIGHTNING_VERSION_KEY = "pytorch-lightning_version"
+#: What our files give as Lightning's version key: its 2.x layout, so Lightning's own readers
+#: (`LightningModule.load_from_checkpoint`) take them and apply no migration. Our reader tells
+#: the two apart by our format marker.
+LIGHTNING_LAYOUT = "2.0.0"
 _ALIASES = (("state_dict", "module"), ("hyper_parameters", "hparams"))  # Lightning's name, ours
 _SCALER_KEYS = ("MixedPrecision", "native_amp_scaling_state")  # Lightning 2.x, Lightning 1.x
 
@@ -58,6 +62,7 @@ def add_lightning_keys(state: dict[str, Any], loop: dict[str, Any] | None) -> No
         state["lr_schedulers"] = [_state_of(entry) for entry in state["schedulers"]]
     if isinstance(loop, dict) and isinstance(loop.get("epoch"), int) and isinstance(loop.get("batches_done"), int):
         state["epoch"], state["global_step"] = lightning_epoch(loop), int(loop.get("global_step", 0))
+    state.setdefault(LIGHTNING_VERSION_KEY, LIGHTNING_LAYOUT)
 
 
 def _state_of(entry: Any) -> Any:
@@ -189,7 +194,8 @@ def lightning_refusal(path: Path, name: str, detail: str) -> str | None:
     try:
         with zipfile.ZipFile(path) as archive:
             pickle_entry = next((e for e in archive.namelist() if e.endswith("/data.pkl")), None)
-            if pickle_entry is None or LIGHTNING_VERSION_KEY.encode() not in archive.read(pickle_entry):
+            pickled = archive.read(pickle_entry) if pickle_entry is not None else b""
+            if LIGHTNING_VERSION_KEY.encode() not in pickled or b"loopwright.checkpoint" in pickled:  # ours has both
                 return None
     except Exception:  # noqa: BLE001 - an unreadable archive: the generic message applies
         return None
