@@ -194,6 +194,26 @@ def test_same_files_as_lightning(tmp_path, trainer_kwargs, checkpoint_kwargs):
     assert_same(ours, theirs)
 
 
+@pytest.mark.parametrize("checkpoint_kwargs", [
+    {"save_top_k": -1, "save_last": True},
+    {"monitor": "val_score", "save_top_k": 2, "save_last": True},
+    {"every_n_train_steps": 4, "save_last": True},
+])
+def test_a_second_run_into_the_same_folder(tmp_path, checkpoint_kwargs):
+    """The files of an earlier run stay; the new ones get Lightning's -v1 names (last.ckpt included)."""
+    results = []
+    for lightning in (False, True):
+        root = tmp_path / ("lightning" if lightning else "ours")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for _ in range(2):
+                checkpoint = project(lightning).run(str(root), {"max_epochs": 2}, checkpoint_kwargs)
+        results.append(outcome(checkpoint, root))
+    ours, theirs = results
+    assert any("-v1" in name for name in theirs["files"])
+    assert_same(ours, theirs)
+
+
 @pytest.mark.parametrize("checkpoint_kwargs", [{"save_top_k": 0, "save_last": True}, {"every_n_epochs": 0, "save_last": True}])
 def test_last_written_when_training_ends(tmp_path, checkpoint_kwargs):
     """Nothing else saved: Lightning writes last.ckpt when training ends, after counting the epoch."""
