@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from trainer import Callback
+from trainer.callback import Checkpoint
 
 from callbacks.checkpoint import ModelCheckpoint
 from callbacks.early_stopping import EarlyStopping
@@ -14,7 +15,7 @@ from callbacks.stochastic_weight_averaging import StochasticWeightAveraging
 from callbacks.weight_averaging import EMAWeightAveraging, WeightAveraging
 
 __all__: list[str] = [
-    "Callback", "ModelCheckpoint", "EarlyStopping", "LambdaCallback", "LearningRateMonitor", "ModelSummary",
+    "Callback", "Checkpoint", "ModelCheckpoint", "EarlyStopping", "LambdaCallback", "LearningRateMonitor", "ModelSummary",
     "TQDMProgressBar", "RichProgressBar", "WeightAveraging", "EMAWeightAveraging",
     "StochasticWeightAveraging",
 ]

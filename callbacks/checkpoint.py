@@ -23,7 +23,8 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from trainer import Callback, MonitorError
+from trainer import MonitorError
+from trainer.callback import Checkpoint
 
 if TYPE_CHECKING:
     from trainer import Trainer
@@ -36,7 +37,7 @@ _PLACEHOLDER = re.compile(r"\{([^{}:]+)(?::([^{}]*))?\}")
 _BUILTIN = ("epoch", "step")
 
 
-class ModelCheckpoint(Callback):
+class ModelCheckpoint(Checkpoint):
     """Save checkpoints during `fit`, keeping the `save_top_k` best by `monitor`.
 
     Args:

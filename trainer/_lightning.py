@@ -63,7 +63,8 @@ def translate(arguments: dict[str, Any], lightning: dict[str, Any]) -> dict[str,
         _check_devices(out.pop("devices"), out)
     for name, value in lightning.items():
         if name == "default_root_dir":
-            out["root_dir"] = value
+            if value is not None:  # Lightning's default (None): the Trainer's own root_dir
+                out["root_dir"] = value
         elif name == "accelerator":
             if value not in _ACCELERATORS:
                 raise ValueError(

@@ -25,7 +25,7 @@ from trainer.loops.hooks import HOOKS, CallbackBase
 if TYPE_CHECKING:  # the Trainer never imports this file, so naming it here makes no cycle
     from trainer.trainer import Trainer
 
-__all__ = ["Callback", "HOOKS", "MonitorError"]
+__all__ = ["Callback", "Checkpoint", "HOOKS", "MonitorError"]
 
 
 class Callback(CallbackBase):
@@ -100,3 +100,13 @@ class Callback(CallbackBase):
 
     def on_load_checkpoint(self, trainer: Trainer, module: Any, checkpoint: dict[str, Any]) -> None:
         """Called with a loaded checkpoint dict before training resumes."""
+
+
+class Checkpoint(Callback):
+    """Base class of callbacks that write checkpoints (Lightning's `Checkpoint`), such as
+    `callbacks.ModelCheckpoint`: the Trainer runs them after every other callback, so a file
+    written in a hook holds what the others did in it (an EMA update in `on_train_batch_end`).
+    """
+
+    saves_checkpoints = True
+

@@ -27,7 +27,7 @@ from trainer.loops.evaluation import EvalLoop
 from trainer.loops.fit import FitLoop
 from trainer.loops.manual import ManualOptimization, check_manual_arguments
 from trainer.loops.resume import check_resume
-from trainer.loops.hooks import CallbackBase, Dispatcher
+from trainer.loops.hooks import CallbackBase, Dispatcher, checkpoint_callbacks_last
 from trainer.strategies import Strategy, resolve_strategy
 from trainer.strategies.launch import launch_processes
 from trainer.strategies.requeue import Requeue
@@ -138,7 +138,7 @@ class Trainer(TrainerProperties, TrainerData, TrainerEvaluation):
         self._requeue = Requeue(self.args.requeue, self.args.requeue_signal)  # SLURM: the warning signal, requeueing
         self.strategy.setup_precision(self._precision)  # AMP's scaler exists from the start
         self.state = LoopState()
-        self.callbacks: list[CallbackBase] = list(self.args.callbacks or [])
+        self.callbacks: list[CallbackBase] = checkpoint_callbacks_last(list(self.args.callbacks or []))
         self._metrics = MetricStore()
         self._io = RunIO(self)
         self._data_order = DataOrder()  # the order of the epoch's batches, for exact resume (loops/data.py)

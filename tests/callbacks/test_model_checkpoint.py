@@ -216,3 +216,15 @@ def test_step_files_hold_the_state_after_the_earlier_batch_end_hooks(tmp_path):
     # ...and the module's hook ran after the save: its nudge is in the weights but not in the file.
     last = load_checkpoint(tmp_path / "ck" / "epoch=0-step=4.ckpt")["state_dict"]
     assert not torch.equal(last["net.0.bias"], model.state_dict()["net.0.bias"])
+
+
+def test_checkpoint_callbacks_run_after_the_others_as_in_lightning(tmp_path):
+    from trainer import Callback, Trainer
+    from trainer.callback import Checkpoint
+
+    class Other(Callback):
+        pass
+
+    saver, first, second = ModelCheckpoint(dirpath=tmp_path), Other(), Other()
+    run = Trainer(callbacks=[saver, first, second], logger=False)
+    assert run.callbacks == [first, second, saver] and isinstance(saver, Checkpoint)

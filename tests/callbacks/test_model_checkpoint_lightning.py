@@ -230,18 +230,11 @@ def test_step_files_hold_what_the_other_batch_end_hooks_did(tmp_path, nudge):
     assert_same(ours, theirs)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Lightning moves ModelCheckpoint callbacks to the end of the callback list; the Trainer here "
-    "keeps the list's order, so a callback listed after ModelCheckpoint changes the weights after its save"))
 def test_step_files_hold_what_a_later_listed_callback_did(tmp_path):
     ours, theirs = both(tmp_path, {"max_epochs": 1}, {"every_n_train_steps": 3, "save_top_k": -1}, "after")
     assert_same(ours, theirs)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Lightning validates every int(fraction * batches) batches and not at the epoch's end when that does "
-    "not divide the epoch (val_check_interval=0.4 of 10 batches: after batches 4 and 8); the loop here also "
-    "validates at the epoch's end, so there is one more validation, and one more file"))
 def test_fraction_that_does_not_divide_the_epoch(tmp_path):
     ours, theirs = both(tmp_path, {"max_epochs": 2, "val_check_interval": 0.4}, {"monitor": "val_loss", "save_top_k": -1})
     assert_same(ours, theirs)

@@ -211,7 +211,7 @@ def test_dry_run_takes_two_steps_and_writes_nothing(tmp_path: Path) -> None:
     experiment.fit()
     assert experiment.trainer.global_step == 2
     assert experiment.config["trainer"]["max_steps"] == 2 and experiment.config["logger"] is False
-    assert experiment.trainer.callbacks[0].best_k_models  # the callback did save (into the scratch root_dir) ...
+    assert experiment.trainer.callbacks[0].best_model_path  # the callback did save (into the scratch root_dir) ...
     assert not (tmp_path / "runs").exists()  # ... but nothing is left on disk
     assert not Path(experiment.trainer.args.root_dir).exists()
 

@@ -177,3 +177,8 @@ def test_lightning_strategy_names(monkeypatch):
     with pytest.raises(ValueError, match="cpu_offload=True.*CUDA"):  # Lightning's name, our FSDP's check
         Trainer(strategy="fsdp_cpu_offload", device="cpu", logger=False)
     assert FSDP in type(Trainer(strategy="fsdp", device="cpu", logger=False).strategy).__mro__
+
+
+def test_default_root_dir_none_is_lightnings_default():
+    # Lightning's Trainer(default_root_dir=None) means "the working default"; ours is root_dir="runs".
+    assert str(Trainer(default_root_dir=None, logger=False).args.root_dir) == str(Trainer(logger=False).args.root_dir)

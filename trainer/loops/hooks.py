@@ -22,9 +22,9 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
-__all__ = ["HOOKS", "CallbackBase", "Dispatcher"]
+__all__ = ["HOOKS", "CallbackBase", "Dispatcher", "checkpoint_callbacks_last"]
 
 #: Every hook of `trainer.Callback`, in the order it defines them (tests/test_hooks.py checks).
 HOOKS: tuple[str, ...] = (
@@ -49,6 +49,10 @@ class CallbackBase:
     Subclass `trainer.Callback` (which adds the hooks), never this class directly.
     """
 
+    #: Writes checkpoints (`trainer.Checkpoint`, `ModelCheckpoint`): runs after the other
+    #: callbacks, as in Lightning, so a file holds what they did in the same hook.
+    saves_checkpoints: ClassVar[bool] = False
+
     @property
     def state_key(self) -> str:
         """The key of this callback's state in a checkpoint (its class name by default)."""
@@ -59,6 +63,12 @@ class CallbackBase:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what `state_dict` returned."""
+
+
+def checkpoint_callbacks_last(callbacks: Sequence[CallbackBase]) -> list[CallbackBase]:
+    """`callbacks` with the ones that save checkpoints moved to the end, each group in its
+    own order (Lightning's order: a checkpoint written in a hook holds what the others did)."""
+    return [c for c in callbacks if not c.saves_checkpoints] + [c for c in callbacks if c.saves_checkpoints]
 
 
 class Dispatcher:

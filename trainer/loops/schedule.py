@@ -98,8 +98,9 @@ class ValidationSchedule:
         return after // self.step > before // self.step
 
     def at_epoch_end(self, epoch: int, crossed_at_end: bool) -> bool:
-        """Validate at the end of `epoch`: always for a fraction (or the default), else when
-        the epoch's last step reached a scheduled batch."""
+        """Validate at the end of `epoch`: always for the default (once per epoch), else when
+        the epoch's last step reached a scheduled batch. As Lightning: a fraction that does not
+        divide the epoch (0.4 of 10 batches: after batches 4 and 8) adds no validation at its end."""
         if not self.epoch_validates(epoch):
             return False
-        return self.at_fraction or crossed_at_end
+        return (self.at_fraction and self.step is None) or crossed_at_end
