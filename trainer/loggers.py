@@ -22,7 +22,9 @@ from trainer.logging.mlflow import MLflowLogger
 from trainer.logging.multi import LoggerList
 from trainer.logging.wandb import WandbLogger
 
+MLFlowLogger = MLflowLogger  # Lightning's spelling
+
 __all__ = [
-    "Logger", "TensorBoardLogger", "CSVLogger", "WandbLogger", "MLflowLogger", "LoggerList", "ContinuesRuns",
+    "Logger", "TensorBoardLogger", "CSVLogger", "WandbLogger", "MLflowLogger", "MLFlowLogger", "LoggerList", "ContinuesRuns",
     "next_version_dir", "flatten_params", "hparam_value",
 ]

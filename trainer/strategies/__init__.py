@@ -9,7 +9,8 @@
 - `fsdp.py`: `FSDP`, parameters, gradients and optimizer state sharded with FSDP2;
 - `sampler.py`: each rank's share of a DataLoader;
 - `resolve.py`: `Trainer(strategy=...)` from a name or an instance;
-- `launch.py`: `devices=N` without torchrun or srun (this process is rank 0, it starts the others).
+- `launch.py`: `devices=N` without torchrun or srun (this process is rank 0, it starts the others);
+- `lightning.py`: Lightning's `DDPStrategy`, `FSDPStrategy`, `SingleDeviceStrategy` onto ours.
 
 The loop only talks to the `Strategy` interface, so it knows nothing of torch.distributed.
 `trainer.distributed` re-exports the public names (YAML configs use
@@ -28,9 +29,10 @@ from trainer.strategies.cluster import ClusterEnvironment
 from trainer.strategies.collectives import CollectiveError
 from trainer.strategies.ddp import DDP
 from trainer.strategies.fsdp import FSDP
+from trainer.strategies.lightning import DDPStrategy, FSDPStrategy, SingleDeviceStrategy
 from trainer.strategies.resolve import resolve_strategy
 
 __all__ = [
     "Strategy", "SingleDevice", "DDP", "FSDP", "resolve_device", "resolve_strategy", "launched_by_torchrun",
-    "ClusterEnvironment", "CollectiveError",
+    "ClusterEnvironment", "CollectiveError", "DDPStrategy", "FSDPStrategy", "SingleDeviceStrategy",
 ]

@@ -1,5 +1,5 @@
-"""Lightning's `lightning.pytorch.utilities` helpers that user code imports: run a function on
-rank 0 only, and report from rank 0 only.
+"""Run a function on rank 0 only, and report from rank 0 only (Lightning's
+`lightning.pytorch.utilities.rank_zero`).
 
 The rank is read when the decorated function is called, from the variables torchrun and
 SLURM set (`RANK`, `LOCAL_RANK`, `SLURM_PROCID`, `JSM_NAMESPACE_RANK`, in Lightning's order);
@@ -24,9 +24,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar, overload
 
-from trainer._utils import seed_everything
-
-__all__ = ["rank_zero_only", "rank_zero_info", "rank_zero_warn", "rank_zero_debug", "seed_everything", "model_summary"]
+__all__ = ["rank_zero_only", "rank_zero_info", "rank_zero_warn", "rank_zero_debug"]
 
 log = logging.getLogger("trainer")
 
@@ -80,10 +78,3 @@ def rank_zero_warn(message: str | Warning, stacklevel: int = 2, category: type[W
     """`warnings.warn` from rank 0 only (Lightning's signature)."""
     if _rank() == 0:
         warnings.warn(message, category=category, stacklevel=stacklevel, **kwargs)
-
-
-def model_summary(module: Any, max_depth: int = 1) -> str:
-    """The table `enable_model_summary` logs when fit starts (Lightning's `summarize(...)` as text)."""
-    from trainer.logging.summary import summarize
-
-    return summarize(module, max_depth)

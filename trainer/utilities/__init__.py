@@ -1,0 +1,33 @@
+"""Lightning's `lightning.pytorch.utilities` that user code imports, at the same paths:
+`trainer.utilities` (rank-zero helpers, `grad_norm`, `seed_everything`),
+`trainer.utilities.rank_zero`, `trainer.utilities.types` (type aliases for annotations),
+`trainer.utilities.exceptions` (`MisconfigurationException`).
+
+Example:
+    >>> from trainer.utilities import rank_zero_only
+    >>> @rank_zero_only
+    ... def report(text):
+    ...     return f"rank 0 says {text}"
+    >>> report("hello")
+    'rank 0 says hello'
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainer._utils import seed_everything
+from trainer.utilities.grads import grad_norm
+from trainer.utilities.rank_zero import rank_zero_debug, rank_zero_info, rank_zero_only, rank_zero_warn
+
+__all__ = [
+    "rank_zero_only", "rank_zero_info", "rank_zero_warn", "rank_zero_debug", "seed_everything", "model_summary",
+    "grad_norm",
+]
+
+
+def model_summary(module: Any, max_depth: int = 1) -> str:
+    """The table `enable_model_summary` logs when fit starts (Lightning's `summarize(...)` as text)."""
+    from trainer.logging.summary import summarize
+
+    return summarize(module, max_depth)
