@@ -256,12 +256,7 @@ def _cli(framework: str, tmp_path: Path, **kwargs: Any) -> Any:
     return module.LightningCLI(module.LitClassifier, module.ShapesData, args=args, run=False, **kwargs)
 
 
-def _xfail_ours(reason: str) -> list[Any]:
-    return ["lightning", pytest.param("ours", marks=pytest.mark.xfail(strict=True, reason=reason))]
-
-
-@pytest.mark.parametrize("framework", _xfail_ours("CLI(trainer_defaults=...) accepts only config values, not callback "
-                                                  "instances, which LightningCLI documents as persistent callbacks"))
+@pytest.mark.parametrize("framework", ["lightning", "ours"])
 def test_cli_trainer_defaults_take_callback_instances(framework: str, tmp_path: Path) -> None:
     module = load_project("classifier", framework)
     cli = module.LightningCLI(module.LitClassifier, module.ShapesData, run=False,
@@ -271,14 +266,13 @@ def test_cli_trainer_defaults_take_callback_instances(framework: str, tmp_path: 
     assert cli.trainer.checkpoint_callback.monitor == "val_loss"
 
 
-@pytest.mark.parametrize("framework", _xfail_ours("CLI has no save_config_kwargs argument (a bare TypeError)"))
+@pytest.mark.parametrize("framework", ["lightning", "ours"])
 def test_cli_takes_save_config_kwargs(framework: str, tmp_path: Path) -> None:
     cli = _cli(framework, tmp_path, save_config_kwargs={"overwrite": True})
     assert cli.model is not None
 
 
-@pytest.mark.parametrize("framework", _xfail_ours("the config's class_path needs a dotted path: Lightning's short "
-                                                  "callback names ('EarlyStopping') are refused"))
+@pytest.mark.parametrize("framework", ["lightning", "ours"])
 def test_cli_config_takes_short_callback_names(framework: str, tmp_path: Path) -> None:
     callback = {"class_path": "EarlyStopping", "init_args": {"monitor": "val_loss", "patience": 1}}
     cli = _cli(framework, tmp_path, args={"trainer": {"default_root_dir": str(tmp_path), "logger": False,

@@ -20,13 +20,16 @@ import pkgutil
 import sys
 import types
 import typing
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import pydantic
 from pydantic import ConfigDict, TypeAdapter
 
-__all__ = ["Problem", "ConfigError", "ResolvedSpec", "check_spec", "instantiate", "is_spec", "suggest", "USER_FOLDERS"]
+__all__ = [
+    "Problem", "ConfigError", "ResolvedSpec", "check_spec", "instantiate", "is_spec", "suggest", "USER_FOLDERS",
+    "LOGGER_HOMES", "homes_of", "short_name",
+]
 
 log = logging.getLogger("trainer")
 
@@ -135,6 +138,51 @@ def import_target(class_path: Any, path: str) -> tuple[Any, list[Problem]]:
     return target, []
 
 
+#: Where a logger's `class_path` without a dot is found (`class_path: CSVLogger`).
+LOGGER_HOMES = ("trainer.loggers",)
+
+
+def homes_of(base: type | None) -> tuple[str, ...]:
+    """The modules a short `class_path` of a `base` subclass is looked up in, as LightningCLI
+    looks up `EarlyStopping` in its callbacks module: this trainer's `callbacks` for a callback."""
+    from trainer.callback import Callback
+
+    return ("callbacks",) if inspect.isclass(base) and issubclass(base, Callback) else ()
+
+
+def short_name(name: str, path: str, base: type | None, homes: Sequence[str]) -> tuple[str | None, list[Problem]]:
+    """The dotted path of a class given by its name alone (`EarlyStopping`): a class of that name
+    in one of `homes` (`callbacks.EarlyStopping`), else an imported subclass of `base` of that
+    name (a callback defined in the script), as LightningCLI resolves one."""
+    where = f"{path}.class_path"
+    choices: dict[str, str] = {}
+    for home in homes:
+        try:
+            module = importlib.import_module(home)
+        except Exception as error:  # noqa: BLE001 - a broken or shadowed home: reported, not raised
+            return None, [_import_failed(where, home, error)]
+        for attribute in getattr(module, "__all__", [n for n in dir(module) if not n.startswith("_")]):
+            value = getattr(module, attribute, None)
+            if inspect.isclass(value) and not getattr(value, "_is_protocol", False) and (base is None or issubclass(value, base)):
+                choices.setdefault(attribute, f"{home}.{attribute}")
+    searchable = inspect.isclass(base) and typing.get_origin(base) is None and not getattr(base, "_is_protocol", False)
+    if searchable and base is not None:
+        stack: list[type] = list(base.__subclasses__())
+        while stack:
+            current = stack.pop()
+            stack.extend(current.__subclasses__())
+            if not current.__name__.startswith("_"):
+                choices.setdefault(current.__name__, f"{current.__module__}.{current.__qualname__}")
+    if name in choices:
+        return choices[name], []
+    listed = sorted({n for n, full in choices.items() if full.rsplit(".", 1)[0] in homes})
+    shadowed = "".join(dict.fromkeys(_shadowed(home.split(".")[0]) for home in homes))
+    return None, [Problem(where, f"cannot find a class named {name!r} in {' or '.join(map(repr, homes))}."
+                          f"{suggest(name, choices)} Expected one of {', '.join(listed)}"
+                          f"{' (or the name of an imported subclass)' if searchable else ''}, or a dotted import path "
+                          f"such as 'mypkg.module.{name}'.{shadowed}")]
+
+
 def _in_user_folder(file: str) -> str | None:
     for folder in USER_FOLDERS:
         try:
@@ -240,13 +288,16 @@ def _signature_text(target: Any, parameters: dict[str, inspect.Parameter], hints
 
 
 def check_spec(
-    spec: Any, path: str, base: type | None = None, *, allow_callable: bool = False, skip: Iterable[str] = ()
+    spec: Any, path: str, base: type | None = None, *, allow_callable: bool = False, skip: Iterable[str] = (),
+    homes: Sequence[str] | None = None,
 ) -> tuple[ResolvedSpec | None, list[Problem]]:
     """Import the target of `spec` and validate its `init_args`; collect every problem.
 
     With `base`, a class target must subclass it; `allow_callable` also accepts a function
     (whose result is checked when it is called). The parameters in `skip` are filled in by
-    the caller (an optimizer's `params`): they are neither required nor accepted.
+    the caller (an optimizer's `params`): they are neither required nor accepted. A
+    `class_path` without a dot is a class's name, looked up in `homes` (by default those of
+    `base`: `callbacks` for a callback) and among the imported subclasses of `base`.
     """
     if not isinstance(spec, dict):
         return None, [Problem(path, f"Expected a mapping {{class_path: ..., init_args: {{...}}}}. {received(spec)}")]
@@ -256,10 +307,15 @@ def check_spec(
     if not isinstance(init_args, dict):
         problems.append(Problem(f"{path}.init_args", f"Expected a mapping of argument names to values. {received(init_args)}"))
         init_args = {}
-    target, import_problems = import_target(spec.get("class_path"), path)
+    class_path: Any = spec.get("class_path")
+    homes = homes_of(base) if homes is None else homes
+    if isinstance(class_path, str) and class_path and "." not in class_path and homes:
+        class_path, found = short_name(class_path, path, base, homes)
+        if class_path is None:
+            return None, problems + found
+    target, import_problems = import_target(class_path, path)
     if target is None:
         return None, problems + import_problems
-    class_path = spec["class_path"]
     if base is not None and not (inspect.isclass(target) and issubclass(target, base)):
         if inspect.isclass(target) or not allow_callable:
             kind = "a class" if inspect.isclass(target) else "a function"

@@ -13,7 +13,7 @@ import itertools
 import logging
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -62,6 +62,11 @@ class Experiment:
             Trainer's `root_dir` is a temporary folder, removed after each run, so even a
             callback that writes under `trainer.log_dir` leaves no file behind.
     """
+
+    #: The file the resolved config is written to, in the run's folder.
+    config_filename = "config.yaml"
+    #: None: the run's own file is rewritten (a resumed run); False: an existing file is an error.
+    config_overwrite: bool | None = None
 
     def __init__(self, config: dict[str, Any], model: Any, data: Any, trainer: Trainer, *, dry_run: bool = False) -> None:
         self.config, self.model, self.data, self.trainer, self.dry_run = config, model, data, trainer, dry_run
@@ -143,15 +148,35 @@ class Experiment:
             return None
         return str(state["_path"])
 
+    def check_config_file(self) -> None:
+        """With `config_overwrite=False`: refuse, before the run starts, a run whose folder is known
+        now (a named run, a logger with a version) and already holds the config file."""
+        if self.config_overwrite is not False or self.dry_run:
+            return
+        planned = getattr(getattr(self.trainer, "_io", None), "_planned_dir", lambda: None)()
+        if planned is not None and (Path(planned) / self.config_filename).exists():
+            raise _exists(Path(planned) / self.config_filename)
+
     def _save_config(self, writes_checkpoints: bool = False) -> None:
         """Write config.yaml into the run's folder, only if the run writes anything at all."""
-        args = self.trainer.args
+        args, strategy = self.trainer.args, self.trainer.strategy
         writes = args.logger is not False or (writes_checkpoints and args.enable_checkpointing)
-        if writes and self.trainer.strategy.is_global_zero:
-            path = Path(self.trainer.log_dir) / "config.yaml"
+        if not writes:
+            return
+        path = Path(self.trainer.log_dir) / self.config_filename if strategy.is_global_zero else None
+        if self.config_overwrite is False and strategy.broadcast_object(path is not None and path.exists()):
+            raise _exists(path or Path(self.config_filename))
+        if path is not None:
             path.write_text(dump_yaml(self.config), encoding="utf-8")
             log.info("Config saved to %s", path)
 
+
+
+def _exists(path: Path) -> ConfigError:
+    return ConfigError([Problem("save_config_kwargs", (
+        f"{path} exists already: expected it NOT to exist (overwrite=False), so that the results of a previous run "
+        "are not overwritten. Delete that file, give the run another folder, or pass "
+        "save_config_kwargs={'overwrite': True} (or save_config_callback=None) to the CLI."))])
 
 
 def _construct(where: str, spec: ResolvedSpec) -> Any:
@@ -171,6 +196,7 @@ def _construct(where: str, spec: ResolvedSpec) -> Any:
 def build(
     resolved: ResolvedConfig, *, stage: Stage = "fit", dry_run: bool = False,
     configure_optimizers: Callable[..., Any] | None = None, owner: str = "the config's optimizer: section",
+    trainer_objects: Mapping[str, Any] | None = None, extra_callbacks: Sequence[Any] = (),
 ) -> Experiment:
     """Seed, then build the data, the model (with the config's optimizer, if any), the callbacks,
     the logger and the Trainer.
@@ -178,6 +204,9 @@ def build(
     `configure_optimizers(module, optimizer, lr_scheduler)` (LightningCLI's static method, by
     default) is what the module's `configure_optimizers` returns when the config has an
     `optimizer:`; `owner` names it in the warning given when the module defines its own.
+    `trainer_objects` (a logger, a precision, ... instance) replace the config's value of that
+    Trainer argument; `extra_callbacks` are appended after the config's (LightningCLI's
+    `trainer_defaults`).
 
     A bad value, the Trainer's own argument checks, and an exception raised by a class's
     constructor become a `ConfigError` naming the YAML path (the CLI prints it and exits
@@ -202,14 +231,20 @@ def build(
                                    f"Received: {type(model).__name__}.")])
     attach_optimizers(model, resolved.optimizer, resolved.lr_scheduler, configure=configure_optimizers or default_configure,
                       owner=owner)
-    callbacks = [_construct(f"callbacks.{i}", c) for i, c in enumerate(resolved.callbacks)]
-    precision = _construct("trainer.precision", resolved.precision) if isinstance(resolved.precision, ResolvedSpec) else resolved.precision
-    logger: Any = resolved.logger
+    callbacks = [_construct(f"callbacks.{i}", c) for i, c in enumerate(resolved.callbacks)] + list(extra_callbacks)
+    objects = dict(trainer_objects or {})
+    precision: Any = resolved.precision
+    if "precision" in objects:
+        precision = objects.pop("precision")
+    elif isinstance(precision, ResolvedSpec):
+        precision = _construct("trainer.precision", precision)
+    logger: Any = objects.pop("logger", resolved.logger)
     if isinstance(logger, ResolvedSpec):
         logger = _construct("logger", logger)
     elif isinstance(logger, list):  # several loggers
-        logger = [_construct(f"logger[{index}]", spec) for index, spec in enumerate(logger)]
-    arguments = dict(resolved.trainer)
+        logger = [_construct(f"logger[{index}]", spec) if isinstance(spec, ResolvedSpec) else spec
+                  for index, spec in enumerate(logger)]
+    arguments = {**resolved.trainer, **objects}
     if isinstance(arguments.get("strategy"), ResolvedSpec):
         arguments["strategy"] = _construct("trainer.strategy", arguments["strategy"])
     if dry_run:

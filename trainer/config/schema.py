@@ -31,7 +31,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from trainer._args import TrainerArgs
-from trainer.config.classpath import ConfigError, Problem, ResolvedSpec, check_spec, received, suggest
+from trainer.config.classpath import LOGGER_HOMES, ConfigError, Problem, ResolvedSpec, check_spec, received, suggest
 from trainer.config.experiment import DRY_RUN, LOADER_OF, Experiment, ResolvedConfig, Stage, build
 from trainer.config.optim import OPTIMIZER_SECTIONS, as_spec, check_optimizers, check_strategy, set_section
 from trainer.config.yaml_io import dump_yaml, parse_yaml
@@ -205,10 +205,10 @@ def resolve_config(config: Mapping[str, Any], stage: Stage = "fit", source: str 
             callbacks += [spec] if spec is not None else []
     logger: Any = config.get("logger", True)
     if "logger" not in bad and isinstance(logger, dict):
-        logger, found = check_spec(logger, "logger")
+        logger, found = check_spec(logger, "logger", homes=LOGGER_HOMES)
         problems += found
     elif "logger" not in bad and isinstance(logger, list):  # logger=[...]: several loggers
-        specs = [check_spec(item, f"logger[{index}]") for index, item in enumerate(logger)]
+        specs = [check_spec(item, f"logger[{index}]", homes=LOGGER_HOMES) for index, item in enumerate(logger)]
         problems += [problem for _, found in specs for problem in found]
         logger = [spec for spec, _ in specs if spec is not None]
     trainer, precision, found = ({}, "fp32", []) if "trainer" in bad else _check_trainer(config.get("trainer") or {})

@@ -18,6 +18,7 @@ through the Trainer as Lightning's does: `trainer.fit(model, datamodule=data, ck
 from __future__ import annotations
 
 import argparse
+import copy
 import inspect
 import os
 import sys
@@ -41,6 +42,7 @@ from trainer.config.experiment import LOADER_OF, Experiment, Stage, build
 from trainer.config.optim import OPTIMIZER_SECTIONS, add_optimizer_options
 from trainer.config.optim import configure_optimizers as _configure_optimizers
 from trainer.config.schema import prepare_config, read_yaml
+from trainer.config.script_args import check_parser_kwargs, check_save_config, check_unused, config_sets, split_trainer_defaults
 from trainer.config.yaml_io import dump_yaml
 
 __all__ = ["CLI", "LightningCLI"]
@@ -71,12 +73,20 @@ class CLI:
             with a `class_path` if the config has one, else the module's own loaders.
         subclass_mode_model / subclass_mode_data: the config names the class
             (`class_path: pkg.Cls` or `--model Cls`), which must subclass the one given.
-        save_config_callback: falsy: no `config.yaml` in the run's folder.
-        trainer_defaults: `trainer:` values the files and the command line override.
+        save_config_callback: True: the resolved config is written into the run's folder; None
+            (or False): it is not.
+        save_config_kwargs: `config_filename` (default `config.yaml`), `overwrite` (True: write over
+            an existing file; False: an existing file is an error, as LightningCLI's default; not
+            given: a resumed run rewrites its own file), `multifile=False`, `save_to_log_dir=True`.
+        trainer_defaults: `trainer:` values the files and the command line override; objects (a
+            logger instance, ...) used where the config sets no value; `callbacks`: callback
+            instances always present, appended after the config's (LightningCLI's persistent callbacks).
         seed_everything_default: the seed when the config has none (True: a random one,
             recorded in the resolved config; False or None: no seeding), as LightningCLI.
         parser_kwargs: `default_config_files` (read first, when they exist), `description`;
-            per subcommand too (`{"fit": {"default_config_files": [...]}}`).
+            per subcommand too (`{"fit": {"default_config_files": [...]}}`). Other jsonargparse
+            options are refused with a ValueError.
+        parser_class: None only (there is no jsonargparse parser to replace).
         args: the command line (default `sys.argv[1:]`), or a dict: the config itself
             (with `run=True`, `{"fit": {...}}`: the subcommand and its config).
         run: run the subcommand; False: build the objects only (no subcommand on the
@@ -84,6 +94,8 @@ class CLI:
         auto_configure_optimizers: the `optimizer:` / `lr_scheduler:` sections (`--optimizer Adam`),
             whose objects the module's `configure_optimizers` then returns (through this class's
             `configure_optimizers`, which a subclass may override). False: no such sections.
+        load_from_checkpoint_support: accepted for LightningCLI's sake; the checkpoints always hold
+            the resolved config (`"experiment"`) that rebuilds the run's classes.
 
     Attributes: `model`, `datamodule` (None with the module's own loaders), `trainer`,
     `config` (the resolved config, plain data), `subcommand`, `experiment`.
@@ -98,25 +110,32 @@ class CLI:
         model_class: type | None = None,
         datamodule_class: type | None = None,
         save_config_callback: Any = True,
+        save_config_kwargs: dict[str, Any] | None = None,
         trainer_class: type | None = None,
         trainer_defaults: dict[str, Any] | None = None,
         seed_everything_default: bool | int | None = True,
         parser_kwargs: dict[str, Any] | None = None,
+        parser_class: Any = None,
         subclass_mode_model: bool = False,
         subclass_mode_data: bool = False,
         args: Sequence[str] | dict[str, Any] | None = None,
         run: bool = True,
         auto_configure_optimizers: bool = True,
+        load_from_checkpoint_support: bool = True,
     ) -> None:
         from trainer.module import Module
         from trainer.trainer import Trainer
 
+        owner = "LightningCLI" if type(self) is CLI else type(self).__name__
         if trainer_class not in (None, Trainer):
-            raise ValueError(f"CLI(trainer_class={trainer_class!r}): only trainer.Trainer is built here. Expected None.")
+            raise ValueError(f"{owner}(trainer_class={trainer_class!r}): only trainer.Trainer is built here. Expected None.")
+        check_unused(parser_class, load_from_checkpoint_support, owner)
+        self.save_config = check_save_config(save_config_callback, save_config_kwargs, owner)
+        self.trainer_defaults = split_trainer_defaults(trainer_defaults, owner)
+        self.parser_kwargs = check_parser_kwargs(parser_kwargs, owner)
         self.classes = {"model": model_class or Module, "data": datamodule_class}
         self.subclass_mode = {"model": subclass_mode_model or model_class is None, "data": subclass_mode_data}
-        self.save_config, self.trainer_defaults = bool(save_config_callback), dict(trainer_defaults or {})
-        self.seed_default, self.parser_kwargs = seed_everything_default, dict(parser_kwargs or {})
+        self.seed_default = seed_everything_default
         self.auto_configure_optimizers = auto_configure_optimizers
         self.subcommand: str | None = None
         self.model: Any = None
@@ -197,6 +216,7 @@ class CLI:
         self.subcommand = stage if run else None
         base = self._read(stage, options.config)
         _deep_merge(base, config)
+        objects = {k: v for k, v in self.trainer_defaults.objects.items() if not config_sets(base, overrides, k)}
         helps = [s for s in _SECTIONS if overrides.pop(f"{s}.help", None)]
         config, overrides, problems = self._complete(base, dict(overrides), stage)
         if helps:
@@ -220,12 +240,19 @@ class CLI:
         if not self.auto_configure_optimizers:
             for section in OPTIMIZER_SECTIONS:
                 resolved.plain.pop(section, None)
+        for key in objects:  # an object default is no config value: the same script gives it again
+            holder: dict[str, Any] = resolved.plain if key == "logger" else resolved.plain["trainer"]
+            holder.pop(key, None)
         self.config = resolved.plain
         if options.print_config:
             sys.stdout.write(dump_yaml(resolved.plain))
             raise SystemExit(0)
-        self.experiment = experiment = build(resolved, stage=stage, configure_optimizers=self.configure_optimizers,
-                                             owner=f"{'LightningCLI' if type(self) is CLI else type(self).__name__}.configure_optimizers")
+        self.experiment = experiment = build(
+            resolved, stage=stage, configure_optimizers=self.configure_optimizers,
+            owner=f"{'LightningCLI' if type(self) is CLI else type(self).__name__}.configure_optimizers",
+            trainer_objects=objects, extra_callbacks=self.trainer_defaults.callbacks,
+        )
+        experiment.config_filename, experiment.config_overwrite = self.save_config.filename, self.save_config.overwrite
         self.model, self.trainer = experiment.model, experiment.trainer
         self.datamodule = None if own_loaders else experiment.data
         if not run:
@@ -235,7 +262,8 @@ class CLI:
 
     def _read(self, stage: str, files: list[str]) -> dict[str, Any]:
         """`trainer_defaults`, then the default config files that exist, then `--config` files."""
-        config: dict[str, Any] = {"trainer": dict(self.trainer_defaults)} if self.trainer_defaults else {}
+        values = self.trainer_defaults.values
+        config: dict[str, Any] = {"trainer": copy.deepcopy(values)} if values else {}
         per_stage = self.parser_kwargs.get(stage)
         per_stage = per_stage if isinstance(per_stage, dict) else {}
         defaults = [*self.parser_kwargs.get("default_config_files", []), *per_stage.get("default_config_files", [])]
@@ -333,8 +361,9 @@ class CLI:
 
     # ------------------------------------------------------------------------ the run
     def _save_config_at_start(self, fit: bool) -> None:
-        if self.save_config and self.experiment is not None:
+        if self.save_config.enabled and self.experiment is not None:
             experiment = self.experiment
+            experiment.check_config_file()
             self.trainer._at_run_start.append(lambda: experiment._save_config(writes_checkpoints=fit))
 
     def _run(self, stage: Stage, ckpt_path: str | None) -> None:
