@@ -252,3 +252,36 @@ def test_the_trainer_command_reports_an_unknown_short_name(tmp_path: Path, capsy
     (tmp_path / "exp.yaml").write_text(EXPERIMENT.replace("EarlyStopping", "EarlyStop"))
     assert main(["fit", str(tmp_path / "exp.yaml"), "--print_config"]) == 2
     assert "Did you mean 'EarlyStopping'?" in capsys.readouterr().err
+
+
+
+SCRIPT = """\
+import torch
+from trainer import Module
+from trainer.cli import LightningCLI
+
+
+class Net(Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = torch.nn.Linear(2, 1)
+
+    def train_dataloader(self):
+        return [torch.zeros(1, 2)]
+
+
+LightningCLI(Net)
+"""
+
+
+def test_a_script_beside_its_own_callbacks_py_is_told_to_rename_it(tmp_path: Path) -> None:
+    """`python train.py` puts the script's folder first on the import path, so there `callbacks`
+    is the user's file: a short name is then refused with what to do, never read from that file."""
+    (tmp_path / "callbacks.py").write_text("class EarlyStopping:\n    pass\n")
+    (tmp_path / "train.py").write_text(SCRIPT)
+    (tmp_path / "exp.yaml").write_text("trainer:\n  callbacks: [{class_path: EarlyStopping}]\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "train.py", "fit", "--config", "exp.yaml", "--print_config"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert f"`callbacks` is imported from {tmp_path / 'callbacks.py'}" in done.stderr and "rename that file" in done.stderr

@@ -7,6 +7,7 @@
 - `yaml_io.py`: the YAML dialect of experiment files;
 - `cli.py`: the `trainer` command (also `python -m trainer`);
 - `script.py`: `CLI`, a script's own command line as LightningCLI makes one (also `trainer.cli.LightningCLI`).
+- `script_args.py`: `CLI`'s other LightningCLI arguments (`trainer_defaults`, `save_config_kwargs`, ...).
 
 The core (`trainer.Trainer` and below) never imports this package.
 

@@ -161,6 +161,11 @@ def short_name(name: str, path: str, base: type | None, homes: Sequence[str]) ->
             module = importlib.import_module(home)
         except Exception as error:  # noqa: BLE001 - a broken or shadowed home: reported, not raised
             return None, [_import_failed(where, home, error)]
+        if not _ours(module):
+            return None, [Problem(where, f"the name {name!r} is looked up in this trainer's `{home}` package, but "
+                                  f"`{home}` is imported from {module.__file__}, a file of the same name. Expected "
+                                  f"this trainer's own: rename that file (e.g. my_{home.split('.')[0]}.py), or give "
+                                  "a dotted class_path.")]
         for attribute in getattr(module, "__all__", [n for n in dir(module) if not n.startswith("_")]):
             value = getattr(module, attribute, None)
             if inspect.isclass(value) and not getattr(value, "_is_protocol", False) and (base is None or issubclass(value, base)):
@@ -181,6 +186,15 @@ def short_name(name: str, path: str, base: type | None, homes: Sequence[str]) ->
                           f"{suggest(name, choices)} Expected one of {', '.join(listed)}"
                           f"{' (or the name of an imported subclass)' if searchable else ''}, or a dotted import path "
                           f"such as 'mypkg.module.{name}'.{shadowed}")]
+
+
+def _ours(module: Any) -> bool:
+    """Whether `module` belongs to one of this trainer's packages (installed beside `trainer`),
+    not to a user's file of the same name."""
+    top = sys.modules.get(module.__name__.split(".")[0], module)
+    file = getattr(top, "__file__", None)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
+    return file is None or os.path.realpath(file) == os.path.join(root, top.__name__, "__init__.py")
 
 
 def _in_user_folder(file: str) -> str | None:
