@@ -372,8 +372,7 @@ class ModelCheckpoint(Checkpoint):
 
 def _validates(trainer: Trainer) -> bool:
     """Whether this fit validates at all (Lightning: `num_val_batches > 0`)."""
-    loop = getattr(trainer, "_loop", None)
-    return getattr(loop, "val_loader", None) is not None and getattr(loop, "val_limit", None) != 0
+    return sum(trainer.num_val_batches) > 0
 
 
 def _validation_follows(trainer: Trainer) -> bool:

@@ -398,8 +398,7 @@ def _ignore(*args: Any, **kwargs: Any) -> None:
 
 def _training_loader(trainer: Trainer) -> Any:
     """The loader fit trains on, as the Trainer prepared it (Lightning's `trainer.train_dataloader`)."""
-    loader = getattr(trainer, "train_dataloader", None)
-    return loader if loader is not None else getattr(trainer, "_train_loader", None)
+    return trainer.train_dataloader
 
 
 def _epoch_limit(trainer: Trainer) -> int:

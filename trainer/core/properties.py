@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import builtins
+import contextlib
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +27,37 @@ if TYPE_CHECKING:
 __all__ = ["TrainerProperties"]
 
 
+class _Recorded:
+    """What the last `test`/`predict` ran on: its loader, or `[its batch count]` ([] before it ran)."""
+
+    def __init__(self, what: str, stage: str) -> None:
+        self.what, self.stage = what, stage
+
+    def __get__(self, trainer: Any, owner: type | None = None) -> Any:
+        if trainer is None:
+            return self
+        if self.what == "loader":
+            return (trainer._eval_loaders or {}).get(self.stage)
+        return trainer._eval_counts(self.stage)
+
+
+class _Arg:
+    """A read-only Trainer attribute that repeats one of its arguments (`trainer.min_epochs`);
+    a `missing` value (None unless given) reads as `replace`."""
+
+    def __init__(self, name: str, replace: Any = None, *, missing: Any = None) -> None:
+        self.name, self.replace, self.missing = name, replace, missing
+
+    def __get__(self, trainer: Any, owner: type | None = None) -> Any:
+        if trainer is None:
+            return self
+        value = getattr(trainer.args, self.name)
+        return self.replace if self.replace is not None and value == self.missing else value
+
+    def __set__(self, trainer: Any, value: Any) -> None:
+        raise AttributeError(f"trainer.{self.name} is read-only here: pass Trainer({self.name}=...) instead.")
+
+
 class TrainerProperties:
     """Mixed into `Trainer`: what user code and callbacks read (never the loop's internals)."""
 
@@ -38,6 +72,17 @@ class TrainerProperties:
     _loop: FitLoop | None
     _sanity_checking: bool
     _datamodule: Any
+    _module: Any
+    _train_loader: Any
+    _preempted: bool
+    _eval: Any
+    # What the Trainer records for these properties (class defaults until it sets them):
+    # the evaluation loaders and batch counts by stage, whether a run raised, the checkpoint read.
+    _eval_loaders: dict[str, Any] | None = None
+    _eval_batches: dict[str, int | float] | None = None
+    _interrupted: bool = False
+    _running: str | None = None  # "fit", "validate", "test", "predict" while that call runs
+    _ckpt_path: str | None = None
 
     @property
     def global_step(self) -> int:
@@ -191,11 +236,234 @@ class TrainerProperties:
         return found[0] if found else None
 
     @property
+    def early_stopping_callbacks(self) -> list[Any]:
+        """Every `EarlyStopping` callback (or subclass) of this Trainer, in order."""
+        return [cb for cb in self.callbacks if any(c.__name__ == "EarlyStopping" for c in type(cb).__mro__)]
+
+    @property
     def early_stopping_callback(self) -> Any:
-        found = [cb for cb in self.callbacks if any(c.__name__ == "EarlyStopping" for c in type(cb).__mro__)]
+        found = self.early_stopping_callbacks
         return found[0] if found else None
+
+    @property
+    def progress_bar_callback(self) -> Any:
+        """The progress-bar callback (`TQDMProgressBar`, `RichProgressBar`, ...) given in
+        `callbacks`, or None: the Trainer's own bar is not a callback here."""
+        return next((cb for cb in self.callbacks if callable(getattr(cb, "make_progress_bar", None))), None)
 
     @property
     def datamodule(self) -> Any:
         """The DataModule given to fit/validate/test/predict, if any."""
         return self._datamodule
+
+    # --------------------------------------------------------------- the run's stage
+    @property
+    def training(self) -> bool:
+        """True while fit runs, outside its validation passes and sanity check."""
+        fitting = self._running == "fit" or self.state.clock_start is not None
+        return fitting and self._evaluation_stage() is None and not self._sanity_checking
+
+    @property
+    def validating(self) -> bool:
+        """True while a validation pass runs (inside fit too; not the sanity check)."""
+        stage = self._evaluation_stage()
+        return (stage == "validation" or (stage is None and self._running == "validate")) and not self._sanity_checking
+
+    @property
+    def testing(self) -> bool:
+        """True while `test` runs."""
+        return self._evaluation_stage() == "test" or self._running == "test"
+
+    @property
+    def predicting(self) -> bool:
+        """True while `predict` runs."""
+        return self._evaluation_stage() == "predict" or self._running == "predict"
+
+    @property
+    def evaluating(self) -> bool:
+        """True while validating, testing or sanity checking (Lightning's rule)."""
+        return self.validating or self.testing or self._sanity_checking
+
+    def _evaluation_stage(self) -> str | None:
+        return getattr(getattr(self, "_eval", None), "stage", None)
+
+    @property
+    def interrupted(self) -> bool:
+        """Whether the last fit/validate/test/predict ended with an exception (Ctrl-C included)."""
+        return bool(self._interrupted)
+
+    @property
+    def received_sigterm(self) -> bool:
+        """Whether fit was asked to stop by SIGTERM (or SLURM's requeue signal) on some rank."""
+        return bool(getattr(self, "_preempted", False))
+
+    @property
+    def is_last_batch(self) -> bool:
+        """Whether the epoch's last training batch has run its optimizer step (True from its
+        `on_train_batch_end` until the next epoch starts); False for a loader without len()."""
+        total = self.num_training_batches
+        return self.state.batches_done > 0 and not math.isinf(total) and self.state.batches_done >= total
+
+    @property
+    def ckpt_path(self) -> str | None:
+        """The checkpoint the last fit/validate/test/predict read ("last"/"best" resolved), or None."""
+        return self._ckpt_path
+
+    # ------------------------------------------------------------------- data
+    @property
+    def train_dataloader(self) -> Any:
+        """The loader fit trains on, as the Trainer prepared it (with its DistributedSampler
+        under DDP); None before fit."""
+        return getattr(self, "_train_loader", None)
+
+    @property
+    def val_dataloaders(self) -> Any:
+        """The validation loader of fit, else the one `validate` used; None without one."""
+        fitted = getattr(self._loop, "val_loader", None)
+        return fitted if fitted is not None else (self._eval_loaders or {}).get("validation")
+
+    test_dataloaders = _Recorded("loader", "test")  # the loader `test` used; None before it ran
+    predict_dataloaders = _Recorded("loader", "predict")  # the loader `predict` used; None before it ran
+    num_test_batches = _Recorded("count", "test")  # [batches of the last `test`]; [] before it ran
+    num_predict_batches = _Recorded("count", "predict")  # [batches of the last `predict`]; [] before it ran
+
+    @property
+    def enable_validation(self) -> bool:
+        """Whether fit validates: a validation loader, a `validation_step` and
+        `limit_val_batches` above 0 (known once training starts)."""
+        return getattr(self._loop, "val_loader", None) is not None and self.args.limit_val_batches != 0
+
+    @property
+    def num_val_batches(self) -> list[int | float]:
+        """Validation batches per loader (one loader here: a list of one, [] without one):
+        of `validate` while it runs, else of fit (inf for a loader without len())."""
+        if self._evaluation_stage() == "validation" and self._loop_is_idle():
+            return self._eval_counts("validation")
+        if not self.enable_validation:
+            return self._eval_counts("validation") if self._loop is None else []
+        limit = getattr(self._loop, "val_limit", None)
+        return [math.inf if limit is None else limit]
+
+    def _loop_is_idle(self) -> bool:
+        return self.state.clock_start is None
+
+    @property
+    def num_sanity_val_batches(self) -> list[int | float]:
+        """Batches the sanity check runs: `num_sanity_val_steps` (-1: all) capped by each loader's."""
+        steps = math.inf if self.args.num_sanity_val_steps == -1 else self.args.num_sanity_val_steps
+        return [min(steps, batches) for batches in self.num_val_batches]
+
+    def _eval_counts(self, stage: str) -> list[int | float]:
+        count = (self._eval_batches or {}).get(stage)
+        return [] if count is None else [count]
+
+    # ---------------------------------------------------------- model and devices
+    @property
+    def model(self) -> torch.nn.Module | None:
+        """The module as the strategy runs it: under DDP the `DistributedDataParallel`
+        wrapper (its `.module` holds a thin step wrapper around yours), else the module
+        itself (FSDP shards it in place). `lightning_module` is always the module."""
+        wrapped = getattr(self.strategy, "_ddp", None)
+        return wrapped if wrapped is not None else self._module
+
+    @property
+    def accelerator(self) -> str:
+        """The device type the Trainer runs on: "cpu", "cuda" or "mps" (Lightning returns an
+        Accelerator object; `trainer.strategy.device` is the full `torch.device`)."""
+        return str(self.strategy.device.type)
+
+    @property
+    def device_ids(self) -> list[int]:
+        """The device indexes this node uses (one process: its device's; CPU: [0])."""
+        if self.world_size == 1:
+            return [self.strategy.device.index or 0]
+        return list(range(self._local_world_size()))
+
+    @property
+    def num_devices(self) -> int:
+        """Devices per node (Lightning's meaning: processes per node)."""
+        return len(self.device_ids)
+
+    @property
+    def num_nodes(self) -> int:
+        """Machines in the job: the world size over the processes per machine."""
+        return max(self.world_size // self._local_world_size(), 1)
+
+    @property
+    def node_rank(self) -> int:
+        """This machine's index in the job (0 for one machine)."""
+        return (self.global_rank - self.local_rank) // self._local_world_size()
+
+    def _local_world_size(self) -> int:
+        cluster = getattr(self.strategy, "_cluster", None)
+        size = getattr(cluster, "local_world_size", None)
+        return int(size) if size else self.world_size
+
+    @property
+    def precision_plugin(self) -> Precision:
+        """Lightning's name of the precision object (`FP32()`, `AMP()`, `BF16()`): `trainer.precision`."""
+        return self._precision
+
+    @property
+    def scaler(self) -> torch.amp.GradScaler | None:
+        """AMP's GradScaler (float16 autocast); None under fp32 and bf16."""
+        return getattr(self._precision, "scaler", None)
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """`print` on each machine's first process only (Lightning's rule: local rank 0).
+
+        Example: ``trainer.print("epoch", trainer.current_epoch)``.
+        """
+        if self.local_rank == 0:
+            builtins.print(*args, **kwargs)
+
+    @contextlib.contextmanager
+    def init_module(self, empty_init: bool | None = None) -> Iterator[None]:
+        """Create a model's tensors directly on the Trainer's device (torch's default-device
+        context), as Lightning's does for a mixed precision. The dtype stays float32: every
+        precision here autocasts and keeps float32 weights. Under FSDP a plain context (each
+        unit moves to its device as it is sharded); `empty_init` is accepted and ignored.
+
+        Example:
+            >>> import torch
+            >>> from trainer import Trainer
+            >>> with Trainer(logger=False, device="cpu").init_module():
+            ...     layer = torch.nn.Linear(2, 2)
+            >>> layer.weight.device.type
+            'cpu'
+        """
+        if getattr(self.strategy, "name", None) == "fsdp":
+            yield
+            return
+        with torch.device(self.strategy.device):
+            yield
+
+    # -------------------------------------------------------- the Trainer's arguments
+    @property
+    def accumulate_grad_batches(self) -> int:
+        """Micro-batches per optimizer step. Set it from `on_train_epoch_start` to change it
+        for that epoch (`GradientAccumulationScheduler` does)."""
+        return int(self.args.accumulate_grad_batches)
+
+    @accumulate_grad_batches.setter
+    def accumulate_grad_batches(self, value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"trainer.accumulate_grad_batches expected an int >= 1. Received: {value!r}.")
+        self.args.accumulate_grad_batches = value
+
+    # Lightning's Trainer attributes that repeat its arguments (read-only here).
+    min_epochs = _Arg("min_epochs")
+    min_steps = _Arg("min_steps")
+    gradient_clip_val = _Arg("gradient_clip_val")
+    gradient_clip_algorithm = _Arg("gradient_clip_algorithm")
+    log_every_n_steps = _Arg("log_every_n_steps")
+    check_val_every_n_epoch = _Arg("check_val_every_n_epoch")
+    val_check_interval = _Arg("val_check_interval", 1.0)  # not given: once per epoch, Lightning's 1.0
+    num_sanity_val_steps = _Arg("num_sanity_val_steps", missing=-1, replace=math.inf)  # -1 (all): inf, as Lightning
+    limit_train_batches = _Arg("limit_train_batches", 1.0)  # not given: the whole loader, Lightning's 1.0
+    limit_val_batches = _Arg("limit_val_batches", 1.0)
+    limit_test_batches = _Arg("limit_test_batches", 1.0)
+    limit_predict_batches = _Arg("limit_predict_batches", 1.0)
+    overfit_batches = _Arg("overfit_batches")
+    reload_dataloaders_every_n_epochs = _Arg("reload_dataloaders_every_n_epochs")
+    barebones = _Arg("barebones")
