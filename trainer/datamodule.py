@@ -16,9 +16,15 @@ Example:
 
 from __future__ import annotations
 
+import copy
+import inspect
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-from trainer._hparams import _capturing_init
+import torch
+
+from trainer._hparams import AttributeDict, _capturing_init
 
 __all__ = ["DataModule", "resolve_loaders", "is_datamodule"]
 
@@ -39,6 +45,8 @@ class DataModule:
 
     #: The Trainer using this DataModule (set by fit/validate/test/predict), as in Lightning.
     trainer: Any = None
+    #: A name for the data, for your own use (Lightning's attribute; nothing here reads it).
+    name: str | None = None
 
     def __init__(self) -> None:
         from trainer._hparams import _Captured
@@ -57,6 +65,15 @@ class DataModule:
         caller = frame.f_back if frame is not None else None
         if caller is not None:
             self.hparams = hparams_of_caller(self, caller, names, ignore)
+            self._hparams_initial = copy.deepcopy(self.hparams)
+
+    @property
+    def hparams_initial(self) -> AttributeDict:
+        """A copy of the hyperparameters as first recorded (by `save_hyperparameters`, or the
+        `__init__` arguments captured automatically): later changes to `hparams` do not show."""
+        if "_hparams_initial" not in self.__dict__:
+            self._hparams_initial = copy.deepcopy(AttributeDict(getattr(self, "hparams", {})))
+        return AttributeDict(copy.deepcopy(self._hparams_initial))
 
     def prepare_data(self) -> None:
         """Download or write data once (called before `setup`)."""
@@ -79,11 +96,116 @@ class DataModule:
     def predict_dataloader(self) -> Any:
         raise NotImplementedError(f"{type(self).__name__} has no predict_dataloader(), which predict needs.")
 
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Change a batch before it is moved to the device; overridden here, it replaces the module's."""
+        return batch
+
+    def transfer_batch_to_device(self, batch: Any, device: Any, dataloader_idx: int) -> Any:
+        """Move a batch to `device`; overridden here, it replaces the module's."""
+        from trainer._utils import move_to_device
+
+        return move_to_device(batch, device)
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Change a batch on the device; overridden here, it replaces the module's."""
+        return batch
+
     def state_dict(self) -> dict[str, Any]:
         return {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what `state_dict` returned."""
+
+    def on_exception(self, exception: BaseException) -> None:
+        """Called when the run using this DataModule fails, before the error propagates."""
+
+    @classmethod
+    def from_datasets(
+        cls, train_dataset: Any = None, val_dataset: Any = None, test_dataset: Any = None, predict_dataset: Any = None,
+        batch_size: int = 1, num_workers: int = 0, **datamodule_kwargs: Any,
+    ) -> DataModule:
+        """A DataModule whose loaders read the given datasets (Lightning's). Each may also be a
+        list or dict of datasets (then a list or dict of loaders). Training loaders shuffle
+        (not an IterableDataset); `batch_size` and `num_workers` go to every loader, and to
+        `__init__` too where it takes them, with `datamodule_kwargs`. Loaders pin memory
+        when CUDA is available (Lightning always asks for it).
+
+        Example:
+            >>> import torch
+            >>> from torch.utils.data import TensorDataset
+            >>> data = DataModule.from_datasets(train_dataset=TensorDataset(torch.ones(8, 1)), batch_size=4)
+            >>> len(data.train_dataloader())
+            2
+        """
+        def loader(dataset: Any, shuffle: bool = False) -> Any:
+            return _apply(dataset, lambda single: torch.utils.data.DataLoader(
+                single, batch_size=batch_size, num_workers=num_workers, pin_memory=torch.cuda.is_available(),
+                shuffle=shuffle and not isinstance(single, torch.utils.data.IterableDataset),
+            ))
+
+        parameters = inspect.signature(cls.__init__).parameters
+        takes_any = any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+        special = {k: v for k, v in {"batch_size": batch_size, "num_workers": num_workers}.items()
+                   if takes_any or k in parameters}
+        datamodule = cls(**datamodule_kwargs, **special)
+        for method, dataset, shuffle in (("train_dataloader", train_dataset, True), ("val_dataloader", val_dataset, False),
+                                         ("test_dataloader", test_dataset, False),
+                                         ("predict_dataloader", predict_dataset, False)):
+            if dataset is not None:
+                setattr(datamodule, method, lambda dataset=dataset, shuffle=shuffle: loader(dataset, shuffle))
+        return datamodule
+
+    @classmethod
+    def load_from_checkpoint(cls, checkpoint_path: str | Path, map_location: Any = None,
+                             hparams_file: str | Path | None = None, **kwargs: Any) -> Any:
+        """`cls(**hyperparameters)` from a checkpoint's DataModule hyperparameters (Lightning's
+        `datamodule_hyper_parameters`), updated by `hparams_file` (YAML) and `kwargs`, then its
+        saved state (`load_state_dict`). Reads Lightning 2.x files and ours; executes nothing.
+
+        Example:
+            >>> data = MyData.load_from_checkpoint("last.ckpt", batch_size=64)  # doctest: +SKIP
+        """
+        from trainer.checkpoint.format import load_checkpoint
+
+        checkpoint = load_checkpoint(checkpoint_path, map_location=map_location or "cpu")
+        hparams = dict(checkpoint.get(_HPARAMS_KEY) or {})
+        if hparams_file is not None:
+            hparams = _read_hparams_file(Path(hparams_file))
+        hparams.update(kwargs)
+        parameters = inspect.signature(cls.__init__).parameters
+        if not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+            hparams = {k: v for k, v in hparams.items() if k in parameters and k != "self"}
+        datamodule = cls(**hparams)
+        state = checkpoint.get(cls.__qualname__, checkpoint.get("datamodule"))
+        if state is not None:
+            datamodule.load_state_dict(state)
+        return datamodule
+
+
+#: Where a checkpoint holds a DataModule's hyperparameters (Lightning's key).
+_HPARAMS_KEY = "datamodule_hyper_parameters"
+
+
+def _apply(datasets: Any, make: Any) -> Any:
+    """`make` on a dataset, or on each of a list/tuple/dict of them (Lightning's rule)."""
+    if isinstance(datasets, torch.utils.data.Dataset):
+        return make(datasets)
+    if isinstance(datasets, Mapping):
+        return {key: _apply(value, make) for key, value in datasets.items()}
+    if isinstance(datasets, (list, tuple)):
+        return [_apply(value, make) for value in datasets]
+    return make(datasets)
+
+
+def _read_hparams_file(path: Path) -> dict[str, Any]:
+    if path.suffix.lower() not in (".yaml", ".yml"):
+        raise ValueError(f"load_from_checkpoint(hparams_file={str(path)!r}): expected a .yaml or .yml file.")
+    import yaml
+
+    loaded = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(loaded, dict):
+        raise ValueError(f"hparams_file {str(path)!r} holds {type(loaded).__name__}; expected a mapping of names to values.")
+    return loaded
 
 
 def is_datamodule(value: Any) -> bool:
