@@ -21,15 +21,16 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Sequence
-from typing import Any
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any, cast
 
 import torch
 
 from trainer._utils import first_line, rng_state, set_rng_state
 from trainer.checkpoint.format import CheckpointError, plain_state
 from trainer.checkpoint.host import CallbackState, StateHost, module_of
-from trainer.checkpoint.registry import StateRegistry
+from trainer.checkpoint.registry import Restoring, StateRegistry
 from trainer.checkpoint.trackers import continue_loggers, logger_identities
 
 __all__ = ["trainer_parts", "callback_keys", "check_classes", "restore_module"]
@@ -37,11 +38,22 @@ __all__ = ["trainer_parts", "callback_keys", "check_classes", "restore_module"]
 log = logging.getLogger("trainer")
 
 
-def trainer_parts(host: StateHost) -> StateRegistry:
-    """The registry of everything a Trainer's checkpoint holds (module table above)."""
+def trainer_parts(trainer: StateHost) -> StateRegistry:
+    """The registry of everything a Trainer's checkpoint holds (module table above).
+
+    The Trainer holds the registry, so the parts reach the Trainer and the registry only
+    through weak references: a finished run is freed at once, without the garbage collector.
+    """
+    host = cast(StateHost, weakref.proxy(trainer))
     parts = StateRegistry()
-    source = lambda: parts.restoring.source  # noqa: E731 - the file being restored, for messages
-    weights = _Weights(host, parts)
+    registry = weakref.ref(parts)
+
+    def restoring() -> Restoring:
+        current = registry()
+        return current.restoring if current is not None else Restoring("The checkpoint", {})
+
+    source = lambda: restoring().source  # noqa: E731 - the file being restored, for messages
+    weights = _Weights(host, restoring)
     parts.register("module", weights.save_module, weights.load_module)
     parts.register("optimizers", weights.save_optimizers, weights.load_optimizers, optional=True)
     parts.register("schedulers", lambda: _schedulers(host), lambda saved: _load_schedulers(host, saved, source()), optional=True)
@@ -69,9 +81,9 @@ class _Weights:
     """The module's and optimizers' states: the strategy reads and writes them; a sharded
     folder (FSDP's) is read from its shards on any strategy, since DCP reshards."""
 
-    def __init__(self, host: StateHost, parts: StateRegistry) -> None:
+    def __init__(self, host: StateHost, restoring: Callable[[], Restoring]) -> None:
         self.host = host
-        self.parts = parts
+        self.restoring = restoring
 
     def save_module(self) -> dict[str, Any]:
         return self.host.strategy.module_state(module_of(self.host))
@@ -82,7 +94,7 @@ class _Weights:
         return [{"class": _class_name(o), "state": self.host.strategy.optimizer_state(module, o)} for o in optimizers]
 
     def load_module(self, saved: Any) -> None:
-        restoring = self.parts.restoring
+        restoring = self.restoring()
         restore_module(module_of(self.host), restoring.checkpoint, restoring.source, self.host.strategy)
 
     def load_optimizers(self, saved: Any) -> None:
@@ -90,7 +102,7 @@ class _Weights:
         if opt is None:
             return
         entries = list(saved or [])
-        source, checkpoint = self.parts.restoring.source, self.parts.restoring.checkpoint
+        source, checkpoint = self.restoring().source, self.restoring().checkpoint
         if "_shards" in checkpoint:
             from trainer.checkpoint.sharded import restore_sharded_optimizers
 
