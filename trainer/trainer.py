@@ -158,6 +158,7 @@ class Trainer(TrainerProperties, TrainerData, TrainerEvaluation):
         self._datamodule: Any = None
         self._loader_source: Callable[[], tuple[Any, Any]] | None = None  # reload_dataloaders_every_n_epochs
         self._warned_no_validation_step = False
+        self._steps_at_fit_start = 0  # an error keeps last.ckpt only when this fit took steps
         self._timer = SimpleProfiler() if self.args.profiler == "simple" else None
         self._state_parts = trainer_parts(self)  # what a checkpoint holds, each part registered once
 
@@ -279,6 +280,7 @@ class Trainer(TrainerProperties, TrainerData, TrainerEvaluation):
     def _fit_with_signals(self, train_loader: Any, val_loader: Any) -> None:
         with SignalGuard(self._preempt, self._requeue.signals) as signals:
             self._signals = signals
+            self._steps_at_fit_start = self.global_step
             try:
                 self._call("on_fit_start")
                 self._io.start_run(self._module)
@@ -360,8 +362,8 @@ class Trainer(TrainerProperties, TrainerData, TrainerEvaluation):
             how = ("`trainer fit CONFIG --ckpt_path last`" if self.experiment_config  # a YAML run (the CLI)
                    else f"trainer.fit(model, loader, ckpt_path={str(self._io.last_path) if self._io.saves else None!r})")
             log.warning("Interrupted after optimizer step %d. Resume with %s.", self.global_step, how)
-        elif isinstance(error, Exception) and self.strategy.world_size == 1:
-            try:  # keep the finished work; never hide the error behind a failed save
+        elif isinstance(error, Exception) and self.strategy.world_size == 1 and self.global_step > self._steps_at_fit_start:
+            try:  # keep this fit's finished steps (with none, an older last.ckpt stays); never hide the error
                 self._io.save_last()
             except Exception as save_error:  # noqa: BLE001
                 log.warning("last.ckpt could not be written after the error: %s", save_error)

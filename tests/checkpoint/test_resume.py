@@ -304,3 +304,30 @@ def test_saving_from_on_train_batch_end_after_a_step_is_a_clean_cut(tmp_path, k)
     saved = load_checkpoint(path)
     assert saved["cut"]["clean"] is True
     assert saved["loop"]["global_step"] == 3 // k and saved["loop"]["batches_done"] == 3
+
+
+class FailAt(Callback):
+    """Raises in on_train_batch_start of optimizer step `step` (0: before any step)."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_start(self, trainer: Any, module: Any, batch: Any, batch_idx: int) -> None:
+        if trainer.global_step == self.step:
+            raise RuntimeError("user code failed")
+
+
+def test_an_error_keeps_this_fits_steps_in_last_ckpt_but_never_overwrites_it_with_none(tmp_path):
+    """A failing fit writes last.ckpt when it took steps (its work is kept); one that fails before
+    its first step leaves the run's earlier last.ckpt as it was."""
+    first = trainer(tmp_path, max_epochs=1, run_name="same")
+    first.fit(make_model(), shuffled(make_data()))
+    last = first._io.last_path
+    before = load_checkpoint(last)["loop"]["global_step"]
+    with pytest.raises(RuntimeError, match="user code failed"):
+        trainer(tmp_path, max_epochs=3, run_name="same", callbacks=[FailAt(0)]).fit(make_model(seed=5), shuffled(make_data()))
+    assert load_checkpoint(last)["loop"]["global_step"] == before  # untouched: no step to keep
+    with pytest.raises(RuntimeError, match="user code failed"):
+        trainer(tmp_path, max_epochs=3, run_name="same", callbacks=[FailAt(before + 3)]).fit(
+            make_model(), shuffled(make_data()), ckpt_path=last)
+    assert load_checkpoint(last)["loop"]["global_step"] == before + 3  # the three new steps are kept
