@@ -7,6 +7,7 @@ from trainer.callback import Checkpoint
 
 from callbacks.checkpoint import ModelCheckpoint
 from callbacks.early_stopping import EarlyStopping
+from callbacks.finetuning import BackboneFinetuning, BaseFinetuning
 from callbacks.lambda_callback import LambdaCallback
 from callbacks.lr_monitor import LearningRateMonitor
 from callbacks.model_summary import ModelSummary
@@ -17,5 +18,5 @@ from callbacks.weight_averaging import EMAWeightAveraging, WeightAveraging
 __all__: list[str] = [
     "Callback", "Checkpoint", "ModelCheckpoint", "EarlyStopping", "LambdaCallback", "LearningRateMonitor", "ModelSummary",
     "TQDMProgressBar", "RichProgressBar", "WeightAveraging", "EMAWeightAveraging",
-    "StochasticWeightAveraging",
+    "StochasticWeightAveraging", "BaseFinetuning", "BackboneFinetuning",
 ]
