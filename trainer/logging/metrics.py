@@ -18,6 +18,11 @@ one TensorBoard tag.
 Epoch means are weighted by each value's batch size: `batch_size=` when given, else the
 size of the batch being processed (dim 0 of its first tensor, as Lightning infers it), so
 batches of 2, 2 and 1 with values 1, 1 and 0 average to 0.8.
+
+A metric object (a torchmetrics `Metric`) logged instead of a value follows Lightning's
+rules (trainer/logging/metric_objects.py): its last forward per step, `compute()` at the
+epoch's close, `reset()` once the epoch is over (`end_train_epoch`, and the end of an
+evaluation pass).
 """
 
 from __future__ import annotations
@@ -27,6 +32,16 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
+
+from trainer.logging.metric_objects import (
+    MetricEntry,
+    collection_error,
+    compute_entries,
+    is_metric,
+    is_metric_collection,
+    reset_all,
+    step_value,
+)
 
 if TYPE_CHECKING:
     from trainer._args import TrainerArgs
@@ -135,8 +150,12 @@ class MetricStore:
 
     def __init__(self) -> None:
         self.step: dict[str, _Reduction] = {}
-        self.epoch: dict[str, _Reduction] = {}
-        self._eval_epoch: dict[str, _Reduction] = {}
+        self.epoch: dict[str, _Reduction | MetricEntry] = {}
+        self._eval_epoch: dict[str, _Reduction | MetricEntry] = {}
+        # Metric objects logged in training / evaluation, reset when such an epoch is over
+        # (by object id; kept, as Lightning keeps every metric it was given).
+        self._train_objects: dict[int, Any] = {}
+        self._eval_objects: dict[int, Any] = {}
         self.latest: dict[str, torch.Tensor | float | _Reduction] = {}
         self.prog_bar: set[str] = set()
         self.clock: Callable[[], int] | None = None
@@ -154,7 +173,14 @@ class MetricStore:
     def evaluating(self, value: bool) -> None:
         if value:
             self._eval_epoch = {}  # nothing left over from an earlier (perhaps failed) pass
+        elif self._evaluating:  # a pass ended (after its on_validation_end/on_test_end hooks)
+            reset_all(self._eval_objects)
         self._evaluating = value
+
+    def end_train_epoch(self) -> None:
+        """A training epoch is over (its `on_train_epoch_end` hooks ran and its values were
+        written): reset the metric objects logged in training, as Lightning does."""
+        reset_all(self._train_objects)
 
     def log(
         self,
@@ -183,6 +209,11 @@ class MetricStore:
                 f"self.log({name!r}, ..., on_step=False, on_epoch=False) would record nothing. Expected "
                 "on_step=True (per step), on_epoch=True (reduced over the epoch) or both."
             )
+        if is_metric_collection(value):
+            raise collection_error(name, value)
+        if is_metric(value):
+            self._log_metric_object(name, value, on_step=on_step, on_epoch=on_epoch, prog_bar=prog_bar)
+            return
         tensor = _as_tensor(name, value)
         if batch_size is None and on_epoch and reduce == "mean" and self.batch is not None:
             batch_size = batch_size_of(self.batch)  # tensor metadata only: no host read
@@ -201,26 +232,65 @@ class MetricStore:
                 current.add(tensor, 1.0)
                 self.latest[step_key] = current  # reduced when read
                 self.latest[name] = current
+        key = name
         if on_epoch:
-            training = not self._evaluating
-            key = name + EPOCH_SUFFIX if on_step or (training and _written_per_step(name)) else name
-            reductions = self.epoch if training else self._eval_epoch
-            current = reductions.get(key)
-            if current is None:
-                current = reductions[key] = _Reduction(reduce, name, alias=on_step)
-            elif current.source != name or current.reduce != reduce:
+            key, reductions = self._epoch_slot(name, on_step)
+            slot = reductions.get(key)
+            if slot is None:
+                slot = reductions[key] = _Reduction(reduce, name, alias=on_step)
+            elif isinstance(slot, MetricEntry) or slot.source != name or slot.reduce != reduce:
+                what = "the metric object" if isinstance(slot, MetricEntry) else f"..., reduce={slot.reduce!r}"
                 raise ValueError(
                     f"self.log({name!r}, ..., reduce={reduce!r}): its epoch value is written as {key!r}, which "
-                    f"this epoch already reduces for self.log({current.source!r}, ..., reduce={current.reduce!r}). "
+                    f"this epoch already reduces for self.log({slot.source!r}, {what}). "
                     "Expected one name and one reduce per epoch metric: rename one of them."
                 )
-            current.add(tensor, weight)
-        if prog_bar:  # by the names it is written under: `name`, or `name_step` and `name_epoch`
-            self.prog_bar.add(name)
-            if on_step:
-                self.prog_bar.add(name + STEP_SUFFIX if on_epoch else name)
-            if on_epoch:
-                self.prog_bar.add(key)
+            slot.add(tensor, weight)
+        if prog_bar:
+            self._show(name, on_step, on_epoch, key)
+
+    def _epoch_slot(self, name: str, on_step: bool) -> tuple[str, dict[str, _Reduction | MetricEntry]]:
+        """The name an epoch value is written under, and the current epoch's reductions."""
+        training = not self._evaluating
+        key = name + EPOCH_SUFFIX if on_step or (training and _written_per_step(name)) else name
+        return key, self.epoch if training else self._eval_epoch
+
+    def _show(self, name: str, on_step: bool, on_epoch: bool, epoch_key: str) -> None:
+        """Show a metric in the progress bar by the names it is written under: `name`, or
+        `name_step` and `name_epoch`."""
+        self.prog_bar.add(name)
+        if on_step:
+            self.prog_bar.add(name + STEP_SUFFIX if on_epoch else name)
+        if on_epoch:
+            self.prog_bar.add(epoch_key)
+
+    def _log_metric_object(self, name: str, metric: Any, *, on_step: bool, on_epoch: bool, prog_bar: bool) -> None:
+        """`self.log(name, metric)` with a metric object (metric_objects.py): per step its last
+        forward's value, per epoch its `compute()`; `reduce` and `batch_size` do not apply."""
+        training = not self._evaluating
+        (self._train_objects if training else self._eval_objects)[id(metric)] = metric
+        if on_step:
+            value = step_value(name, metric)  # None: only update() ran since its last reset
+            step_key = name + STEP_SUFFIX if on_epoch else name
+            if value is not None and training:
+                last = self.step[step_key] = _Reduction("mean", name, self.clock() if self.clock is not None else None)
+                last.add(value, 1.0)  # the step's last value, copied on the device
+                self.latest[step_key] = self.latest[name] = last
+            elif value is not None:
+                self.latest[step_key] = self.latest[name] = value.clone()
+        key = name
+        if on_epoch:
+            key, reductions = self._epoch_slot(name, on_step)
+            current = reductions.get(key)
+            if current is not None and (current.source != name or isinstance(current, _Reduction)):
+                raise ValueError(
+                    f"self.log({name!r}, metric): its epoch value is written as {key!r}, which this epoch already "
+                    f"reduces for self.log({current.source!r}, ...). Expected one value per epoch metric: rename "
+                    "one of them."
+                )
+            reductions[key] = MetricEntry(metric, name, alias=on_step)  # the latest object logged under it
+        if prog_bar:
+            self._show(name, on_step, on_epoch, key)
 
     def take_step_values(self) -> dict[str, torch.Tensor]:
         """The per-step values logged since the last call (device tensors), minus those
@@ -237,9 +307,16 @@ class MetricStore:
         combines them over processes, so every rank keeps the same values.
         """
         reductions = self._eval_epoch if self._evaluating else self.epoch
-        values = {name: r.compute() for name, r in reductions.items() if r.total is not None}
+        tensors = {name: r for name, r in reductions.items() if isinstance(r, _Reduction)}
+        values = {name: r.compute() for name, r in tensors.items() if r.total is not None}
         if across_ranks is not None:
-            values = across_ranks(values, {name: (r.reduce, r.weight) for name, r in reductions.items()})
+            values = across_ranks(values, {name: (r.reduce, r.weight) for name, r in tensors.items()})
+        # A metric object's compute() synchronises it across ranks itself: no reduction on top.
+        computed = compute_entries({name: e for name, e in reductions.items() if isinstance(e, MetricEntry)})
+        merged = {name: computed[name] if name in computed else values[name]
+                  for name in reductions if name in computed or name in values}  # in the order first logged
+        merged.update((name, value) for name, value in values.items() if name not in merged)  # logged on other ranks
+        values = merged
         aliases = {r.source: values[key] for key, r in reductions.items() if r.alias and key in values}
         if self._evaluating:
             self._eval_epoch = {}

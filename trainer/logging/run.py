@@ -207,6 +207,7 @@ class RunIO:
     def end_epoch(self) -> None:
         """After a finished epoch: one `history` row, flush the event file, write last.ckpt."""
         self.close_train_epoch()  # what epoch-end hooks logged with on_epoch=True: this epoch's, not the next's
+        self.trainer._metrics.end_train_epoch()  # metric objects logged in training are reset, as Lightning does
         if self._in_fit:
             row = {"epoch": float(self.trainer.current_epoch - 1), "step": float(self.trainer.global_step)}
             row.update(self._epoch_record)
