@@ -5,12 +5,14 @@ from __future__ import annotations
 from trainer import Callback
 from trainer.callback import Checkpoint
 
+from callbacks.accumulation import GradientAccumulationScheduler
 from callbacks.checkpoint import ModelCheckpoint
 from callbacks.early_stopping import EarlyStopping
 from callbacks.finetuning import BackboneFinetuning, BaseFinetuning
 from callbacks.lambda_callback import LambdaCallback
 from callbacks.lr_monitor import LearningRateMonitor
 from callbacks.model_summary import ModelSummary
+from callbacks.on_exception_checkpoint import OnExceptionCheckpoint
 from callbacks.progress import RichProgressBar, TQDMProgressBar
 from callbacks.stochastic_weight_averaging import StochasticWeightAveraging
 from callbacks.weight_averaging import EMAWeightAveraging, WeightAveraging
@@ -19,4 +21,5 @@ __all__: list[str] = [
     "Callback", "Checkpoint", "ModelCheckpoint", "EarlyStopping", "LambdaCallback", "LearningRateMonitor", "ModelSummary",
     "TQDMProgressBar", "RichProgressBar", "WeightAveraging", "EMAWeightAveraging",
     "StochasticWeightAveraging", "BaseFinetuning", "BackboneFinetuning",
+    "GradientAccumulationScheduler", "OnExceptionCheckpoint",
 ]
