@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, Protocol
 import torch
 
 from trainer._hparams import AttributeDict, _Captured, _capturing_init, hparams_of_caller
+from trainer.module_tools import ModuleTools
 
 __all__ = ["Module", "Reduce", "AttributeDict", "step_caller"]
 
@@ -35,7 +36,7 @@ class _MetricSink(Protocol):
     ) -> None: ...
 
 
-class Module(torch.nn.Module):
+class Module(ModuleTools):
     """A `torch.nn.Module` with the hooks a Trainer drives.
 
     Subclass it, implement `training_step` and `configure_optimizers`, then hand it to
@@ -112,6 +113,8 @@ class Module(torch.nn.Module):
         caller = frame.f_back if frame is not None else None
         if caller is not None:
             object.__setattr__(self, "hparams", hparams_of_caller(self, caller, names, ignore))
+            object.__setattr__(self, "_hparams_initial", None)
+            object.__setattr__(self, "_hparams_initial", self.hparams_initial)  # Lightning's hparams_initial
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickle and `copy.deepcopy` without the Trainer (a copy starts detached)."""
@@ -124,7 +127,7 @@ class Module(torch.nn.Module):
     def trainer(self) -> Any:
         """The Trainer this module is attached to (set by `fit`/`validate`/...)."""
         ref = self._attached()
-        if ref is None:
+        if ref is None and not self.__dict__.get("_jit_is_scripting"):  # TorchScript reads every attribute
             raise RuntimeError(
                 f"{type(self).__name__} is not attached to a Trainer (or the Trainer it was attached to no "
                 "longer exists). Expected it to be passed to Trainer.fit/validate/test/predict first."
@@ -301,14 +304,26 @@ class Module(torch.nn.Module):
     def clip_gradients(
         self,
         optimizer: Any,
-        gradient_clip_val: float | None = None,
+        gradient_clip_val: float | int | None = None,
         gradient_clip_algorithm: str | None = None,
     ) -> None:
         """Unscale (amp) and clip the gradients of `optimizer`'s parameters.
 
-        Defaults come from the Trainer's `gradient_clip_val`/`gradient_clip_algorithm`.
+        Defaults come from the Trainer's `gradient_clip_val`/`gradient_clip_algorithm`. In automatic
+        optimization, call it from `configure_gradient_clipping` (Lightning's checks: a value that
+        disagrees with the Trainer's raises).
         """
-        self.trainer._manual_optimization().clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+        trainer = self.trainer
+        if self.automatic_optimization:
+            optimization = getattr(getattr(trainer, "_loop", None), "optimization", None)
+            if optimization is None or not hasattr(optimization, "clip_gradients"):
+                raise RuntimeError(
+                    "clip_gradients in automatic optimization clips before an optimizer step: expected it to be "
+                    "called from configure_gradient_clipping (or optimizer_step) during fit."
+                )
+            optimization.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+            return
+        trainer._manual_optimization().clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def toggle_optimizer(self, optimizer: Any) -> None:
         """Only `optimizer`'s parameters require grad until `untoggle_optimizer` (GANs)."""
@@ -327,50 +342,6 @@ class Module(torch.nn.Module):
         for p, flag in self.__dict__.get("_toggled", {}).values():
             p.requires_grad_(flag)
         object.__setattr__(self, "_toggled", {})
-
-    # ------------------------------------------------------------------- lifecycle hooks
-    # The order in which the Trainer calls them is the table in docs/hooks.md.
-    def setup(self, stage: str) -> None:
-        """Before fit/validate/test/predict (`stage`), before the model is moved or wrapped."""
-
-    def teardown(self, stage: str) -> None: ...
-    def on_fit_start(self) -> None: ...
-    def on_fit_end(self) -> None: ...
-    def on_train_start(self) -> None: ...
-    def on_train_end(self) -> None: ...
-    def on_train_epoch_start(self) -> None: ...
-    def on_train_epoch_end(self) -> None: ...
-    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None: ...
-    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None: ...
-    def on_before_backward(self, loss: torch.Tensor) -> None: ...
-    def on_after_backward(self) -> None: ...
-    def on_before_optimizer_step(self, optimizer: Any) -> None: ...
-    def on_before_zero_grad(self, optimizer: Any) -> None: ...
-    def on_validation_start(self) -> None: ...
-    def on_validation_end(self) -> None: ...
-    def on_validation_epoch_start(self) -> None: ...
-    def on_validation_epoch_end(self) -> None: ...
-    def on_validation_batch_start(self, batch: Any, batch_idx: int) -> None: ...
-    def on_validation_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None: ...
-    def on_test_start(self) -> None: ...
-    def on_test_end(self) -> None: ...
-    def on_test_epoch_start(self) -> None: ...
-    def on_test_epoch_end(self) -> None: ...
-    def on_test_batch_start(self, batch: Any, batch_idx: int) -> None: ...
-    def on_test_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None: ...
-    def on_predict_start(self) -> None: ...
-    def on_predict_end(self) -> None: ...
-    def on_predict_epoch_start(self) -> None: ...
-    def on_predict_epoch_end(self) -> None: ...
-    def on_predict_batch_start(self, batch: Any, batch_idx: int) -> None: ...
-    def on_predict_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None: ...
-
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Add the module's own state (a carried hidden state, a running statistic) to
-        `checkpoint` before it is written; values must be tensors or plain data."""
-
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Read back what `on_save_checkpoint` added (called when a run resumes)."""
 
 
 def _reduce_name(name: str, reduce_fx: Any) -> Reduce:

@@ -10,6 +10,15 @@ One optimizer step per window of `k = accumulate_grad_batches` micro-batches:
                       stepped = optimizer step; schedulers (interval "step", when stepped);
                       on_before_zero_grad; zero_grad; global_step += 1; log every n steps
 
+Module overrides (Lightning's, looked up once per fit; none costs anything when absent):
+`optimizer_step(epoch, batch_idx, optimizer, optimizer_closure)` replaces the window's last
+micro-batch: its closure runs that micro-batch, and `optimizer.step(closure=...)` runs the
+closure, then the guard, `on_before_optimizer_step`, unscale, clip and the step (`optimizer`
+is a `LoopOptimizer`); `optimizer_zero_grad` runs where Lightning runs it (after the first
+micro-batch's training_step, before its backward) instead of our zeroing after the step;
+`configure_gradient_clipping` replaces the clip; `backward(loss)` replaces `loss.backward()`;
+`lr_scheduler_step(scheduler, metric)` steps the schedulers.
+
 The AMP order itself lives in `trainer.precision`; this file only says when.
 """
 
@@ -21,9 +30,10 @@ from typing import Any
 
 import torch
 
-from trainer.loops.batches import extract_loss, ordered_parameters
+from trainer.loops.batches import extract_loss, module_override, ordered_parameters
 from trainer.loops.context import LoopHost, module_of, optimizers_of, signals_of
 from trainer.loops.items import HeldWindow, is_item_output, mixed_window_error
+from trainer.loops.overrides import LoopOptimizer, OverrideSteps, check_overrides, step_schedulers
 from trainer.core.weak import WeakAttribute
 
 __all__ = ["AutomaticOptimization"]
@@ -31,7 +41,7 @@ __all__ = ["AutomaticOptimization"]
 log = logging.getLogger("trainer")
 
 
-class AutomaticOptimization:
+class AutomaticOptimization(OverrideSteps):
     """Forward, backward and (at a window's end) the optimizer step of one micro-batch."""
 
     trainer: WeakAttribute[LoopHost] = WeakAttribute()  # the Trainer owns this object: no reference cycle (trainer/core/weak.py)
@@ -49,6 +59,16 @@ class AutomaticOptimization:
         self.want_before_step = wants("on_before_optimizer_step")
         self.want_before_zero_grad = wants("on_before_zero_grad")
         self.want_step_end = wants("on_train_step_end")
+        module = module_of(trainer)
+        self.step_hook = module_override(module, "optimizer_step")
+        self.zero_hook = module_override(module, "optimizer_zero_grad")
+        self.clip_hook = module_override(module, "configure_gradient_clipping")
+        self.backward_hook = module_override(module, "backward")
+        self.scheduler_hook = module_override(module, "lr_scheduler_step")
+        check_overrides(module, trainer._precision, opt.schedulers, self.backward_hook, self.scheduler_hook)
+        self.k = trainer.args.accumulate_grad_batches or 1
+        self.proxy = LoopOptimizer(self.optimizer, self) if self.step_hook is not None else None
+        self.hooked: dict[str, Any] | None = None  # inside an optimizer_step override: what ran
         self.window_loss: torch.Tensor | None = None
         # A fused optimizer (Adam/AdamW/SGD with fused=True) takes a device-side `found_inf`
         # and skips the update on the device: the non-finite guard then needs no host read
@@ -92,11 +112,26 @@ class AutomaticOptimization:
             if last:
                 self.end_window(batch_idx + 1)
             return output
+        if last and self.step_hook is not None:
+            return self._hooked_end(batch, batch_idx, size)
+        output = self._micro_batch(batch, batch_idx, size, last)
+        trainer._io.progress_advance(batch)  # counted before the step's logging reads throughput
+        if last:
+            self.end_window(batch_idx + 1)
+        return output
+
+    def _micro_batch(self, batch: Any, batch_idx: int, size: int, last: bool) -> Any:
+        """Forward, loss / window length, backward; the detached loss joins the window's."""
+        trainer = self.trainer
         precision = trainer._precision
         with trainer.strategy.no_sync(last):
             with precision.autocast():
                 output = trainer._train_step(batch, batch_idx)
             loss = extract_loss(output, batch_idx)
+            if self.zero_hook is not None and batch_idx % self.k == 0:  # Lightning's place for it
+                if self.want_before_zero_grad:
+                    trainer._call("on_before_zero_grad", self.optimizer)
+                self.zero_hook(trainer.state.epoch, batch_idx, self.optimizer)
             if loss is not None and loss is not output and is_item_output(output):
                 self._hold(output, loss, batch_idx, last)
                 loss = None
@@ -105,15 +140,17 @@ class AutomaticOptimization:
                     loss = loss / size  # the window's own length: a short last window too
                 if self.want_before_backward:
                     trainer._call("on_before_backward", loss)
-                precision.backward(loss)
+                if self.backward_hook is not None:
+                    self.backward_hook(loss)
+                else:
+                    precision.backward(loss)
                 if self.want_after_backward:
                     trainer._call("on_after_backward")
         if loss is not None:
             detached = loss.detach()
             self.window_loss = detached if self.window_loss is None else self.window_loss + detached
-        trainer._io.progress_advance(batch)  # counted before the step's logging reads throughput
-        if last:
-            self.end_window(batch_idx + 1)
+            if self.hooked is not None:
+                self.hooked["loss"] = detached
         return output
 
     def _counted(self, batch: Any, batch_idx: int, size: int, last: bool) -> Any:
@@ -128,6 +165,13 @@ class AutomaticOptimization:
 
     def _hold(self, output: dict[str, Any], loss: torch.Tensor, batch_idx: int, synced: bool) -> None:
         """The window's first `{"loss", "num_items"}` output: hold its graph (items.py)."""
+        if self.step_hook is not None:
+            raise ValueError(
+                f"training_step (batch {batch_idx}) returned 'num_items', and {type(module_of(self.trainer)).__name__} "
+                "overrides optimizer_step: item-weighted accumulation holds the window's graphs until its end, "
+                "which an optimizer_step closure cannot do. Expected one of the two: return the loss alone, or "
+                "drop the optimizer_step override (a learning-rate warm-up fits a step-interval LR scheduler)."
+            )
         if self.window_loss is not None:  # an earlier micro-batch of this window returned a plain loss
             raise mixed_window_error(batch_idx, None, self.trainer.state.batches_done)
         self.held = HeldWindow(self, batch_idx)
@@ -202,54 +246,83 @@ class AutomaticOptimization:
         log.warning("Skipped %s: non-finite loss (nonfinite_loss='skip', counted on the device).", where)
 
     def _step(self, window_loss: torch.Tensor, batches_done: int, found_inf: torch.Tensor | None = None) -> None:
+        signals = signals_of(self.trainer)
+        try:
+            norm, stepped = self._apply(found_inf)
+            self._settle(batches_done, stepped, schedulers=stepped)
+        finally:
+            signals.exit_critical()
+        self._report(window_loss, norm, stepped)
+
+    def _apply(self, found_inf: torch.Tensor | None) -> tuple[torch.Tensor | None, bool]:
+        """on_before_optimizer_step; unscale and clip; the step. Leaves the signal guard in its
+        critical section (SIGINT waits until `_settle` counted the step)."""
         trainer = self.trainer
-        opt, precision, args, signals, state = optimizers_of(trainer), trainer._precision, trainer.args, signals_of(trainer), trainer.state
+        precision, args = trainer._precision, trainer.args
         optimizer = self.optimizer
-        log_now = (state.global_step + 1) % args.log_every_n_steps == 0
         # computed only to be written; decided alike on every rank: under FSDP it is a collective
-        norm_wanted = log_now and trainer._io.logging_on
+        norm_wanted = (trainer.state.global_step + 1) % args.log_every_n_steps == 0 and trainer._io.logging_on
         if self.want_before_step:
             trainer._call("on_before_optimizer_step", optimizer)
-        signals.in_critical = True  # SIGINT now waits for the end of the step (see loops/signals.py)
-        try:
-            norm = None
-            clip = args.gradient_clip_val
-            if clip is not None:
-                if args.gradient_clip_algorithm == "value" and norm_wanted:
-                    norm = precision.gradient_norm(optimizer, self.parameters)
-                clipped = precision.clip_gradients(optimizer, clip, args.gradient_clip_algorithm, self.parameters)
-                norm = clipped if clipped is not None else norm
-            elif norm_wanted:
+        signals_of(trainer).in_critical = True  # SIGINT now waits for the end of the step (see loops/signals.py)
+        norm = None
+        clip = args.gradient_clip_val
+        if self.clip_hook is not None:  # the module's configure_gradient_clipping decides
+            norm = precision.gradient_norm(optimizer, self.parameters) if norm_wanted else None
+            self.clip_hook(optimizer, clip, args.gradient_clip_algorithm if clip is not None else None)
+        elif clip is not None:
+            if args.gradient_clip_algorithm == "value" and norm_wanted:
                 norm = precision.gradient_norm(optimizer, self.parameters)
-            if found_inf is None:
-                stepped = precision.optimizer_step(optimizer, defer_skips=True) if self.defer_skips else precision.optimizer_step(optimizer)
-            else:  # skipped on the device when found_inf is 1; the host does not wait to know
-                optimizer.grad_scale, optimizer.found_inf = None, found_inf  # type: ignore[attr-defined]
-                try:
-                    optimizer.step()
-                finally:
-                    del optimizer.grad_scale, optimizer.found_inf  # type: ignore[attr-defined]
-                self.pending_skips = found_inf if self.pending_skips is None else self.pending_skips + found_inf
-                stepped = True
-            if stepped and opt.schedulers:
-                opt.step_schedulers("step", state.global_step + 1, trainer._read_metric)
+            clipped = precision.clip_gradients(optimizer, clip, args.gradient_clip_algorithm, self.parameters)
+            norm = clipped if clipped is not None else norm
+        elif norm_wanted:
+            norm = precision.gradient_norm(optimizer, self.parameters)
+        if found_inf is None:
+            stepped = precision.optimizer_step(optimizer, defer_skips=True) if self.defer_skips else precision.optimizer_step(optimizer)
+        else:  # skipped on the device when found_inf is 1; the host does not wait to know
+            optimizer.grad_scale, optimizer.found_inf = None, found_inf  # type: ignore[attr-defined]
+            try:
+                optimizer.step()
+            finally:
+                del optimizer.grad_scale, optimizer.found_inf  # type: ignore[attr-defined]
+            self.pending_skips = found_inf if self.pending_skips is None else self.pending_skips + found_inf
+            stepped = True
+        return norm, stepped
+
+    def _settle(self, batches_done: int, stepped: bool, schedulers: bool) -> None:
+        """After the step: step-interval schedulers, zero_grad, the counters."""
+        trainer = self.trainer
+        state, optimizer = trainer.state, self.optimizer
+        state.global_step += 1  # lr_scheduler_step sees the step counted, as in Lightning
+        state.batches_done = batches_done  # with the step, so what follows sees a clean cut
+        if not stepped:
+            state.skipped_steps += 1
+        if schedulers and optimizers_of(trainer).schedulers:
+            self.step_schedulers("step", state.global_step)
+        if self.zero_hook is None:  # an optimizer_zero_grad override runs at the next window's start instead
             if self.want_before_zero_grad:
                 trainer._call("on_before_zero_grad", optimizer)
             optimizer.zero_grad(set_to_none=True)
-            state.global_step += 1
-            state.batches_done = batches_done  # with the step, so what follows sees a clean cut
-            if not stepped:
-                state.skipped_steps += 1
-        finally:
-            signals.exit_critical()
+
+    def _report(self, window_loss: torch.Tensor, norm: torch.Tensor | None, stepped: bool) -> None:
+        trainer = self.trainer
         if self.want_step_end:
             trainer._call("on_train_step_end", stepped)
-        if log_now:
+        if trainer.state.global_step % trainer.args.log_every_n_steps == 0:
             if self.pending():
                 self.reconcile()
             trainer._io.log_step(window_loss, norm)
         else:
             trainer._io.step_done(window_loss)  # the bar's loss every 0.5 s; the last step's, written at the end
+
+    def step_schedulers(self, interval: str, count: int) -> None:
+        """The schedulers of `interval` due at `count`; through the module's `lr_scheduler_step`
+        when it overrides it."""
+        opt = optimizers_of(self.trainer)
+        if self.scheduler_hook is None:
+            opt.step_schedulers(interval, count, self.trainer._read_metric)  # type: ignore[arg-type]
+        else:
+            step_schedulers(opt.schedulers, interval, count, self.trainer._read_metric, self.scheduler_hook)
 
     def _nonfinite_loss(self, batches_done: int) -> None:
         trainer = self.trainer

@@ -11,12 +11,14 @@ import torch
 
 from trainer.logging.metrics import to_floats
 from trainer._utils import length_of, move_to_device, to_host
+from trainer.loops.batches import batch_mover, module_override
 from trainer.loops.context import LoopHost, module_of
 from trainer.core.weak import WeakAttribute
 
 __all__ = ["EvalLoop"]
 
 _STEP = {"validation": "validation_step", "test": "test_step", "predict": "predict_step"}
+_EVAL_HOOK = {"validation": "on_validation_model_eval", "test": "on_test_model_eval", "predict": "on_predict_model_eval"}
 
 
 class EvalLoop:
@@ -51,7 +53,13 @@ class EvalLoop:
         if timer is not None:  # profiler="simple"
             step = timer.wrap(step, f"[Module]{type(module).__name__}.{_STEP[stage]}")
         modes = {sub: sub.training for sub in module.modules()}
-        module.eval()
+        eval_hook = module_override(module, _EVAL_HOOK[stage])
+        train_hook = module_override(module, f"on_{stage}_model_train") if stage != "predict" else None
+        if eval_hook is not None:
+            eval_hook()  # the module's on_<stage>_model_eval decides the modes
+        else:
+            module.eval()
+        completed = False
         self.stage = stage
         total = length_of(loader)
         if limit is not None:  # limit_<stage>_batches / num_sanity_val_steps
@@ -62,14 +70,19 @@ class EvalLoop:
             trainer._io.progress_start_eval(stage, total)
         try:
             with grad_mode(trainer):
-                return self._run(loader, stage, step, keep, before_end)
+                results = self._run(loader, stage, step, keep, before_end)
+            completed = True
+            return results
         finally:
             self.stage = None
             trainer._metrics.batch = None
             with trainer._bookkeeping():
                 trainer._io.progress_end_eval()
-            for sub, mode in modes.items():
-                sub.training = mode
+            if completed and train_hook is not None:
+                train_hook()  # the module's on_<stage>_model_train instead of restoring each mode
+            else:
+                for sub, mode in modes.items():
+                    sub.training = mode
 
     def _run(self, loader: Any, stage: str, step: Callable[[Any, int], Any], keep: bool,
              before_end: Callable[[], None] | None) -> dict[str, float] | list[Any]:
@@ -81,8 +94,9 @@ class EvalLoop:
         predictions: list[Any] = []
         trainer._call(f"on_{stage}_start")
         trainer._call(f"on_{stage}_epoch_start")
+        mover = batch_mover(module, getattr(trainer, "_datamodule", None), device)  # the transfer hooks
         for batch_idx, batch in enumerate(loader):
-            batch = move_to_device(batch, device)
+            batch = move_to_device(batch, device) if mover is None else mover(batch)
             trainer._metrics.batch = batch  # its size weights the epoch means
             if want_start:
                 trainer._call(f"on_{stage}_batch_start", batch, batch_idx)

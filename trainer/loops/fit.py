@@ -29,7 +29,7 @@ from typing import Any
 
 from trainer._utils import length_of, move_to_device, rng_state, set_rng_state
 from trainer.loops.automatic import AutomaticOptimization
-from trainer.loops.batches import empty_loader_message, micro_batches
+from trainer.loops.batches import batch_mover, empty_loader_message, micro_batches
 from trainer.loops.resume import restore_after_epoch_start
 from trainer.loops.schedule import ValidationSchedule, batch_limit, parse_max_time
 from trainer.logging.profiler import StepProfiler
@@ -264,9 +264,9 @@ class FitLoop:
         trainer._dispatch.call_module("on_train_epoch_end")
         trainer._io.close_train_epoch()
         trainer._dispatch.call_callbacks("on_train_epoch_end", trainer, module_of(trainer))
-        opt = optimizers_of(trainer)
-        if opt.schedulers and module_of(trainer).automatic_optimization:
-            opt.step_schedulers("epoch", state.epoch + 1, trainer._read_metric)
+        optimization = self.optimization
+        if optimizers_of(trainer).schedulers and isinstance(optimization, AutomaticOptimization):
+            optimization.step_schedulers("epoch", state.epoch + 1)
         state.epoch += 1
         state.epoch_end_validated = False
         state.batches_before_epoch += state.batches_done
@@ -324,6 +324,7 @@ class FitLoop:
         with trainer._bookkeeping():
             trainer._io.progress_start_epoch(total)
         device, optimization = strategy.device, self.optimization
+        mover = batch_mover(module_of(trainer), getattr(trainer, "_datamodule", None), device)  # the transfer hooks
         want_start, want_end = self.want_batch_start, self.want_batch_end
         k = args.accumulate_grad_batches if args.accumulate_grad_batches else 1
         optimization.reset()
@@ -336,7 +337,7 @@ class FitLoop:
         elif state.validation_pending and (total is None or state.batches_done < total):
             self.validate()  # resumed from a checkpoint written during a mid-epoch validation
         for batch_idx, size, last, batch in micro_batches(iterator, total, k, state.batches_done, fewest):
-            batch = move_to_device(batch, device)
+            batch = move_to_device(batch, device) if mover is None else mover(batch)
             if want_start:
                 trainer._call("on_train_batch_start", batch, batch_idx)
             before = state.batches_done  # the position at this window's start

@@ -39,7 +39,7 @@ from typing import Any, Callable
 
 import torch
 
-from trainer.loops.batches import ordered_parameters
+from trainer.loops.batches import module_override, ordered_parameters
 from trainer.loops.context import LoopHost, module_of, optimizers_of
 from trainer.core.weak import WeakAttribute
 
@@ -129,6 +129,13 @@ class ManualOptimization:
         self.managed = [ManagedOptimizer(opt, self) for opt in self.optimizers]
         self.parameters = {id(opt): ordered_parameters(module_of(trainer), [opt]) for opt in self.optimizers}
         wants = trainer._dispatch.wants
+        # A module's backward() override runs in manual_backward too (Lightning's); checked as in automatic.py.
+        hook = module_override(module_of(trainer), "backward")
+        if hook is not None:
+            from trainer.loops.overrides import check_overrides
+
+            check_overrides(module_of(trainer), trainer._precision, [], hook, None)
+        self.backward_through: Any = _ModuleBackward(hook) if hook is not None else None
         self.want_before_step = wants("on_before_optimizer_step")
         self.want_step_end = wants("on_train_step_end")
         self.steps_in_batch = 0
@@ -173,7 +180,7 @@ class ManualOptimization:
         trainer = self.trainer
         trainer._call("on_before_backward", loss)
         self.backward_after_step = True
-        trainer.strategy.manual_backward(loss, trainer._precision, *args, **kwargs)
+        trainer.strategy.manual_backward(loss, self.backward_through or trainer._precision, *args, **kwargs)
         trainer._call("on_after_backward")
 
     def mark(self, optimizer: torch.optim.Optimizer) -> None:
@@ -271,6 +278,13 @@ class ManualOptimization:
                     "from manual_backward calls since its last opt.step(), and that step has not run)"
                 )
         return None
+
+
+class _ModuleBackward:
+    """What the strategy's manual_backward calls `backward` on: the module's override."""
+
+    def __init__(self, hook: Callable[..., None]) -> None:
+        self.backward = hook
 
 
 def _recast_after_step(device_type: str) -> None:
