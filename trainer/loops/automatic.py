@@ -66,7 +66,6 @@ class AutomaticOptimization(OverrideSteps):
         self.backward_hook = module_override(module, "backward")
         self.scheduler_hook = module_override(module, "lr_scheduler_step")
         check_overrides(module, trainer._precision, opt.schedulers, self.backward_hook, self.scheduler_hook)
-        self.k = trainer.args.accumulate_grad_batches or 1
         self.proxy = LoopOptimizer(self.optimizer, self) if self.step_hook is not None else None
         self.hooked: dict[str, Any] | None = None  # inside an optimizer_step override: what ran
         self.window_loss: torch.Tensor | None = None
@@ -128,7 +127,7 @@ class AutomaticOptimization(OverrideSteps):
             with precision.autocast():
                 output = trainer._train_step(batch, batch_idx)
             loss = extract_loss(output, batch_idx)
-            if self.zero_hook is not None and batch_idx % self.k == 0:  # Lightning's place for it
+            if self.zero_hook is not None and batch_idx % (trainer.args.accumulate_grad_batches or 1) == 0:  # Lightning's place
                 if self.want_before_zero_grad:
                     trainer._call("on_before_zero_grad", self.optimizer)
                 self.zero_hook(trainer.state.epoch, batch_idx, self.optimizer)
