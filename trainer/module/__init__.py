@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, Protocol
 import torch
 
 from trainer._hparams import AttributeDict, _Captured, _capturing_init, hparams_of_caller
-from trainer.module_tools import ModuleTools
+from trainer.module.tools import ModuleTools
 
 __all__ = ["Module", "Reduce", "AttributeDict", "step_caller"]
 

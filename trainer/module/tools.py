@@ -1,6 +1,6 @@
 """`ModuleTools`: Lightning's plain helpers on a `trainer.Module` (printing, freezing, ranks,
-gathering, export), kept apart from the hooks (`trainer/module_hooks.py`) and the core
-(`trainer/module.py`). `Module` derives from this class; subclass `Module`, not this.
+gathering, export), kept apart from the hooks (`trainer/module/hooks.py`) and the core
+(`trainer/module/__init__.py`). `Module` derives from this class; subclass `Module`, not this.
 
 Example:
     >>> import torch
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from trainer.module_hooks import ModuleHooks
+from trainer.module.hooks import ModuleHooks
 
 __all__ = ["ModuleTools"]
 
