@@ -9,6 +9,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import weakref
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Callable, Literal, Protocol
 
 import torch
@@ -25,7 +26,7 @@ class _MetricSink(Protocol):
     def _log_metric(
         self,
         name: str,
-        value: torch.Tensor | float | int,
+        value: torch.Tensor | float | int | Any,
         *,
         on_step: bool | None,
         on_epoch: bool | None,
@@ -221,7 +222,7 @@ class Module(ModuleTools):
     def log(
         self,
         name: str,
-        value: torch.Tensor | float | int,
+        value: torch.Tensor | float | int | Any,
         *,
         on_step: bool | None = None,
         on_epoch: bool | None = None,
@@ -242,7 +243,8 @@ class Module(ModuleTools):
 
         Args:
             name: the tag, e.g. ``"val/acc"``.
-            value: a scalar tensor or number.
+            value: a scalar tensor or number, or a torchmetrics `Metric` (per step its last
+                forward's value, per epoch its `compute()`, then `reset()`; docs/logging.md).
             on_step: keep the latest per-step value.
             on_epoch: also reduce over the epoch.
             prog_bar: show it in the progress bar.
@@ -272,9 +274,12 @@ class Module(ModuleTools):
             logger=logger,
         )
 
-    def log_dict(self, dictionary: dict[str, Any], **options: Any) -> None:
-        """`self.log(name, value, **options)` for every item (Lightning's `log_dict`)."""
-        for name, value in dictionary.items():
+    def log_dict(self, dictionary: Mapping[str, Any], **options: Any) -> None:
+        """`self.log(name, value, **options)` for every item (Lightning's `log_dict`); a
+        torchmetrics `MetricCollection` logs each of its metrics."""
+        grouped = getattr(dictionary, "_enable_compute_groups", False)  # a MetricCollection sharing states
+        items = dictionary.items(keep_base=False, copy_state=False) if grouped else dictionary.items()  # type: ignore[call-arg]
+        for name, value in items:
             self.log(name, value, **options)
 
     # -------------------------------------------------------------- manual optimization
