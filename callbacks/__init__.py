@@ -15,11 +15,12 @@ from callbacks.model_summary import ModelSummary
 from callbacks.on_exception_checkpoint import OnExceptionCheckpoint
 from callbacks.progress import RichProgressBar, TQDMProgressBar
 from callbacks.stochastic_weight_averaging import StochasticWeightAveraging
+from callbacks.timer import Timer
 from callbacks.weight_averaging import EMAWeightAveraging, WeightAveraging
 
 __all__: list[str] = [
     "Callback", "Checkpoint", "ModelCheckpoint", "EarlyStopping", "LambdaCallback", "LearningRateMonitor", "ModelSummary",
     "TQDMProgressBar", "RichProgressBar", "WeightAveraging", "EMAWeightAveraging",
     "StochasticWeightAveraging", "BaseFinetuning", "BackboneFinetuning",
-    "GradientAccumulationScheduler", "OnExceptionCheckpoint",
+    "GradientAccumulationScheduler", "OnExceptionCheckpoint", "Timer",
 ]
