@@ -216,8 +216,8 @@ def is_datamodule(value: Any) -> bool:
 
 
 def resolve_loaders(stage: str, datamodule: Any, *loaders: Any) -> tuple[Any, ...]:
-    """The loaders of `stage`: those given, or the datamodule's (after prepare_data and
-    setup, in Lightning's order). Both given, or neither, is an error that says so."""
+    """The loaders of `stage`: those given, or the datamodule's (after its setup; the Trainer
+    ran prepare_data before, in Lightning's order). Both given, or neither, is an error that says so."""
     given = any(loader is not None for loader in loaders)
     if datamodule is None:
         return loaders
@@ -226,10 +226,9 @@ def resolve_loaders(stage: str, datamodule: Any, *loaders: Any) -> tuple[Any, ..
             f"{stage}() received both loaders and a datamodule. Expected one of them: the datamodule's "
             f"{_LOADER[stage]}() or the loaders you pass."
         )
-    for hook in ("prepare_data", "setup"):
-        method = getattr(datamodule, hook, None)
-        if callable(method):
-            method(stage) if hook == "setup" else method()
+    setup = getattr(datamodule, "setup", None)  # prepare_data ran before (the Trainer's, rank-aware)
+    if callable(setup):
+        setup(stage)
     if stage == "fit":
         val = getattr(datamodule, "val_dataloader", None)
         return datamodule.train_dataloader(), (val() if callable(val) else None)

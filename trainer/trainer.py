@@ -27,7 +27,7 @@ from trainer.loops.evaluation import EvalLoop
 from trainer.loops.fit import FitLoop
 from trainer.loops.manual import ManualOptimization, check_manual_arguments
 from trainer.loops.resume import check_resume
-from trainer.loops.hooks import CallbackBase, Dispatcher, checkpoint_callbacks_last
+from trainer.loops.hooks import CallbackBase, Dispatcher, checkpoint_callbacks_last, with_module_callbacks
 from trainer.strategies import Strategy, resolve_strategy
 from trainer.strategies.launch import launch_processes
 from trainer.strategies.requeue import Requeue
@@ -238,13 +238,17 @@ class Trainer(TrainerProperties, TrainerData, TrainerEvaluation):
         Loaders come from the arguments, a `datamodule`, or the module's own `train_dataloader()`
         / `val_dataloader()` methods (Lightning's), called after its `setup("fit")`.
         """
-        with torch_flags(self.args):  # deterministic, benchmark, detect_anomaly: restored when fit ends
-            self._fit(model, train_loader if train_loader is not None else train_dataloaders,
-                      val_loader if val_loader is not None else val_dataloaders, ckpt_path, datamodule)
+        self._running, self._interrupted = "fit", False
+        try:
+            with torch_flags(self.args):  # deterministic, benchmark, detect_anomaly: restored when fit ends
+                self._fit(model, train_loader if train_loader is not None else train_dataloaders,
+                          val_loader if val_loader is not None else val_dataloaders, ckpt_path, datamodule)
+        finally:
+            self._running = None
 
     def _fit(self, model: Module, train_loader: Any, val_loader: Any, ckpt_path: Any, datamodule: Any) -> None:
         check_module(model)
-        train_loader, val_loader = self._loaders("fit", datamodule, train_loader, val_loader)
+        train_loader, val_loader = self._loaders("fit", model, datamodule, train_loader, val_loader)
         if train_loader is None and not module_defines(model, "train_dataloader"):
             raise ValueError("fit() expected train_loader (Lightning: train_dataloaders=), datamodule=, or a "
                              f"train_dataloader() method on {type(model).__name__}. Received: none of them.")
@@ -252,6 +256,8 @@ class Trainer(TrainerProperties, TrainerData, TrainerEvaluation):
             check_loader(train_loader, "train_loader")
         check_manual_arguments(model, self.args)
         checkpoint = self._io.read_checkpoint(ckpt_path) if ckpt_path is not None else None
+        if checkpoint is not None:
+            self._ckpt_path = checkpoint.get("_path")
         if self.args.seed is not None and self._starts_run(model):  # a continued run keeps its random streams
             seed_everything(self.args.seed)
         self._setup(model, "fit")
@@ -316,8 +322,11 @@ class Trainer(TrainerProperties, TrainerData, TrainerEvaluation):
             self._module = model
             self.state = LoopState()
         model._attach(self)
+        self.callbacks = with_module_callbacks(self.callbacks, model)
         self._dispatch = Dispatcher(model, self.callbacks, self._timer)
         self._call("setup", stage)  # before the model is moved or wrapped: layers made here count
+        if type(model).configure_model is not Module.configure_model:
+            model.configure_model()  # Lightning's: after setup, before configure_optimizers (each stage)
         if self.args.sync_batchnorm:
             sync_batchnorm(model, self.strategy.world_size)
         if self.args.activation_checkpointing:  # before compile and wrapping; once per model
@@ -350,10 +359,13 @@ class Trainer(TrainerProperties, TrainerData, TrainerEvaluation):
         return model is not self._module or self._opt is None
 
     def _on_fit_error(self, error: BaseException) -> None:
+        self._interrupted = True
         if self._opt is not None:
             for optimizer in self._opt.optimizers:
                 optimizer.zero_grad(set_to_none=True)  # drop a half-accumulated window
         self._call("on_exception", error)
+        if callable(getattr(self._datamodule, "on_exception", None)):
+            self._datamodule.on_exception(error)
         if isinstance(error, KeyboardInterrupt) and self.strategy.world_size > 1:
             log.warning("Interrupted under DDP: ranks stopped at different points, so no checkpoint is "
                         "written (send SIGTERM to stop at a step boundary with one). Resume from last.ckpt.")

@@ -221,9 +221,9 @@ def test_unknown_short_names_are_reported_together_with_a_suggestion(tmp_path: P
     assert exited.value.code == 2 and "has 2 problems" in err
     assert "callbacks[0].class_path: cannot find a class named 'EarlyStoping' in 'callbacks'. Did you mean 'EarlyStopping'?" in err
     assert "logger.class_path: cannot find a class named 'CSVLoger' in 'trainer.loggers'. Did you mean 'CSVLogger'?" in err
-    with pytest.raises(ConfigError, match=r"callbacks\[0\]\.class_path: .*'Timer'.*a dotted import path"):
+    with pytest.raises(ConfigError, match=r"callbacks\[0\]\.class_path: .*'NoSuchCallback'.*a dotted import path"):
         load_experiment({"model": {"class_path": f"{__name__}.Net"}, "data": {"class_path": f"{__name__}.Points"},
-                         "callbacks": [{"class_path": "Timer"}]})
+                         "callbacks": [{"class_path": "NoSuchCallback"}]})
 
 
 USER_CALLBACKS = "raise RuntimeError('the user file was imported')\n"

@@ -236,19 +236,16 @@ def test_stage_flags_while_running() -> None:
     assert not (trainer.training or trainer.validating or trainer.evaluating)
 
 
-# What needs the Trainer to record more than it does now (see trainer/core/properties.py):
-# the evaluation loaders and counts, whether a run raised, the checkpoint read, the running call.
-_PENDING = pytest.mark.xfail(strict=True, reason="the Trainer does not record this yet")
+# What the Trainer records for these: the evaluation loaders and counts, whether a run raised,
+# the checkpoint read, the running call.
 
 
-@_PENDING
 def test_test_and_predict_loaders_and_counts() -> None:
     trainer, model, loader = Trainer(**QUIET), Line(), _loader(12)
     trainer.predict(model, loader)
     assert trainer.predict_dataloaders is loader and trainer.num_predict_batches == [3]
 
 
-@_PENDING
 def test_interrupted_after_an_error() -> None:
     class Boom(Line):
         def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
@@ -260,7 +257,6 @@ def test_interrupted_after_an_error() -> None:
     assert trainer.interrupted
 
 
-@_PENDING
 def test_ckpt_path_is_the_file_read(tmp_path: Path) -> None:
     trainer, model = Trainer(max_epochs=1, **QUIET), Line()
     trainer.fit(model, _loader())
@@ -269,7 +265,6 @@ def test_ckpt_path_is_the_file_read(tmp_path: Path) -> None:
     assert trainer.ckpt_path == str(path)
 
 
-@_PENDING
 def test_training_is_true_in_setup_as_lightning() -> None:
     seen = []
 

@@ -47,8 +47,9 @@ class TrainerData:
     _loader_source: Callable[[], tuple[Any, Any]] | None
     _warned_no_validation_step: bool
 
-    def _loaders(self, stage: str, datamodule: Any, *loaders: Any) -> tuple[Any, ...]:
-        """Loaders given directly, or a DataModule's (Lightning's `fit(model, dm)` too)."""
+    def _loaders(self, stage: str, model: Module, datamodule: Any, *loaders: Any) -> tuple[Any, ...]:
+        """Loaders given directly, or a DataModule's (Lightning's `fit(model, dm)` too), after
+        `prepare_data`."""
         from trainer.datamodule import DataModule, is_datamodule, resolve_loaders
 
         if datamodule is None and loaders and is_datamodule(loaders[0]):
@@ -59,6 +60,7 @@ class TrainerData:
                 datamodule.trainer = self  # Lightning's `self.trainer` inside a LightningDataModule
             except AttributeError:  # a read-only property of a duck-typed data object
                 pass
+        self._prepare_data(model, datamodule)
         resolved = resolve_loaders(stage, datamodule, *loaders)
         if stage == "fit":
             self._loader_source = None
@@ -66,6 +68,21 @@ class TrainerData:
                 val = getattr(datamodule, "val_dataloader", None)
                 self._loader_source = lambda: (datamodule.train_dataloader(), val() if callable(val) else None)
         return resolved
+
+    def _prepare_data(self, model: Module, datamodule: Any) -> None:
+        """Lightning's `prepare_data` (download, tokenize: work done once per machine), the
+        DataModule's then the module's: on each machine's local rank 0 (global rank 0 with
+        `prepare_data_per_node = False`) while the other ranks wait."""
+        owners = [datamodule] if callable(getattr(datamodule, "prepare_data", None)) else []
+        if module_defines(model, "prepare_data"):
+            owners.append(model)
+        for owner in owners:
+            per_node = getattr(owner, "prepare_data_per_node", True)
+            rank = (getattr(self.strategy, "local_rank", 0) or 0) if per_node else self.strategy.rank
+            if rank == 0:
+                owner.prepare_data()
+        if owners and self.strategy.world_size > 1:
+            self.strategy.barrier()
 
     def _fit_loaders_from_module(self, model: Module, train: Any, val: Any) -> tuple[Any, Any]:
         """After `setup("fit")`: the module's own loaders where none were given (Lightning's data hooks)."""

@@ -9,6 +9,7 @@ rank 0 prints the table Lightning prints.
 from __future__ import annotations
 
 import logging
+import math
 import shutil
 import sys
 from pathlib import Path
@@ -18,7 +19,8 @@ from trainer.core.flags import torch_flags
 from trainer._utils import length_of
 from trainer.loops.batches import check_module
 from trainer.loops.evaluation import EvalLoop
-from trainer.loops.hooks import Dispatcher
+from trainer.loops.hooks import Dispatcher, with_module_callbacks
+from trainer.module import Module
 from trainer.loops.schedule import batch_limit
 
 if TYPE_CHECKING:
@@ -27,7 +29,6 @@ if TYPE_CHECKING:
     from trainer.logging.run import RunIO
     from trainer.loops.hooks import CallbackBase
     from trainer.loops.optimizers import OptimizerSetup
-    from trainer.module import Module
     from trainer.strategies import Strategy
 
 __all__ = ["TrainerEvaluation", "EvalResults", "results_table"]
@@ -82,6 +83,11 @@ class TrainerEvaluation:
     _eval: EvalLoop
     _datamodule: Any
     _timer: SimpleProfiler | None
+    _eval_loaders: dict[str, Any] | None
+    _eval_batches: dict[str, int | float] | None
+    _interrupted: bool
+    _running: str | None
+    _ckpt_path: str | None
 
     def validate(self, model: Module | None = None, loader: Any = None, ckpt_path: str | Path | None = None,
                  verbose: bool = True, *, dataloaders: Any = None, datamodule: Any = None) -> dict[str, float]:
@@ -115,20 +121,29 @@ class TrainerEvaluation:
                 log.warning("%s(ckpt_path=None) was called without a model: the best checkpoint of the previous fit "
                             "is used (Lightning's rule). Pass ckpt_path='best' or 'last' to choose.", verb)
         check_module(model)
-        (loader,) = self._loaders(verb, datamodule, loader if loader is not None else dataloaders)
-        self._evaluation_loader(model, stage, loader, call=False)  # no loader at all: an error before any work
-        checkpoint = self._io.read_checkpoint(ckpt_path, weights_only=True) if ckpt_path is not None else None
-        with torch_flags(self.args):
-            return self._run_evaluation(stage, model, loader, checkpoint, verbose, keep)
+        self._running, self._interrupted = verb, False
+        try:
+            (loader,) = self._loaders(verb, model, datamodule, loader if loader is not None else dataloaders)
+            self._evaluation_loader(model, stage, loader, call=False)  # no loader at all: an error before any work
+            checkpoint = self._io.read_checkpoint(ckpt_path, weights_only=True) if ckpt_path is not None else None
+            if checkpoint is not None:
+                self._ckpt_path = checkpoint.get("_path")
+            with torch_flags(self.args):
+                return self._run_evaluation(stage, model, loader, checkpoint, verbose, keep)
+        finally:
+            self._running = None
 
     def _run_evaluation(self, stage: str, model: Module, loader: Any, checkpoint: Any, verbose: bool, keep: bool) -> Any:
         if model is not self._module:  # another model: a later fit starts a fresh run for it
             self._module, self._opt = model, None
         model._attach(self)  # type: ignore[arg-type]
+        self.callbacks = with_module_callbacks(self.callbacks, model)
         self._dispatch = Dispatcher(model, self.callbacks, self._timer)
         hook_stage = "validate" if stage == "validation" else stage
         self._call("setup", hook_stage)
         try:
+            if type(model).configure_model is not Module.configure_model:
+                model.configure_model()  # Lightning's: after setup, in every stage
             loader = self._evaluation_loader(model, stage, loader)
             self.strategy.setup_module(model)
             if checkpoint is not None:
@@ -139,8 +154,11 @@ class TrainerEvaluation:
             if self.args.use_distributed_sampler:
                 loader = self.strategy.setup_loader(loader, train=False)
             count = batch_limit(getattr(self.args, limit_name), length_of(loader), limit_name)
+            self._eval_loaders = {**(self._eval_loaders or {}), stage: loader}  # trainer.test_dataloaders, ...
+            self._eval_batches = {**(self._eval_batches or {}), stage: math.inf if count is None else count}
             results = self._eval.run(loader, stage, count, keep=keep)
         except BaseException:
+            self._interrupted = True
             self.strategy.teardown(failed=True)
             raise
         finally:
@@ -158,7 +176,7 @@ class TrainerEvaluation:
     def _call(self, hook: str, *args: Any) -> None:  # pragma: no cover
         raise NotImplementedError
 
-    def _loaders(self, stage: str, datamodule: Any, *loaders: Any) -> tuple[Any, ...]:  # pragma: no cover
+    def _loaders(self, stage: str, model: Module, datamodule: Any, *loaders: Any) -> tuple[Any, ...]:  # pragma: no cover
         raise NotImplementedError
 
     def _evaluation_loader(self, model: Module, stage: str, loader: Any, *, call: bool = True) -> Any:  # pragma: no cover

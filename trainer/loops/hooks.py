@@ -21,10 +21,13 @@ Example:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-__all__ = ["HOOKS", "CallbackBase", "Dispatcher", "checkpoint_callbacks_last"]
+__all__ = ["HOOKS", "CallbackBase", "Dispatcher", "checkpoint_callbacks_last", "with_module_callbacks"]
+
+log = logging.getLogger("trainer")
 
 #: Every hook of `trainer.Callback`, in the order it defines them (tests/test_hooks.py checks).
 HOOKS: tuple[str, ...] = (
@@ -69,6 +72,30 @@ def checkpoint_callbacks_last(callbacks: Sequence[CallbackBase]) -> list[Callbac
     """`callbacks` with the ones that save checkpoints moved to the end, each group in its
     own order (Lightning's order: a checkpoint written in a hook holds what the others did)."""
     return [c for c in callbacks if not c.saves_checkpoints] + [c for c in callbacks if c.saves_checkpoints]
+
+
+def with_module_callbacks(callbacks: Sequence[CallbackBase], module: Any) -> list[CallbackBase]:
+    """`callbacks` with the module's `configure_callbacks()` added, Lightning's rule: each
+    replaces the Trainer's callbacks of its class (or a base class of it); checkpoint ones last."""
+    configure = getattr(module, "configure_callbacks", None)
+    extra = configure() if callable(configure) else None
+    if not extra:
+        return list(callbacks)
+    added: list[CallbackBase] = [extra] if isinstance(extra, CallbackBase) else list(extra)
+    replaced = {
+        type(mine) for mine in callbacks
+        if not _is_plain_callback(mine) and any(issubclass(type(new), type(mine)) for new in added)
+    }
+    if replaced:
+        log.info("The module's configure_callbacks replaces the Trainer's %s.",
+                 ", ".join(sorted(cls.__name__ for cls in replaced)))
+    kept = [c for c in callbacks if type(c) not in replaced and all(c is not new for new in added)]
+    return checkpoint_callbacks_last(kept + added)
+
+
+def _is_plain_callback(callback: CallbackBase) -> bool:
+    """An instance of the `Callback` base class itself (it would match every class)."""
+    return type(callback).__name__ == "Callback" and type(callback).__module__ == "trainer.callback"
 
 
 class Dispatcher:

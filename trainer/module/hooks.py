@@ -35,8 +35,24 @@ class ModuleHooks(torch.nn.Module):
     """The hooks of `trainer.Module`: lifecycle notifications (do nothing by default) and the
     loop's overridable steps (Lightning's defaults)."""
 
+    #: `prepare_data` runs on each machine's local rank 0 (False: on global rank 0 only).
+    prepare_data_per_node: bool = True
+
     # ------------------------------------------------------------------- lifecycle hooks
     # The order in which the Trainer calls them is the table in docs/hooks.md.
+    def prepare_data(self) -> None:
+        """Download or preprocess once per machine, before `setup` (the other ranks wait);
+        don't set state here that every rank needs (use `setup`)."""
+
+    def configure_callbacks(self) -> Any:
+        """Callbacks this module always wants (a callback or a sequence): added to the
+        Trainer's when a run starts, replacing those of the same class, as Lightning does."""
+        return []
+
+    def configure_model(self) -> None:
+        """Create layers here (once, after `setup` and before `configure_optimizers`) to build
+        them when the run starts rather than in `__init__`."""
+
     def setup(self, stage: str) -> None:
         """Before fit/validate/test/predict (`stage`), before the model is moved or wrapped."""
 
