@@ -6,7 +6,9 @@ from trainer import Callback
 from trainer.callback import Checkpoint
 
 from callbacks.accumulation import GradientAccumulationScheduler
+from callbacks.batch_size_finder import BatchSizeFinder
 from callbacks.checkpoint import ModelCheckpoint
+from callbacks.device_stats import DeviceStatsMonitor
 from callbacks.early_stopping import EarlyStopping
 from callbacks.finetuning import BackboneFinetuning, BaseFinetuning
 from callbacks.lambda_callback import LambdaCallback
@@ -14,6 +16,7 @@ from callbacks.lr_monitor import LearningRateMonitor
 from callbacks.model_summary import ModelSummary
 from callbacks.on_exception_checkpoint import OnExceptionCheckpoint
 from callbacks.progress import RichProgressBar, TQDMProgressBar
+from callbacks.rich_model_summary import RichModelSummary
 from callbacks.stochastic_weight_averaging import StochasticWeightAveraging
 from callbacks.timer import Timer
 from callbacks.weight_averaging import EMAWeightAveraging, WeightAveraging
@@ -23,4 +26,5 @@ __all__: list[str] = [
     "TQDMProgressBar", "RichProgressBar", "WeightAveraging", "EMAWeightAveraging",
     "StochasticWeightAveraging", "BaseFinetuning", "BackboneFinetuning",
     "GradientAccumulationScheduler", "OnExceptionCheckpoint", "Timer",
+    "DeviceStatsMonitor", "RichModelSummary", "BatchSizeFinder",
 ]
