@@ -15,6 +15,7 @@ from callbacks.lambda_callback import LambdaCallback
 from callbacks.lr_monitor import LearningRateMonitor
 from callbacks.model_summary import ModelSummary
 from callbacks.on_exception_checkpoint import OnExceptionCheckpoint
+from callbacks.prediction_writer import BasePredictionWriter
 from callbacks.progress import RichProgressBar, TQDMProgressBar
 from callbacks.rich_model_summary import RichModelSummary
 from callbacks.stochastic_weight_averaging import StochasticWeightAveraging
@@ -27,4 +28,5 @@ __all__: list[str] = [
     "StochasticWeightAveraging", "BaseFinetuning", "BackboneFinetuning",
     "GradientAccumulationScheduler", "OnExceptionCheckpoint", "Timer",
     "DeviceStatsMonitor", "RichModelSummary", "BatchSizeFinder",
+    "BasePredictionWriter",
 ]
