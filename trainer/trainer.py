@@ -159,6 +159,7 @@ class Trainer(TrainerProperties, TrainerData, TrainerEvaluation):
         self._loader_source: Callable[[], tuple[Any, Any]] | None = None  # reload_dataloaders_every_n_epochs
         self._warned_no_validation_step = False
         self._steps_at_fit_start = 0  # an error keeps last.ckpt only when this fit took steps
+        self._handling_error = False
         self._timer = SimpleProfiler() if self.args.profiler == "simple" else None
         self._state_parts = trainer_parts(self)  # what a checkpoint holds, each part registered once
 
@@ -363,9 +364,13 @@ class Trainer(TrainerProperties, TrainerData, TrainerEvaluation):
         if self._opt is not None:
             for optimizer in self._opt.optimizers:
                 optimizer.zero_grad(set_to_none=True)  # drop a half-accumulated window
-        self._call("on_exception", error)
-        if callable(getattr(self._datamodule, "on_exception", None)):
-            self._datamodule.on_exception(error)
+        self._handling_error = True  # a save from on_exception is the last completed step (marked not clean)
+        try:
+            self._call("on_exception", error)
+            if callable(getattr(self._datamodule, "on_exception", None)):
+                self._datamodule.on_exception(error)
+        finally:
+            self._handling_error = False
         if isinstance(error, KeyboardInterrupt) and self.strategy.world_size > 1:
             log.warning("Interrupted under DDP: ranks stopped at different points, so no checkpoint is "
                         "written (send SIGTERM to stop at a step boundary with one). Resume from last.ckpt.")
@@ -382,8 +387,10 @@ class Trainer(TrainerProperties, TrainerData, TrainerEvaluation):
 
     def save_checkpoint(self, path: str | Path, weights_only: bool = False) -> Path:
         """Write the whole training state to `path`, atomically (see README: Checkpoints);
-        `weights_only=True` writes the module's weights alone (they evaluate, not resume)."""
-        return self._io.save(path, weights_only=weights_only)
+        `weights_only=True` writes the module's weights alone (they evaluate, not resume).
+        From `on_exception`, the state of the last completed step is written even inside a
+        window, marked as not an exact cut (a resume says so), as the Trainer's own last.ckpt."""
+        return self._io.save(path, weights_only=weights_only, allow_partial=self._handling_error)
 
     def remove_checkpoint(self, path: str | Path) -> None:
         """Delete a checkpoint file or folder (rank 0), only once the write in flight is

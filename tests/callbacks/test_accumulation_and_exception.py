@@ -113,7 +113,6 @@ def test_on_exception_checkpoint_writes_the_file_and_keeps_the_error(tmp_path: P
     assert load_checkpoint(callback.ckpt_path)["global_step"] == 2
 
 
-@pytest.mark.xfail(strict=True, reason="trainer.save_checkpoint refuses a cut inside a failed step")
 def test_on_exception_checkpoint_after_a_failing_training_step(tmp_path: Path) -> None:
     callback = _fail(tmp_path, "step")
     assert load_checkpoint(callback.ckpt_path)["global_step"] == 2

@@ -105,7 +105,6 @@ def test_a_module_without_backbone_is_refused() -> None:
         BackboneFinetuning().on_fit_start(Trainer(logger=False), module)
 
 
-@pytest.mark.xfail(strict=True, reason="the Trainer restores optimizer states before callback states")
 def test_resume_after_unfreezing_rebuilds_the_groups(tmp_path: Path) -> None:
     from torch.utils.data import DataLoader, TensorDataset
 

@@ -144,3 +144,15 @@ def test_name_and_on_exception_exist_as_in_lightning() -> None:
 
     assert DataModule.name is None and Named().name == "digits"
     assert DataModule().on_exception(RuntimeError("x")) is None
+
+
+def test_our_checkpoint_rebuilds_the_datamodule_as_lightnings_does(tmp_path: Path) -> None:
+    ours_module = _load(PROJECT, "dm_save_ours_again")
+    path = tmp_path / "ours.ckpt"
+    ours_module.save(path)
+    assert torch.load(path, weights_only=True)["datamodule_hyper_parameters"] == {"batch_size": 4, "scale": 0.5}
+    rebuilt = ours_module.Data.load_from_checkpoint(path)
+    assert dict(rebuilt.hparams) == {"batch_size": 4, "scale": 0.5} and rebuilt.seen == 2
+    lightning = pytest.importorskip("lightning")
+    twin = _load(_twin(PROJECT), "dm_load_theirs").Data.load_from_checkpoint(path)
+    assert isinstance(twin, lightning.pytorch.LightningDataModule) and dict(twin.hparams) == dict(rebuilt.hparams)

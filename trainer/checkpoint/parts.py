@@ -2,16 +2,17 @@
 
 | key | part | restored |
 |---|---|---|
-| `module`, `optimizers` | weights and optimizer states, read and written through the strategy (a sharded folder's tensors through `sharded.py`, whatever the strategy) | first |
+| `module` | the weights, read and written through the strategy (a sharded folder's tensors through `sharded.py`, whatever the strategy) | first |
+| `callbacks` | each callback's `state_dict`, by `state_key` | before the optimizers (a callback may reshape them) |
+| `optimizers` | the optimizer states, through the strategy | |
 | `schedulers` | the LR schedulers | |
 | `precision` | the precision's name and state (AMP: the GradScaler's) | |
 | `loop` | epoch, global step, batch within the epoch, pending validation | |
 | `loggers` | each tracker's run, continued after the restored step | after `loop` |
-| `callbacks` | each callback's `state_dict`, by `state_key` | |
 | `datamodule` | a DataModule's `state_dict`, when it has one | |
 | `data` | the data order of the epoch, per rank | |
 | `rng` | every random stream, per rank (during a validation: the one it began with) | last |
-| `module_class`, `config`, `hparams`, `experiment` | what the run was (saved, not restored) | |
+| `module_class`, `config`, `hparams`, `experiment`, `datamodule_hyper_parameters` | what the run was (saved, not restored) | |
 
 The keys and their contents are the file format (`format.py` checks the core ones before
 anything is touched), so a part's key never changes.
@@ -55,6 +56,9 @@ def trainer_parts(trainer: StateHost) -> StateRegistry:
     source = lambda: restoring().source  # noqa: E731 - the file being restored, for messages
     weights = _Weights(host, restoring)
     parts.register("module", weights.save_module, weights.load_module)
+    # Callbacks before the optimizers, as Lightning: one may reshape them (BaseFinetuning's groups).
+    parts.register("callbacks", lambda: _callbacks(host.callbacks), lambda saved: _load_callbacks(host, saved, source()),
+                   optional=True)
     parts.register("optimizers", weights.save_optimizers, weights.load_optimizers, optional=True)
     parts.register("schedulers", lambda: _schedulers(host), lambda saved: _load_schedulers(host, saved, source()), optional=True)
     parts.register("precision", lambda: {"name": host.precision.name, "state": host.precision.state_dict()},
@@ -62,8 +66,6 @@ def trainer_parts(trainer: StateHost) -> StateRegistry:
     parts.register("loop", lambda: host.state.state_dict(), lambda saved: host.state.load_state_dict(saved))
     parts.register("loggers", lambda: _as_text(logger_identities(host.loggers)),
                    lambda saved: continue_loggers(host.loggers, saved, host.global_step), optional=True)
-    parts.register("callbacks", lambda: _callbacks(host.callbacks), lambda saved: _load_callbacks(host, saved, source()),
-                   optional=True)
     parts.register("datamodule", lambda: _datamodule_state(host), lambda saved: _load_datamodule(host, saved),
                    optional=True)
     parts.register("data", lambda: host._data_order.state_dict(),
@@ -74,6 +76,7 @@ def trainer_parts(trainer: StateHost) -> StateRegistry:
     parts.register("config", lambda: _as_text(host.args.model_dump(exclude={"callbacks", "logger", "precision"})), None)
     parts.register("hparams", lambda: _as_text(dict(getattr(module_of(host), "hparams", {}) or {})), None)
     parts.register("experiment", lambda: _as_text(host.experiment_config), None)
+    parts.register("datamodule_hyper_parameters", lambda: _datamodule_hparams(host), None)  # Lightning's key
     return parts
 
 
@@ -200,6 +203,12 @@ def _load_callbacks(host: StateHost, saved: Any, source: str) -> None:
 def _datamodule_state(host: StateHost) -> Any:
     datamodule: Any = host._datamodule
     return datamodule.state_dict() if callable(getattr(datamodule, "state_dict", None)) else None
+
+
+def _datamodule_hparams(host: StateHost) -> Any:
+    """The DataModule's hyperparameters (what `DataModule.load_from_checkpoint` rebuilds it from)."""
+    hparams = getattr(host._datamodule, "hparams", None)
+    return _as_text(dict(hparams)) if isinstance(hparams, dict) and hparams else None
 
 
 def _load_datamodule(host: StateHost, saved: Any) -> None:
