@@ -12,6 +12,7 @@ from callbacks.device_stats import DeviceStatsMonitor
 from callbacks.early_stopping import EarlyStopping
 from callbacks.finetuning import BackboneFinetuning, BaseFinetuning
 from callbacks.lambda_callback import LambdaCallback
+from callbacks.lr_finder import LearningRateFinder
 from callbacks.lr_monitor import LearningRateMonitor
 from callbacks.model_summary import ModelSummary
 from callbacks.on_exception_checkpoint import OnExceptionCheckpoint
@@ -28,5 +29,5 @@ __all__: list[str] = [
     "StochasticWeightAveraging", "BaseFinetuning", "BackboneFinetuning",
     "GradientAccumulationScheduler", "OnExceptionCheckpoint", "Timer",
     "DeviceStatsMonitor", "RichModelSummary", "BatchSizeFinder",
-    "BasePredictionWriter",
+    "BasePredictionWriter", "LearningRateFinder",
 ]
