@@ -18,9 +18,11 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import warnings
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal
 
 import torch
@@ -115,15 +117,20 @@ class Precision:
         torch.nn.utils.clip_grad_value_(params, max_value)
         return None
 
-    def optimizer_step(self, optimizer: torch.optim.Optimizer, *, update: bool = True, defer_skips: bool = False) -> bool:
+    def optimizer_step(self, optimizer: torch.optim.Optimizer, *, update: bool = True, defer_skips: bool = False,
+                       closure: Callable[[], Any] | None = None) -> bool:
         """Apply the gradients; return whether the optimizer really stepped.
 
         With `update=False` (manual optimization) the strategy's bookkeeping after a step
         stays pending until `update()` or the next `backward` (see AMP). With `defer_skips`
         a step the optimizer may skip on the device (AMP with a fused optimizer) returns True
-        without a host read, and `take_device_skips` counts such skips later.
+        without a host read, and `take_device_skips` counts such skips later. `closure` goes
+        to an optimizer that evaluates the loss itself (LBFGS).
         """
-        optimizer.step()
+        if closure is not None:
+            optimizer.step(closure)
+        else:
+            optimizer.step()
         return True
 
     def take_device_skips(self) -> torch.Tensor | None:
@@ -249,9 +256,16 @@ class AMP(Precision):
             self.scaler.unscale_(optimizer)
             self._unscaled.add(id(optimizer))
 
-    def optimizer_step(self, optimizer: torch.optim.Optimizer, *, update: bool = True, defer_skips: bool = False) -> bool:
+    def optimizer_step(self, optimizer: torch.optim.Optimizer, *, update: bool = True, defer_skips: bool = False,
+                       closure: Callable[[], Any] | None = None) -> bool:
         scaler = self.scaler
         assert scaler is not None
+        if closure is not None:
+            raise ValueError(
+                f"Trainer(precision='amp') can't step {type(optimizer).__name__} with a closure: it evaluates the "
+                "loss itself (as LBFGS does), and a GradScaler can't scale those losses (PyTorch's GradScaler "
+                "refuses closures). Expected precision='bf16' or 'fp32' for this optimizer."
+            )
         if id(optimizer) in self._stepped:  # its second step since the last update (GradScaler forbids it)
             self.update()
         if getattr(optimizer, "_step_supports_amp_scaling", False):
@@ -324,6 +338,21 @@ class AMP(Precision):
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v}" for k, v in self._scaler_args.items())
         return f"AMP({args})" if self.autocast_cache else f"AMP({args}, autocast_cache=False)"
+
+
+def needs_closure(optimizer: Any) -> bool:
+    """Whether `optimizer.step` requires a closure (LBFGS: it evaluates the loss itself)."""
+    cls: Any = type(optimizer)
+    return _step_requires_closure(cls)
+
+
+@functools.lru_cache(maxsize=None)
+def _step_requires_closure(cls: Any) -> bool:
+    try:
+        parameter = inspect.signature(getattr(cls, "step")).parameters.get("closure")
+    except (TypeError, ValueError):
+        return False
+    return parameter is not None and parameter.default is inspect.Parameter.empty
 
 
 PRECISIONS: dict[str, type[Precision]] = {"fp32": FP32, "amp": AMP, "bf16": BF16}

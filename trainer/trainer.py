@@ -33,7 +33,7 @@ from trainer.strategies.launch import launch_processes
 from trainer.strategies.requeue import Requeue
 from trainer.module import Module
 from trainer.core.activation_checkpointing import checkpoint_activations
-from trainer.precision import Precision, resolve_precision
+from trainer.precision import Precision, needs_closure, resolve_precision
 
 __all__ = ["Trainer"]
 
@@ -343,6 +343,17 @@ class Trainer(TrainerProperties, TrainerData, TrainerEvaluation):
         if new_run:
             self._precision.setup(self.strategy.device)
             self._opt = parse_optimizers(optimizers_or_none(model))
+            closure_steps = [type(o).__name__ for o in self._opt.optimizers if needs_closure(o)]
+            if model.automatic_optimization and closure_steps:
+                self._opt = None
+                raise ValueError(
+                    f"configure_optimizers() of {type(model).__name__} returned {closure_steps[0]}, which evaluates the "
+                    "loss itself through a closure; the automatic loop here runs each batch's forward and backward "
+                    "once. Expected manual optimization: `self.automatic_optimization = False` in __init__, then in "
+                    "training_step `opt = self.optimizers()` and `opt.step(closure=closure)` with a closure that "
+                    "calls opt.zero_grad(), computes the loss, calls self.manual_backward(loss) and returns it "
+                    "(docs/manual_optimization.md)."
+                )
             if model.automatic_optimization and len(self._opt.optimizers) > 1:
                 count = len(self._opt.optimizers)
                 self._opt = None

@@ -39,6 +39,7 @@ from typing import Any, Callable
 
 import torch
 
+from trainer.precision import needs_closure
 from trainer.loops.batches import module_override, ordered_parameters
 from trainer.loops.context import LoopHost, module_of, optimizers_of
 from trainer.core.weak import WeakAttribute
@@ -84,7 +85,26 @@ class ManagedOptimizer:
         return manual  # type: ignore[no-any-return]
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        """Run `closure` (if given) and apply the gradients through the precision strategy."""
+        """Run `closure` (if given) and apply the gradients through the precision strategy; an
+        optimizer that evaluates the loss itself (LBFGS) gets the closure, as in PyTorch."""
+        if needs_closure(self.optimizer):
+            if closure is None:
+                raise ValueError(
+                    f"{type(self.optimizer).__name__}.step needs a closure that recomputes the loss. Expected "
+                    "opt.step(closure=closure), with closure() calling opt.zero_grad(), the forward, "
+                    "self.manual_backward(loss) and returning the loss."
+                )
+            results: list[Any] = []
+
+            def recorded() -> Any:
+                torch.clear_autocast_cache()  # the optimizer moved the weights in place since the last evaluation
+                value = closure()
+                if not results:
+                    results.append(value)
+                return value
+
+            self.__dict__["stepped"] = self._manual.step(self.optimizer, closure=recorded)
+            return results[0] if results else None
         result = closure() if closure is not None else None
         self.__dict__["stepped"] = self._manual.step(self.optimizer)
         return result
@@ -153,7 +173,7 @@ class ManualOptimization:
         self.steps_in_batch = 0
 
     # ------------------------------------------------------------ called by the module
-    def step(self, optimizer: torch.optim.Optimizer) -> bool:
+    def step(self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None = None) -> bool:
         trainer = self.trainer
         if self.want_before_step:
             trainer._call("on_before_optimizer_step", optimizer)
@@ -161,7 +181,7 @@ class ManualOptimization:
         if signals is not None:
             signals.in_critical = True  # the step and its count happen together
         try:
-            stepped = trainer._precision.optimizer_step(optimizer, update=False)
+            stepped = trainer._precision.optimizer_step(optimizer, update=False, closure=closure)
             trainer.state.global_step += 1
             if not stepped:
                 trainer.state.skipped_steps += 1
