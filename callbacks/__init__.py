@@ -20,6 +20,7 @@ from callbacks.prediction_writer import BasePredictionWriter
 from callbacks.progress import RichProgressBar, TQDMProgressBar
 from callbacks.rich_model_summary import RichModelSummary
 from callbacks.stochastic_weight_averaging import StochasticWeightAveraging
+from callbacks.throughput_monitor import ThroughputMonitor
 from callbacks.timer import Timer
 from callbacks.weight_averaging import EMAWeightAveraging, WeightAveraging
 
@@ -29,5 +30,5 @@ __all__: list[str] = [
     "StochasticWeightAveraging", "BaseFinetuning", "BackboneFinetuning",
     "GradientAccumulationScheduler", "OnExceptionCheckpoint", "Timer",
     "DeviceStatsMonitor", "RichModelSummary", "BatchSizeFinder",
-    "BasePredictionWriter", "LearningRateFinder",
+    "BasePredictionWriter", "LearningRateFinder", "ThroughputMonitor",
 ]
