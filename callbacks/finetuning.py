@@ -67,7 +67,7 @@ class BaseFinetuning(Callback):
         if self._restarting:
             self._rebuild_groups(trainer, module)
 
-    def _rebuild_groups(self, trainer: Any, module: Any) -> None:
+    def _rebuild_groups(self, trainer: Trainer, module: Any) -> None:
         named = dict(module.named_parameters())
         for index, optimizer in enumerate(trainer.optimizers):
             groups = self._internal_optimizer_metadata.get(index)

@@ -17,7 +17,7 @@ from trainer.loops.signals import SignalGuard
 from trainer.core.flags import check_flags, sync_batchnorm, torch_flags
 from trainer.core.data import TrainerData, module_defines
 from trainer.core.evaluation import TrainerEvaluation
-from trainer.core.properties import TrainerProperties
+from trainer.core.settings import TrainerSettings
 from trainer.core.compile import FirstStepCheck, check_compile_options, compile_module
 from trainer._utils import seed_everything
 from trainer.logging.profiler import SimpleProfiler
@@ -40,7 +40,7 @@ __all__ = ["Trainer"]
 log = logging.getLogger("trainer")
 
 
-class Trainer(TrainerProperties, TrainerData, TrainerEvaluation):
+class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
     """Trains a `Module` exactly as a hand-written PyTorch loop would, with less code.
 
     Example:
