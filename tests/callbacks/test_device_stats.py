@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from callbacks import DeviceStatsMonitor
-from callbacks.device_stats import device_stats
+from callbacks.device_stats_monitor import device_stats
 
 PROJECT = '''
 import torch
