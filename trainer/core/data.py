@@ -74,7 +74,8 @@ class TrainerData:
         DataModule's then the module's: on each machine's local rank 0 (global rank 0 with
         `prepare_data_per_node = False`) while the other ranks wait."""
         owners = [datamodule] if callable(getattr(datamodule, "prepare_data", None)) else []
-        if module_defines(model, "prepare_data"):
+        # the base class's no-op needs no wait on the other ranks
+        if module_defines(model, "prepare_data") and _overrides_step(model, "prepare_data"):
             owners.append(model)
         for owner in owners:
             per_node = getattr(owner, "prepare_data_per_node", True)
