@@ -119,7 +119,10 @@ class _Weights:
 def restore_module(module: Any, checkpoint: dict[str, Any], source: str, strategy: Any = None) -> None:
     """Load the weights; on a mismatch name every missing, unexpected and mis-shaped entry.
 
-    `strategy` loads whole weights into its model (FSDP shards them); None: `load_state_dict`.
+    A module with `strict_loading = False` (Lightning's attribute) loads what matches: its
+    missing entries keep their values and unexpected ones are left out (a mis-shaped entry is
+    still an error, as in `load_state_dict(strict=False)`). `strategy` loads whole weights into
+    its model (FSDP shards them); None: `load_state_dict`.
     """
     if "_shards" in checkpoint:  # a sharded folder (FSDP): its tensors load from the shards
         from trainer.checkpoint.sharded import restore_sharded
@@ -128,6 +131,7 @@ def restore_module(module: Any, checkpoint: dict[str, Any], source: str, strateg
         return
     saved = checkpoint["module"]
     own = module.state_dict()
+    strict = getattr(module, "strict_loading", True) is not False
     missing = sorted(set(own) - set(saved))
     unexpected = sorted(set(saved) - set(own))
     misshaped = sorted(
@@ -135,16 +139,22 @@ def restore_module(module: Any, checkpoint: dict[str, Any], source: str, strateg
         for k in set(own) & set(saved)
         if isinstance(saved[k], torch.Tensor) and isinstance(own[k], torch.Tensor) and saved[k].shape != own[k].shape
     )
-    if missing or unexpected or misshaped:
-        parts = [
-            f"{label}: {', '.join(items)}"
-            for label, items in (("missing", missing), ("unexpected", unexpected), ("mis-shaped", misshaped))
-            if items
-        ]
+    found = (("missing", missing), ("unexpected", unexpected)) if strict else ()
+    parts = [f"{label}: {', '.join(items)}" for label, items in (*found, ("mis-shaped", misshaped)) if items]
+    if parts:
         raise CheckpointError(
             f"{source} does not fit {type(module).__name__} (it was saved from "
             f"{checkpoint.get('module_class', 'an unknown class')}). " + "; ".join(parts) + "."
         )
+    if not strict:  # what matches loads; every other entry torch's load_state_dict wants keeps its value
+        # torch's own state_dict: a module's state_dict override may leave entries out (a frozen backbone)
+        whole = torch.nn.Module.state_dict(module)
+        kept = {k: v.full_tensor() if callable(getattr(v, "full_tensor", None)) else v  # FSDP: every rank gathers
+                for k, v in whole.items() if k not in saved}
+        if kept or unexpected:
+            log.info("%s: strict_loading=False, so %s keep their values and %s are left out.", source,
+                     sorted(kept) or "no entries", unexpected or "no entries")
+        saved = {k: saved[k] if k in saved else kept[k] for k in whole}
     if strategy is not None:
         strategy.load_module_state(module, saved)
     else:

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["load_module"]
+__all__ = ["load_module", "strictness"]
 
 
 def _where(map_location: Any) -> Any:
@@ -29,7 +29,49 @@ def _where(map_location: Any) -> Any:
     return fallback
 
 
-def load_module(cls: type, path: Any, map_location: Any, strict: bool, overrides: dict[str, Any]) -> Any:
+def strictness(module: Any, strict: bool | None, what: str) -> bool:
+    """Whether `module` loads its weights strictly: `strict` when given, else `module.strict_loading`
+    (Lightning's rule in `_load_state`).
+
+    Args:
+        module: the module the weights load into (its `strict_loading`, if set, is read).
+        strict: the caller's `strict=`; None: the module decides.
+        what: the call, for the error message.
+
+    Returns:
+        Whether every key must match.
+
+    Raises:
+        ValueError: `strict=False` while the module set `strict_loading = True` (Lightning's error).
+    """
+    chosen = module.__dict__.get("_strict_loading")  # None: the module never set strict_loading
+    if strict is None or chosen is None:
+        return bool(module.strict_loading) if strict is None else strict
+    if strict is True and chosen is False:
+        # `load_from_checkpoint`'s default is strict=True, which can't be told from an explicit
+        # True: the module's `strict_loading = False` wins.
+        return False
+    if strict != bool(chosen):
+        raise ValueError(
+            f"You set `{what}(..., strict={strict!r})` which is in conflict with `{type(module).__name__}.strict_loading="
+            f"{bool(chosen)!r}`. Please set the same value for both of them."
+        )
+    return strict
+
+
+def load_module(cls: type, path: Any, map_location: Any, strict: bool | None, overrides: dict[str, Any]) -> Any:
+    """`cls.load_from_checkpoint(path, map_location, strict, **overrides)`.
+
+    Args:
+        cls: the module class to build.
+        path: a checkpoint file (ours or Lightning's).
+        map_location: as `torch.load`'s; None: where the weights were saved, or the CPU.
+        strict: whether every key must match; None: the module's `strict_loading`.
+        overrides: hyperparameters that replace the saved ones.
+
+    Returns:
+        The module, with the checkpoint's weights, on the weights' device.
+    """
     from trainer.checkpoint.format import CheckpointError, load_checkpoint
 
     if Path(path).is_dir():
@@ -44,13 +86,20 @@ def load_module(cls: type, path: Any, map_location: Any, strict: bool, overrides
     if not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
         hparams = {k: v for k, v in hparams.items() if k in parameters}  # as Lightning: only what __init__ takes
     module = cls(**hparams)
+    strict = strictness(module, strict, f"{cls.__name__}.load_from_checkpoint")
     module.on_load_checkpoint(checkpoint)
     weights = checkpoint["module"]
     result = module.load_state_dict(weights, strict=strict)
-    if not strict and (result.missing_keys or result.unexpected_keys):
-        warnings.warn(
-            f"{cls.__name__}.load_from_checkpoint(strict=False): missing keys {list(result.missing_keys)}, "
-            f"unexpected keys {list(result.unexpected_keys)}.", stacklevel=3,
-        )
+    if not strict:  # Lightning's warnings
+        if result.missing_keys:
+            warnings.warn(
+                f"Found keys that are in the model state dict but not in the checkpoint: {list(result.missing_keys)}",
+                stacklevel=3,
+            )
+        if result.unexpected_keys:
+            warnings.warn(
+                f"Found keys that are not in the model state dict but in the checkpoint: {list(result.unexpected_keys)}",
+                stacklevel=3,
+            )
     tensor = next((t for t in weights.values() if isinstance(t, torch.Tensor)), None)
     return module.to(tensor.device) if tensor is not None else module
