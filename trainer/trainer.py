@@ -155,6 +155,8 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
         self._at_run_start: list[Callable[[], None]] = []  # what the YAML layer runs once a run starts
         self._manual: ManualOptimization | None = None
         self._loop: FitLoop | None = None
+        # while fit sets up (configure_optimizers): its train loader, prepared on first request
+        self._fit_loaders: Callable[[], tuple[Any, Any]] | None = None
         self._datamodule: Any = None
         self._loader_source: Callable[[], tuple[Any, Any]] | None = None  # reload_dataloaders_every_n_epochs
         self._warned_no_validation_step = False
@@ -261,14 +263,29 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
             self._ckpt_path = checkpoint.get("_path")
         if self.args.seed is not None and self._starts_run(model):  # a continued run keeps its random streams
             seed_everything(self.args.seed)
-        self._setup(model, "fit")
+        prepared: list[tuple[Any, Any]] = []
+
+        def fit_loaders() -> tuple[Any, Any]:
+            """The train loader prepared (sampler included) and the val loader, once: on
+            `estimated_stepping_batches`'s request in configure_optimizers, or after setup."""
+            if not prepared:
+                train, val = self._fit_loaders_from_module(model, train_loader, val_loader)
+                check_loader(train, "train_loader")
+                prepared.append((self._prepare_loader(train, train=True), val))
+            return prepared[0]
+
+        self._fit_loaders = fit_loaders
+        try:
+            self._setup(model, "fit")
+        except BaseException:
+            self._fit_loaders = None
+            raise
         try:
             if checkpoint is not None:
                 self._io.restore(checkpoint)
             self.state.stop_requested = self._stop_request = self._preempted = False
-            train_loader, val_loader = self._fit_loaders_from_module(model, train_loader, val_loader)
-            check_loader(train_loader, "train_loader")
-            self._train_loader = train_loader = self._prepare_loader(train_loader, train=True)
+            self._train_loader, val_loader = train_loader, val_loader = fit_loaders()
+            self._fit_loaders = None
             if checkpoint is not None:
                 check_resume(self, checkpoint, train_loader)
             checkpoint = None  # let go: RunIO keeps it only until the resumed epoch's start hooks ran
@@ -279,6 +296,7 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
             if self._timer is not None and self.strategy.is_global_zero:  # profiler="simple"
                 log.info("%s", self._timer.summary())
         finally:
+            self._fit_loaders = None
             self._io.forget_resume()
             self._call("teardown", "fit")
             if self._datamodule is not None and callable(getattr(self._datamodule, "teardown", None)):

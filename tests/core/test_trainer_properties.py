@@ -274,3 +274,77 @@ def test_training_is_true_in_setup_as_lightning() -> None:
 
     Trainer(max_epochs=1, callbacks=[Probe()], **QUIET).fit(Line(), _loader())
     assert seen == [True]
+
+
+class _EpochEndReader(Module):
+    """Reads `callback_metrics` in its epoch-end hooks, before and after logging there."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(2, 1)
+        self.seen: list[tuple[str, dict[str, float]]] = []
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        loss = self.layer(batch[0]).pow(2).mean()
+        self.log("tl", loss, on_epoch=True)
+        return loss
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self.log("vl", self.layer(batch[0]).pow(2).mean())
+
+    def on_validation_epoch_end(self) -> None:
+        self.seen.append(("val before", dict(self.trainer.callback_metrics)))
+        self.log("extra", 1.0)
+        self.seen.append(("val after", dict(self.trainer.callback_metrics)))
+
+    def on_train_epoch_end(self) -> None:
+        self.log("extra_t", 2.0)
+        self.seen.append(("train after", dict(self.trainer.callback_metrics)))
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def test_callback_metrics_are_live_in_the_modules_epoch_end_hooks() -> None:
+    """Lightning's `callback_metrics` read in `on_validation_epoch_end` already holds the epoch's
+    `validation_step` means, and what the hook logs shows at once (the same in
+    `on_train_epoch_end`): `self.trainer.callback_metrics["val_loss"]` there is this epoch's."""
+    torch.manual_seed(0)
+    x = torch.randn(8, 2)
+    model = _EpochEndReader()
+    trainer = Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                      num_sanity_val_steps=0)
+    trainer.fit(model, DataLoader(TensorDataset(x), batch_size=4), DataLoader(TensorDataset(x), batch_size=4))
+    (_, before), (_, after), (_, train_after) = model.seen
+    with torch.no_grad():
+        expected = model.layer(x).pow(2).mean().item()  # both batches of 4: the mean of the two means
+    assert before["vl"] == pytest.approx(expected) and "extra" not in before
+    assert after["extra"] == 1.0 and train_after["extra_t"] == 2.0
+    assert trainer.callback_metrics["vl"] == before["vl"]  # the hook saw the value the epoch closed with
+
+
+def test_estimated_stepping_batches_in_configure_optimizers() -> None:
+    """Lightning's OneCycleLR recipe: configure_optimizers reads the fit's total steps (from its
+    train loader, prepared once: limit_train_batches and accumulation counted)."""
+    lengths: list[int | float] = []
+
+    class OneCycle(Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(2, 1)
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            return self.layer(batch[0]).sum()
+
+        def configure_optimizers(self) -> Any:
+            total = self.trainer.estimated_stepping_batches
+            lengths.append(total)
+            optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
+            return [optimizer], [{"scheduler": torch.optim.lr_scheduler.OneCycleLR(optimizer, 0.1, total_steps=total),
+                                  "interval": "step"}]
+
+    loader = DataLoader(TensorDataset(torch.randn(40, 2)), batch_size=4)  # 10 batches
+    trainer = Trainer(max_epochs=3, limit_train_batches=0.5, accumulate_grad_batches=2, logger=False,
+                      enable_checkpointing=False, enable_progress_bar=False)
+    trainer.fit(OneCycle(), loader)  # OneCycleLR raises if it is stepped more than total_steps times
+    assert lengths == [3 * 3] and trainer.global_step == 9  # 5 batches, windows of 2 -> 3 steps per epoch

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from trainer._utils import length_of
 from trainer.logging.metrics import to_floats
+from trainer.loops.schedule import batch_limit
 
 if TYPE_CHECKING:
     from trainer._args import TrainerArgs
@@ -50,6 +53,7 @@ class TrainerProperties:
     _opt: OptimizerSetup | None
     _io: RunIO
     _loop: FitLoop | None
+    _fit_loaders: Callable[[], tuple[Any, Any]] | None
     _sanity_checking: bool
     _datamodule: Any
     _module: Any
@@ -81,7 +85,7 @@ class TrainerProperties:
     @property
     def callback_metrics(self) -> dict[str, float]:
         """The latest value of every logged metric, as Python floats (read on access)."""
-        return to_floats(self._metrics.latest)
+        return to_floats(self._metrics.current())
 
     @property
     def optimizer(self) -> torch.optim.Optimizer | None:
@@ -179,6 +183,9 @@ class TrainerProperties:
     def estimated_stepping_batches(self) -> int | float:
         """Optimizer steps this fit will take: from max_steps, or epochs x steps per epoch."""
         per_epoch = self.num_training_batches
+        if self._fit_loaders is not None:  # configure_optimizers, as fit sets up: its train loader
+            length = batch_limit(self.args.limit_train_batches, length_of(self._fit_loaders()[0]), "limit_train_batches")
+            per_epoch = math.inf if length is None else length
         if not math.isinf(per_epoch):
             per_epoch = math.ceil(per_epoch / self.args.accumulate_grad_batches) if self._manual_free() else per_epoch
         epochs = self.args.max_epochs if self.args.max_epochs is not None else (None if self.args.max_steps else 1)

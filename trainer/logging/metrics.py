@@ -162,6 +162,7 @@ class MetricStore:
         self.hidden: set[str] = set()  # logged with logger=False: callback_metrics only
         self.batch: Any = None  # the batch being processed: its size weights epoch means
         self._evaluating = False
+        self.epoch_end_reached = False  # the module's epoch-end hook runs: `current` shows the open epoch
 
     @property
     def evaluating(self) -> bool:
@@ -325,6 +326,17 @@ class MetricStore:
         self.latest.update(values)
         self.latest.update(aliases)  # callback_metrics[name]: the epoch value once the epoch closed
         return values
+
+    def current(self) -> dict[str, torch.Tensor | float | _Reduction]:
+        """`latest`, and while the module's epoch-end hook runs (`epoch_end_reached`) this rank's
+        open epoch values too, as Lightning's `callback_metrics` shows them there: what
+        `validation_step` logged, and what the hook itself just logged."""
+        if not self.epoch_end_reached:
+            return self.latest
+        reductions = self._eval_epoch if self._evaluating else self.epoch
+        open_values = {key: r for key, r in reductions.items() if isinstance(r, _Reduction) and r.total is not None}
+        aliases = {r.source: r for r in open_values.values() if r.alias}
+        return {**self.latest, **open_values, **aliases}
 
     def update_latest(self, values: Mapping[str, float]) -> None:
         """Record values the Trainer already read to the host (e.g. the automatic train/ scalars)."""

@@ -113,7 +113,11 @@ class EvalLoop:
             return predictions
         # The module's epoch-end hook may still log (e.g. a metric computed over the
         # epoch), so it runs before the epoch closes; callbacks then see the results.
-        trainer._dispatch.call_module(f"on_{stage}_epoch_end")
+        trainer._metrics.epoch_end_reached = True
+        try:
+            trainer._dispatch.call_module(f"on_{stage}_epoch_end")
+        finally:
+            trainer._metrics.epoch_end_reached = False
         epoch_values = trainer._metrics.close_epoch(trainer.strategy.reduce_epoch)
         results = to_floats(epoch_values)
         if not trainer._sanity_checking:  # the sanity check's numbers are never written

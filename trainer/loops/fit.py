@@ -135,11 +135,14 @@ class FitLoop:
             return train_loader
         self.loaded_epoch = state.epoch
         reloaded = trainer._reload_loaders(module_of(trainer))
-        if reloaded is None:
-            return train_loader
-        train_loader, val_loader = reloaded
-        self.val_loader = val_loader if trainer.args.limit_val_batches != 0 else None
-        self._measure(train_loader)
+        if reloaded is not None:
+            train_loader, val_loader = reloaded
+            self.val_loader = val_loader if trainer.args.limit_val_batches != 0 else None
+            self._measure(train_loader)
+        # Lightning opens a reloaded loader's iterator once more than it uses (its data setup
+        # and its epoch start each call iter()): a DataLoader draws a seed each time, and the
+        # epoch's order follows from the second. The same draw keeps Lightning's weights.
+        iter(train_loader)
         return train_loader
 
     def _run(self, train_loader: Any) -> None:
@@ -261,7 +264,11 @@ class FitLoop:
         self.validate_at_end = False
         # The module's hook first; what it logs (on_epoch) closes into the epoch's values, which
         # the callbacks then see in callback_metrics (EarlyStopping(check_on_train_epoch_end=True)).
-        trainer._dispatch.call_module("on_train_epoch_end")
+        trainer._metrics.epoch_end_reached = True
+        try:
+            trainer._dispatch.call_module("on_train_epoch_end")
+        finally:
+            trainer._metrics.epoch_end_reached = False
         trainer._io.close_train_epoch()
         trainer._dispatch.call_callbacks("on_train_epoch_end", trainer, module_of(trainer))
         optimization = self.optimization
