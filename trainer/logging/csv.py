@@ -39,6 +39,7 @@ import yaml
 
 from trainer.logging.identity import folder_to_continue, same_folder
 from trainer.logging.extras import plain_params
+from trainer.logging.loggers import with_prefix
 from trainer.logging.runs import RunFolder, planned_run_dir
 
 __all__ = ["CSVLogger"]
@@ -58,6 +59,10 @@ class CSVLogger(RunFolder):
         version_dir: write into exactly this folder instead of a new version folder.
         flush_every: write pending rows once this many have gathered (also at every epoch's
             end, before a checkpoint and when `fit` ends).
+        save_dir: Lightning's name of `root_dir`; `name=None` or `""` puts the runs directly
+            in it, as Lightning does.
+        prefix: Lightning's: columns become `<prefix>-<name>`.
+        flush_logs_every_n_steps: Lightning's name of `flush_every`.
 
     Example:
         >>> import tempfile
@@ -70,18 +75,30 @@ class CSVLogger(RunFolder):
     def __init__(
         self,
         root_dir: str | os.PathLike[str] = "runs",
-        name: str = "default",
+        name: str | None = "default",
         *,
         version: int | str | None = None,
         version_dir: str | os.PathLike[str] | None = None,
         flush_every: int = 100,
+        save_dir: str | os.PathLike[str] | None = None,
+        prefix: str = "",
+        flush_logs_every_n_steps: int | None = None,
     ) -> None:
-        if not isinstance(name, str) or not name or Path(name).name != name or name in (".", ".."):
+        if save_dir is not None:  # Lightning's name of root_dir
+            root_dir = save_dir
+        if flush_logs_every_n_steps is not None:
+            flush_every = flush_logs_every_n_steps
+        if name is None or name == "":  # Lightning: no experiment sub-folder
+            name = ""
+        elif not isinstance(name, str) or Path(name).name != name or name in (".", ".."):
             raise ValueError(f"CSVLogger(name=...) expected a plain folder name such as 'mlp'. Received: {name!r}.")
+        if not isinstance(prefix, str):
+            raise ValueError(f"CSVLogger(prefix=...) expected a string. Received: {prefix!r}.")
         if isinstance(flush_every, bool) or not isinstance(flush_every, int) or flush_every < 1:
             raise ValueError(f"CSVLogger(flush_every=...) expected an int >= 1. Received: {flush_every!r}.")
         self._set_folder(root_dir, name, version, version_dir, "CSVLogger")
         self.flush_every = flush_every
+        self.prefix = prefix
         self._columns: list[str] = ["step"]  # the file's header once `_written` rows exist
         self._file_columns = 0  # how many of `_columns` the file's header has
         self._pending: list[dict[str, Any]] = []
@@ -113,7 +130,7 @@ class CSVLogger(RunFolder):
         """Add `metrics` to the row of `step` (a new row when the step changed)."""
         if not metrics:
             return
-        step = int(step)
+        step, metrics = int(step), with_prefix(metrics, self.prefix)
         if self._pending and self._pending[-1]["step"] == step:
             row = self._pending[-1]
         else:

@@ -27,6 +27,7 @@ Example:
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from collections.abc import Mapping
@@ -36,7 +37,9 @@ from typing import Any, Protocol, runtime_checkable
 from trainer.logging.identity import folder_to_continue, same_folder
 from trainer.logging.runs import RunFolder, next_version_dir, planned_run_dir
 
-__all__ = ["Logger", "TensorBoardLogger", "next_version_dir", "flatten_params", "hparam_value"]
+__all__ = ["Logger", "TensorBoardLogger", "next_version_dir", "flatten_params", "hparam_value", "with_prefix"]
+
+log = logging.getLogger("trainer")
 
 
 @runtime_checkable
@@ -67,6 +70,13 @@ class TensorBoardLogger(RunFolder):
         flush_secs: how often the writer flushes on its own (it also flushes at epoch ends).
         save_dir: Lightning's name of `root_dir` (`TensorBoardLogger(save_dir=..., name=..., version=...)`);
             `name=None` or `""` puts the runs directly in it, as Lightning does.
+        log_graph: Lightning's: add the module's graph (traced on its `example_input_array`)
+            when fit starts.
+        default_hp_metric: Lightning's: with the hyperparameters, write an `hp_metric` scalar
+            of -1 at step 0 (the HParams dashboard's placeholder). False by default here.
+        prefix: Lightning's: written names become `<prefix>-<name>`.
+        sub_dir: Lightning's: the event files go into this sub-folder of the run's folder.
+        **writer_kwargs: passed on to `SummaryWriter` (Lightning's `**kwargs`).
 
     Example:
         >>> import tempfile
@@ -83,9 +93,25 @@ class TensorBoardLogger(RunFolder):
         version_dir: str | os.PathLike[str] | None = None,
         flush_secs: int = 30,
         save_dir: str | os.PathLike[str] | None = None,
+        log_graph: bool = False,
+        default_hp_metric: bool = False,
+        prefix: str = "",
+        sub_dir: str | os.PathLike[str] | None = None,
+        **writer_kwargs: Any,
     ) -> None:
         if save_dir is not None:  # Lightning's name of root_dir
             root_dir = save_dir
+        for flag, value in (("log_graph", log_graph), ("default_hp_metric", default_hp_metric)):
+            if not isinstance(value, bool):
+                raise ValueError(f"TensorBoardLogger({flag}=...) expected True or False. Received: {value!r}.")
+        if not isinstance(prefix, str):
+            raise ValueError(f"TensorBoardLogger(prefix=...) expected a string. Received: {prefix!r}.")
+        reserved = sorted({"log_dir", "logdir", "purge_step"} & set(writer_kwargs))
+        if reserved:
+            raise ValueError(
+                f"TensorBoardLogger(**writer_kwargs) got {', '.join(reserved)}, which the logger sets itself "
+                "(the folder from root_dir/name/version, the purge step on resume). Remove them."
+            )
         if name is None or name == "":  # Lightning: no experiment sub-folder, runs go in save_dir/version_N
             name = ""
         elif not isinstance(name, str) or Path(name).name != name or name in (".", ".."):
@@ -94,6 +120,11 @@ class TensorBoardLogger(RunFolder):
             )
         self._set_folder(root_dir, name, version, version_dir, "TensorBoardLogger")
         self.flush_secs = flush_secs
+        self.log_graph_on_start = log_graph
+        self.default_hp_metric = default_hp_metric
+        self.prefix = prefix
+        self.sub_dir = sub_dir
+        self.writer_kwargs = writer_kwargs
         self._writer: Any = None
         self._purge_step: int | None = None  # a resume: TensorBoard hides the folder's later steps
         self._continued: tuple[str, int | None] | None = None  # the run a resume continues, and after which step
@@ -115,8 +146,28 @@ class TensorBoardLogger(RunFolder):
             from torch.utils.tensorboard import SummaryWriter
 
             purge, self._purge_step = self._purge_step, None  # once: a writer opened again later keeps everything
-            self._writer = SummaryWriter(log_dir=str(self.log_dir), flush_secs=self.flush_secs, purge_step=purge)
+            folder = self.log_dir / self.sub_dir if self.sub_dir is not None else self.log_dir
+            self._writer = SummaryWriter(log_dir=str(folder), flush_secs=self.flush_secs, purge_step=purge,
+                                         **self.writer_kwargs)
         return self._writer
+
+    def log_graph(self, model: Any, input_array: Any = None) -> None:
+        """With `log_graph=True`: the module's graph, traced on `input_array` (default: its
+        `example_input_array`, moved to its device); without an input, a warning says so."""
+        if not self.log_graph_on_start:
+            return
+        import torch
+
+        if input_array is None:
+            input_array = getattr(model, "example_input_array", None)
+        if input_array is None:
+            log.warning("TensorBoardLogger(log_graph=True) could not add the graph: set `example_input_array` on "
+                        "%s (an input its forward takes) or call logger.log_graph(model, input_array).",
+                        type(model).__name__)
+            return
+        device = next((p.device for p in model.parameters()), torch.device("cpu"))
+        moved = torch.utils._pytree.tree_map(lambda t: t.to(device) if isinstance(t, torch.Tensor) else t, input_array)
+        self.writer.add_graph(model, moved)
 
     def continue_run(self, identity: Mapping[str, Any], step: int | None) -> bool:
         """Continue the saved run's folder (`trainer/logging/identity.py`) unless this logger has
@@ -147,6 +198,7 @@ class TensorBoardLogger(RunFolder):
         """
         if not metrics:
             return
+        metrics = with_prefix(metrics, self.prefix)
         from tensorboard.compat.proto.summary_pb2 import Summary
 
         summary = Summary(value=[Summary.Value(tag=name, simple_value=float(value)) for name, value in metrics.items()])
@@ -167,7 +219,9 @@ class TensorBoardLogger(RunFolder):
         if flat:
             rows = "\n".join(f"| {name} | {str(value).replace('|', '/')} |" for name, value in flat.items())
             writer.add_text("hparams", "| name | value |\n|---|---|\n" + rows)
-        for name, value in (metrics or {}).items():
+        if metrics is None and self.default_hp_metric:
+            metrics = {"hp_metric": -1}
+        for name, value in with_prefix(metrics or {}, self.prefix).items():
             writer.add_scalar(name, value, global_step=0)
 
     def flush(self) -> None:
@@ -183,6 +237,11 @@ class TensorBoardLogger(RunFolder):
     def __repr__(self) -> str:
         where = str(self._log_dir) if self._log_dir is not None else str(self.root_dir / self.name / "version_?")
         return f"TensorBoardLogger({where!r})"
+
+
+def with_prefix(metrics: Mapping[str, float], prefix: str) -> Mapping[str, float]:
+    """Lightning's logger `prefix`: `{"loss": v}` -> `{"<prefix>-loss": v}` (unchanged when empty)."""
+    return {f"{prefix}-{name}": value for name, value in metrics.items()} if prefix else metrics
 
 
 def flatten_params(params: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -26,14 +26,16 @@ Example:
 from __future__ import annotations
 
 import logging
+import os
 import re
 import sys
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from trainer.logging.extras import plain_params, require
-from trainer.logging.loggers import flatten_params
+from trainer.logging.loggers import flatten_params, with_prefix
 
 __all__ = ["MLflowLogger"]
 
@@ -56,6 +58,11 @@ class MLflowLogger:
         run_id: continue this run; None: a new run, or on a resume the run saved in the checkpoint.
         tags: tags of a new run.
         artifact_location: where a new experiment keeps artifacts (MLflow's default if None).
+        save_dir: Lightning's: without `tracking_uri`, a local store in this folder (a SQLite
+            database `mlflow.db`: MLflow 3 refuses new file stores by default).
+        prefix: Lightning's: metric names become `<prefix>-<name>`.
+        synchronous: passed to MLflow's `log_batch` (None: MLflow's default).
+        log_model: Lightning's; must stay False: checkpoints are not uploaded here.
     """
 
     def __init__(
@@ -67,8 +74,25 @@ class MLflowLogger:
         run_id: str | None = None,
         tags: Mapping[str, Any] | None = None,
         artifact_location: str | None = None,
+        save_dir: str | os.PathLike[str] | None = None,
+        prefix: str = "",
+        synchronous: bool | None = None,
+        log_model: bool | str = False,
     ) -> None:
         require("mlflow", "MLflowLogger")
+        if log_model is not False:
+            raise ValueError(
+                f"MLflowLogger(log_model={log_model!r}): checkpoints are not uploaded to MLflow here. Expected "
+                "log_model=False; to keep a checkpoint in MLflow, log it yourself after fit: "
+                "logger.experiment.log_artifact(logger.run_id, trainer.checkpoint_callback.best_model_path)."
+            )
+        if tracking_uri is None and save_dir is not None:
+            # Lightning makes a file store there, which MLflow 3 refuses by default: a SQLite store in it
+            folder = Path(save_dir).resolve()
+            folder.mkdir(parents=True, exist_ok=True)
+            tracking_uri = f"sqlite:///{folder / 'mlflow.db'}"
+        self.prefix = prefix
+        self.synchronous = synchronous
         self.experiment_name = experiment_name
         self.run_name = run_name
         self.tracking_uri = tracking_uri
@@ -121,9 +145,10 @@ class MLflowLogger:
 
         client = self.experiment
         now = int(time.time() * 1000)
-        entries = [Metric(_name(key), float(value), now, int(step)) for key, value in metrics.items()]
+        entries = [Metric(_name(key), float(value), now, int(step)) for key, value in with_prefix(metrics, self.prefix).items()]
+        options = {} if self.synchronous is None else {"synchronous": self.synchronous}
         for start in range(0, len(entries), _METRICS_PER_CALL):
-            client.log_batch(self._run_id, metrics=entries[start:start + _METRICS_PER_CALL])
+            client.log_batch(self._run_id, metrics=entries[start:start + _METRICS_PER_CALL], **options)
 
     def log_hyperparams(self, params: Mapping[str, Any], metrics: Mapping[str, float] | None = None) -> None:
         """New keys as params; changed values as `changed_on_resume/<key>` tags."""

@@ -186,6 +186,9 @@ class RunIO:
                 # Each value once: the YAML's model/data/seed; its trainer section is the one above.
                 params = {"trainer": params["trainer"], "experiment": {k: v for k, v in experiment.items() if k != "trainer"}}
             logger.log_hyperparams(params)
+            for each in getattr(logger, "loggers", [logger]):  # TensorBoardLogger(log_graph=True), as Lightning
+                if callable(getattr(each, "log_graph", None)):
+                    each.log_graph(module)
             self._hparams_logged = True
         self._last_log_time = time.perf_counter()
         self._last_log_step = self.trainer.global_step

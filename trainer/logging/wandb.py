@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.logging.extras import plain_params, require
+from trainer.logging.loggers import with_prefix
 
 __all__ = ["WandbLogger"]
 
@@ -50,6 +51,11 @@ class WandbLogger:
         save_dir: W&B's local folder (`wandb.init(dir=...)`; None: `WANDB_DIR` or the
             working directory).
         mode: `"online"`, `"offline"` or `"disabled"` (None: W&B's default, e.g. `WANDB_MODE`).
+        version, offline, dir, anonymous, prefix, experiment, log_model: Lightning's
+            `WandbLogger` arguments: `version` is `id`, `offline=True` is `mode="offline"`,
+            `dir` is `save_dir`, `anonymous=True` is `wandb.init(anonymous="allow")`,
+            `prefix` makes names `<prefix>-<name>`, `experiment` is a run already started
+            (used as it is). `log_model` must stay False: checkpoints are not uploaded here.
         **init_kwargs: passed to `wandb.init` as they are (`entity`, `tags`, `group`, ...).
     """
 
@@ -61,9 +67,30 @@ class WandbLogger:
         id: str | None = None,
         save_dir: str | os.PathLike[str] | None = None,
         mode: str | None = None,
+        version: str | None = None,
+        offline: bool = False,
+        dir: str | os.PathLike[str] | None = None,  # noqa: A002 - Lightning's name
+        anonymous: bool | None = None,
+        prefix: str = "",
+        experiment: Any = None,
+        log_model: bool | str = False,
         **init_kwargs: Any,
     ) -> None:
         require("wandb", "WandbLogger")
+        if log_model is not False:
+            raise ValueError(
+                f"WandbLogger(log_model={log_model!r}): checkpoints are not uploaded to W&B here. Expected "
+                "log_model=False; to keep a checkpoint in W&B, log it yourself after fit: "
+                "logger.experiment.log_model(path=trainer.checkpoint_callback.best_model_path)."
+            )
+        if offline and mode not in (None, "offline"):
+            raise ValueError(f"WandbLogger(offline=True, mode={mode!r}) disagree. Expected one of them.")
+        id = id if id is not None else version
+        mode = "offline" if offline else mode
+        save_dir = save_dir if save_dir is not None else dir
+        if anonymous:
+            init_kwargs.setdefault("anonymous", "allow")
+        self.prefix = prefix
         reserved = sorted({"resume", "reinit", "config"} & set(init_kwargs))
         if reserved:
             raise ValueError(
@@ -77,7 +104,10 @@ class WandbLogger:
         self.init_kwargs = init_kwargs
         self._id = id
         self._explicit_id = id is not None
-        self._run: Any = None
+        self._run: Any = experiment  # Lightning's `experiment=`: a run already started
+        self._given = experiment is not None
+        if experiment is not None:
+            self._id = experiment.id
         self._skip_below = 0  # W&B refuses steps below the resumed run's current step
         self._skipped = 0
 
@@ -135,7 +165,7 @@ class WandbLogger:
                          "those values, so this run's values for them are not sent.", self._id, self._skip_below - 1)
             self._skipped += 1
             return
-        run.log({name: float(value) for name, value in metrics.items()}, step=int(step))
+        run.log({name: float(value) for name, value in with_prefix(metrics, self.prefix).items()}, step=int(step))
 
     def log_hyperparams(self, params: Mapping[str, Any], metrics: Mapping[str, float] | None = None) -> None:
         """`run.config.update(params)`, nested as given; a resume may change values."""
@@ -149,7 +179,7 @@ class WandbLogger:
     def close(self) -> None:
         """Finish the run (`exit_code` 1 when `fit` ends with an exception); a later write
         starts it again with the same id."""
-        if self._run is not None:
+        if self._run is not None and not self._given:  # a run passed in as `experiment=` is the caller's to finish
             failed = sys.exc_info()[0] is not None  # inside fit's cleanup while an exception propagates
             run, self._run = self._run, None
             run.finish(exit_code=1 if failed else 0)
