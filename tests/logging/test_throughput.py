@@ -84,6 +84,54 @@ def test_counting_flops_leaves_the_weights_exact(precision, tmp_path):
     assert_same_weights(reference, ours)
 
 
+class Gated(Module):
+    """SiLU and Mish: torch has no FLOP formula for their backward, and its FlopCounterMode
+    runs their decomposition instead, which rounds differently."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(7, 20), torch.nn.SiLU(), torch.nn.Linear(20, 20), torch.nn.Mish(),
+                                       torch.nn.Linear(20, 1))
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        return (self.net(x).squeeze(-1) - y).pow(2).mean()
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=0.05)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "amp", "bf16"])
+def test_counting_flops_runs_every_operation_as_it_is(precision):
+    """The counted step's gradients are bit-identical to an uncounted run's for operations torch's
+    FlopCounterMode would decompose (a run with and without the count, and the count itself
+    against FlopCounterMode's)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from trainer.logging.throughput import ShapeCounter
+
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(64, 7, generator=g)
+    data = torch.utils.data.TensorDataset(x, x[:, 0] - 2 * x[:, 3])
+    runs = []
+    for metrics in (True, False):
+        torch.manual_seed(31)
+        model = Gated()
+        trainer = fit(model, DataLoader(data, batch_size=16), Collect(), precision=precision, performance_metrics=metrics)
+        runs.append((model, trainer._io.throughput.flops_per_sample))
+    (counted, per_sample), (uncounted, _) = runs
+    assert per_sample is not None and per_sample > 0
+    assert_same_weights(uncounted, counted)
+    torch.manual_seed(0)
+    net = Gated().net
+    totals = []
+    for counter in (ShapeCounter(), FlopCounterMode(display=False)):
+        with counter:
+            net(x[:16]).sum().backward()
+        totals.append(counter.total if isinstance(counter, ShapeCounter) else counter.get_total_flops())
+    assert totals[0] == totals[1] == 16 * per_sample  # the same formulas: the same count
+
+
 def test_switched_off_and_without_a_logger():
     logger = Collect()
     trainer = fit(make_model(), loader(make_data()), logger, performance_metrics=False)

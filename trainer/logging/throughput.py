@@ -3,9 +3,11 @@
 - `train/items_per_sec`: with `{"loss": summed, "num_items": n}` returns (item-weighted
   accumulation), the items of every rank per second: the count the loss is divided by.
 - `train/flops_per_sec`: the FLOPs of one training sample (forward and backward), counted
-  once with `torch.utils.flop_counter.FlopCounterMode` on the run's first micro-batch, times
-  this rank's samples per second. The counter only looks at shapes as the operations run,
-  so that step's numbers are those of an uncounted run (tests/test_throughput.py).
+  once on the run's first micro-batch with the formulas of `torch.utils.flop_counter`, times
+  this rank's samples per second. The counter (`ShapeCounter`) runs every operation as it
+  is and only reads its shapes: torch's own `FlopCounterMode` replaces an operation it has
+  no formula for by its decomposition (SiLU's and Mish's backward), which changes the last
+  bits of that step's gradients, so it is not used (tests/logging/test_throughput.py).
 - `train/mfu`: FLOP/s over the device's peak for the run's precision, on the GPUs of
   `PEAK_TFLOPS`; absent elsewhere.
 - `train/peak_memory_gib`: the CUDA allocator's peak on a GPU, the process's peak resident
@@ -30,10 +32,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from trainer.logging.metrics import batch_size_of
 
-__all__ = ["PEAK_TFLOPS", "FlopMeter", "Throughput", "peak_tflops", "peak_memory_gib"]
+__all__ = ["PEAK_TFLOPS", "FlopMeter", "ShapeCounter", "Throughput", "peak_tflops", "peak_memory_gib"]
 
 log = logging.getLogger("trainer")
 
@@ -74,6 +77,30 @@ def peak_memory_gib(device: torch.device) -> float | None:
     return rss / 2**30 if sys.platform == "darwin" else rss / 2**20  # bytes on macOS, KiB on Linux
 
 
+class ShapeCounter(TorchDispatchMode):
+    """Adds up the FLOPs of the operations that run inside it (forward and backward), by
+    `torch.utils.flop_counter`'s formulas; an operation without a formula counts 0.
+
+    Each operation runs exactly as without the counter (the same kernel, no decomposition),
+    so what it computes is bit-identical.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        from torch.utils.flop_counter import FlopCounterMode
+
+        self.formulas = FlopCounterMode(display=False).flop_registry  # torch's formulas, by operation
+        self.total = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        formula = self.formulas.get(getattr(func, "_overloadpacket", None))
+        if formula is not None:
+            self.total += int(formula(*args, **kwargs, out_val=out))
+        return out
+
+
 class FlopMeter:
     """Counts the FLOPs of the first micro-batch it is given (then the loop drops it)."""
 
@@ -82,12 +109,10 @@ class FlopMeter:
 
     @contextlib.contextmanager
     def counting(self, batch: Any) -> Iterator[None]:
-        from torch.utils.flop_counter import FlopCounterMode
-
-        counter = FlopCounterMode(display=False)
+        counter = ShapeCounter()
         with counter:
             yield
-        self.flops = float(counter.get_total_flops())
+        self.flops = float(counter.total)
         self.samples = batch_size_of(batch)
 
     def record(self, backward_ran: bool) -> bool:

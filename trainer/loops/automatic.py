@@ -153,7 +153,7 @@ class AutomaticOptimization(OverrideSteps):
         return output
 
     def _counted(self, batch: Any, batch_idx: int, size: int, last: bool) -> Any:
-        """`run` under FlopCounterMode, which only reads shapes: the numbers are unchanged."""
+        """`run` under the FLOP counter, which only reads shapes: the numbers are unchanged."""
         meter, self.flops = self.flops, None
         assert meter is not None
         with meter.counting(batch):
