@@ -159,3 +159,41 @@ def test_swa_with_value_clipping_runs(tmp_path: Path) -> None:
     result = run("swa_batchnorm", "ours", tmp_path)
     assert result["trainer"].current_epoch == 5 and result["validate"]["val_mse"] > 0
     assert (tmp_path / "ours" / "csv" / "version_0" / "metrics.csv").read_text().count("\n") > 30  # log_every_n_steps=1
+
+
+def _sampled_orders(module_base: type, trainer_class: type, **quiet: Any) -> list[list[float]]:
+    """The sample order of each epoch of a one-process run whose loader has a user-made
+    DistributedSampler (shuffle=True)."""
+    from torch.utils.data import DataLoader, TensorDataset
+    from torch.utils.data.distributed import DistributedSampler
+
+    class Recorder(module_base):  # type: ignore[misc,valid-type]
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(1, 1)
+            self.seen: list[list[float]] = []
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            self.seen.append(batch[0].flatten().tolist())
+            return self.layer(batch[0]).sum()
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    data = TensorDataset(torch.arange(8.0).view(8, 1))
+    model = Recorder()
+    trainer_class(max_epochs=3, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                  enable_model_summary=False, **quiet).fit(model, DataLoader(data, batch_size=8, sampler=DistributedSampler(data, num_replicas=1, rank=0)))
+    return model.seen
+
+
+def test_a_distributed_sampler_is_told_the_epoch_on_one_device_too() -> None:
+    """Lightning calls `set_epoch` on the train loader's sampler every epoch whatever the
+    strategy, so a DistributedSampler made by the user reshuffles on one device as well."""
+    import lightning
+
+    import trainer as ours
+
+    theirs = _sampled_orders(lightning.LightningModule, lightning.Trainer, accelerator="cpu", devices=1)
+    mine = _sampled_orders(ours.Module, ours.Trainer, device="cpu")
+    assert mine == theirs and len({tuple(order) for order in mine}) == 3  # three different orders

@@ -127,7 +127,14 @@ class Strategy:
         return _NO_SYNC
 
     def set_epoch(self, loader: Any, epoch: int) -> None:
-        """Tell a distributed sampler which epoch it is (nothing to do for one process)."""
+        """Tell the loader's samplers which epoch it is (`set_epoch`, where they have one: a
+        `DistributedSampler` shuffles by it), on every strategy, as Lightning does: a
+        DistributedSampler a user made for one process reshuffles each epoch too."""
+        samplers = (getattr(loader, "sampler", None), getattr(getattr(loader, "batch_sampler", None), "sampler", None))
+        for index, sampler in enumerate(samplers):
+            set_epoch = getattr(sampler, "set_epoch", None)
+            if callable(set_epoch) and not (index == 1 and sampler is samplers[0]):
+                set_epoch(epoch)
 
     def no_sync(self, last_micro_batch: bool) -> contextlib.AbstractContextManager[Any]:
         """The context a micro-batch's backward runs in (DDP skips the all-reduce)."""

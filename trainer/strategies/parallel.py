@@ -214,13 +214,6 @@ class ProcessGroupStrategy(Strategy):
     def setup_loader(self, loader: Any, *, train: bool) -> Any:
         return _with_distributed_sampler(loader, self.rank, self.world_size, self.broadcast_object)
 
-    def set_epoch(self, loader: Any, epoch: int) -> None:
-        for sampler in (getattr(loader, "sampler", None), getattr(getattr(loader, "batch_sampler", None), "sampler", None)):
-            set_epoch = getattr(sampler, "set_epoch", None)
-            if callable(set_epoch):
-                set_epoch(epoch)
-                return
-
     # ----------------------------------------------------------------- collectives
     def _flag_tensor(self, flag: bool) -> torch.Tensor:
         return torch.tensor([int(flag)], dtype=torch.int32, device=self.device)
