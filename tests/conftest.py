@@ -33,3 +33,33 @@ def _the_cpu_suite_means_the_cpu(request: pytest.FixtureRequest, monkeypatch: py
 
     original = base.resolve_device
     monkeypatch.setattr(base, "resolve_device", lambda device: original("cpu" if device == "auto" else device))
+
+
+_REPOSITORY_RUNS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "runs")
+
+
+@pytest.fixture(autouse=True)
+def _nothing_written_into_the_repository() -> object:
+    """A test that leaves `runs/` in the repository (a Trainer without `root_dir` run from the
+    repository's folder) fails, naming itself; checked only where `runs/` did not exist yet."""
+    existed = os.path.exists(_REPOSITORY_RUNS)
+    yield
+    if not existed and os.path.exists(_REPOSITORY_RUNS):
+        import shutil
+
+        shutil.rmtree(_REPOSITORY_RUNS, ignore_errors=True)
+        pytest.fail("this test wrote runs/ into the repository: give its Trainer a root_dir (tmp_path)")
+
+
+@pytest.fixture(autouse=True)
+def _torch_switches_restored() -> object:
+    """Lightning's `Trainer(deterministic=True)` (run by the comparisons) turns torch's global
+    switches on for good; each test starts from the ones the suite started with."""
+    import torch
+
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    cudnn = (torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic)
+    yield
+    torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)
+    torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = cudnn
