@@ -60,7 +60,7 @@ class EarlyStopping(Callback):
         >>> import callbacks
         >>> stopper = callbacks.EarlyStopping("val/loss", mode="min", patience=3)
         >>> stopper.state_dict()
-        {'wait': 0, 'best': None, 'stopped_epoch': None}
+        {'wait': 0, 'best': None, 'stopped_epoch': 0}
     """
 
     def __init__(
@@ -108,7 +108,7 @@ class EarlyStopping(Callback):
         self.log_rank_zero_only = log_rank_zero_only
         self.wait = 0
         self.best: float | None = None
-        self.stopped_epoch: int | None = None
+        self.stopped_epoch = 0  # the epoch it stopped after (Lightning's 0 while it has not stopped)
         self._fitting = False
         self._checked = self._warned = False
 
@@ -216,7 +216,7 @@ class EarlyStopping(Callback):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.wait = int(state["wait"])
         self.best = None if state["best"] is None else float(state["best"])
-        self.stopped_epoch = None if state.get("stopped_epoch") is None else int(state["stopped_epoch"])
+        self.stopped_epoch = int(state.get("stopped_epoch") or 0)  # older files: None before a stop
 
     def __repr__(self) -> str:
         return (

@@ -175,17 +175,18 @@ class TrainerProperties:
 
     @property
     def num_training_batches(self) -> int | float:
-        """Training batches per epoch (after `limit_train_batches`); inf when unknown."""
+        """Training batches per epoch (after `limit_train_batches`); inf when unknown. Known in
+        every hook of `fit` (in `configure_optimizers` too), as in Lightning."""
         batches = getattr(self._loop, "epoch_batches", None)
+        loader = self._fit_loaders()[0] if self._fit_loaders is not None else getattr(self, "_train_loader", None)
+        if (batches is None or self._fit_loaders is not None) and loader is not None:
+            batches = batch_limit(self.args.limit_train_batches, length_of(loader), "limit_train_batches")
         return math.inf if batches is None else batches
 
     @property
     def estimated_stepping_batches(self) -> int | float:
         """Optimizer steps this fit will take: from max_steps, or epochs x steps per epoch."""
         per_epoch = self.num_training_batches
-        if self._fit_loaders is not None:  # configure_optimizers, as fit sets up: its train loader
-            length = batch_limit(self.args.limit_train_batches, length_of(self._fit_loaders()[0]), "limit_train_batches")
-            per_epoch = math.inf if length is None else length
         if not math.isinf(per_epoch):
             per_epoch = math.ceil(per_epoch / self.args.accumulate_grad_batches) if self._manual_free() else per_epoch
         epochs = self.args.max_epochs if self.args.max_epochs is not None else (None if self.args.max_steps else 1)
