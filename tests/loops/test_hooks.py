@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, TensorDataset
 
 from tests.helpers.reference import TinyNet, make_data
 from trainer import Callback, Module, Trainer
@@ -212,3 +212,71 @@ def test_hooks_lists_every_hook_of_callback_in_its_order():
 
     defined = [name for name in vars(Callback) if (name.startswith("on_") or name in ("setup", "teardown"))]
     assert list(HOOKS) == defined
+
+
+class _OutputsSeen(Callback):
+    def __init__(self) -> None:
+        self.outputs: list[Any] = []
+
+    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self.outputs.append(outputs)
+
+
+def _outputs_run(module_base: type, trainer_class: type, callback_base: type, accumulate: int, manual: bool,
+                 **quiet: Any) -> tuple[list[Any], list[torch.Tensor]]:
+    """on_train_batch_end's `outputs` for a training_step returning a loss, a dict with an
+    extra key, or None (every third batch), under automatic or manual optimization."""
+    returned: list[torch.Tensor] = []
+
+    class Net(module_base):  # type: ignore[misc,valid-type]
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(2, 1)
+            self.automatic_optimization = not manual
+
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            loss = self.layer(batch[0]).pow(2).mean()
+            returned.append(loss.detach())
+            if manual:
+                opt = self.optimizers()
+                opt.zero_grad()
+                self.manual_backward(loss)
+                opt.step()
+            if batch_idx % 3 == 2:
+                return None
+            return {"loss": loss, "extra": batch_idx} if batch_idx % 3 == 1 else loss
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    seen = type("Seen", (callback_base,), dict(_OutputsSeen.__dict__))()
+    torch.manual_seed(0)
+    data = DataLoader(TensorDataset(torch.randn(12, 2)), batch_size=2)
+    trainer_class(max_epochs=1, callbacks=[seen], accumulate_grad_batches=1 if manual else accumulate,
+                  enable_progress_bar=False, logger=False, enable_checkpointing=False, **quiet).fit(Net(), data)
+    return seen.outputs, returned
+
+
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_on_train_batch_end_outputs_as_lightning(accumulate: int) -> None:
+    """Lightning's `outputs`: {"loss": the loss divided by the accumulation, detached, **the
+    other returned keys}; {} for a skipped batch."""
+    outputs, returned = _outputs_run(Module, Trainer, Callback, accumulate, manual=False)
+    for index, (output, loss) in enumerate(zip(outputs, returned, strict=True)):
+        if index % 3 == 2:
+            assert output == {}
+            continue
+        assert set(output) == ({"loss", "extra"} if index % 3 == 1 else {"loss"})
+        assert output["loss"].requires_grad is False and torch.equal(output["loss"], loss / accumulate)
+    lightning = pytest.importorskip("lightning")
+    theirs, _ = _outputs_run(lightning.LightningModule, lightning.Trainer, lightning.Callback, accumulate, manual=False,
+                             enable_model_summary=False)
+    assert [{k: (v.item() if isinstance(v, torch.Tensor) else v) for k, v in o.items()} for o in outputs] == \
+        [{k: (v.item() if isinstance(v, torch.Tensor) else v) for k, v in o.items()} for o in theirs]
+
+
+def test_on_train_batch_end_outputs_in_manual_optimization() -> None:
+    """Lightning's manual optimization: the returned dict, {"loss": tensor} for a tensor, {} for None."""
+    outputs, returned = _outputs_run(Module, Trainer, Callback, 1, manual=True)
+    assert [set(o) for o in outputs[:3]] == [{"loss"}, {"loss", "extra"}, set()]
+    assert torch.equal(outputs[0]["loss"].detach(), returned[0])

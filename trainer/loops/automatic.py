@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -69,6 +70,7 @@ class AutomaticOptimization(OverrideSteps):
         self.proxy = LoopOptimizer(self.optimizer, self) if self.step_hook is not None else None
         self.hooked: dict[str, Any] | None = None  # inside an optimizer_step override: what ran
         self.window_loss: torch.Tensor | None = None
+        self.batch_loss: torch.Tensor | None = None  # the last micro-batch's, as backpropagated (detached)
         # A fused optimizer (Adam/AdamW/SGD with fused=True) takes a device-side `found_inf`
         # and skips the update on the device: the non-finite guard then needs no host read
         # per step (under DDP/FSDP the flag's maximum over the ranks, all-reduced on the
@@ -119,9 +121,22 @@ class AutomaticOptimization(OverrideSteps):
             self.end_window(batch_idx + 1)
         return output
 
+    def batch_end_outputs(self, output: Any) -> Any:
+        """What `on_train_batch_end` receives, as in Lightning: `{"loss": the micro-batch's loss
+        as it was backpropagated (divided by the window's length), detached, **the other keys
+        training_step returned}`; `{}` for a skipped batch. An item-weighted output (`num_items`)
+        is passed as returned."""
+        if is_item_output(output):
+            return output
+        if self.batch_loss is None:
+            return {}
+        extra = {key: value for key, value in output.items() if key != "loss"} if isinstance(output, Mapping) else {}
+        return {"loss": self.batch_loss.clone(), **extra}
+
     def _micro_batch(self, batch: Any, batch_idx: int, size: int, last: bool) -> Any:
         """Forward, loss / window length, backward; the detached loss joins the window's."""
         trainer = self.trainer
+        self.batch_loss = None
         precision = trainer._precision
         with trainer.strategy.no_sync(last):
             with precision.autocast():
@@ -146,7 +161,7 @@ class AutomaticOptimization(OverrideSteps):
                 if self.want_after_backward:
                     trainer._call("on_after_backward")
         if loss is not None:
-            detached = loss.detach()
+            self.batch_loss = detached = loss.detach()
             self.window_loss = detached if self.window_loss is None else self.window_loss + detached
             if self.hooked is not None:
                 self.hooked["loss"] = detached

@@ -351,7 +351,7 @@ class FitLoop:
             metrics.batch = batch  # its size weights epoch means logged without batch_size
             output = optimization.run(batch, batch_idx, size, last)  # advances the bar before a step logs
             if want_end:
-                trainer._call("on_train_batch_end", output, batch, batch_idx)
+                trainer._call("on_train_batch_end", optimization.batch_end_outputs(output), batch, batch_idx)
             if last:
                 if self.profiler is not None:
                     self.profiler.step()

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any, Callable
 
 import torch
@@ -260,6 +260,13 @@ class ManualOptimization:
             else:
                 trainer._io.step_done(_loss_of(output))
         return output
+
+    def batch_end_outputs(self, output: Any) -> Any:
+        """What `on_train_batch_end` receives, as in Lightning's manual optimization: a
+        returned dict (copied), `{"loss": tensor}` for a returned tensor, `{}` for None."""
+        if isinstance(output, Mapping):
+            return dict(output)
+        return {"loss": output} if isinstance(output, torch.Tensor) else {} if output is None else output
 
     def end_window(self, batches_done: int) -> None:
         self.trainer.state.batches_done = batches_done
