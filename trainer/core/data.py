@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from trainer.core.flags import overfit_loader
-from trainer.loops.batches import check_loader
+from trainer.loops.batches import check_loader, one_loader
 
 if TYPE_CHECKING:
     from trainer._args import TrainerArgs
@@ -114,6 +114,7 @@ class TrainerData:
                 log.warning("You passed a validation loader, but %s has no validation_step: validation is skipped. "
                             "Define validation_step(self, batch, batch_idx) to run it.", type(model).__name__)
             return None
+        val = one_loader(val)  # Lightning's [loader]
         check_loader(val, "val_loader")
         return val
 
@@ -150,5 +151,6 @@ class TrainerData:
                 f"{verb}() expected a loader (Lightning: dataloaders=), datamodule=, or a {method}() method on "
                 f"{type(model).__name__}. Received: none of them."
             )
+        loader = one_loader(loader)  # Lightning's [loader]
         check_loader(loader, "loader")
         return loader

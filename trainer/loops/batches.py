@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 import logging
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Sized
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
 from typing import Any
 
 import torch
@@ -126,7 +126,31 @@ def check_module(model: Any) -> None:
         )
 
 
+def _loaders_in(value: Any) -> list[Any] | None:
+    """The DataLoaders a list, tuple or dict holds (Lightning's several loaders), else None."""
+    from torch.utils.data import DataLoader
+
+    items = list(value.values()) if isinstance(value, Mapping) else list(value) if isinstance(value, (list, tuple)) else None
+    return items if items and all(isinstance(item, DataLoader) for item in items) else None
+
+
+def one_loader(loader: Any) -> Any:
+    """An evaluation loader given as a list (or dict) of one DataLoader is that loader, as
+    Lightning runs it; several stay as they are (`check_loader` refuses them)."""
+    items = _loaders_in(loader)
+    return items[0] if items is not None and len(items) == 1 else loader
+
+
 def check_loader(loader: Any, name: str) -> None:
+    items = _loaders_in(loader)
+    if items is not None:
+        what = "a dict" if isinstance(loader, Mapping) else f"a {type(loader).__name__}"
+        raise ValueError(
+            f"{name} expected one loader. Received: {what} of {len(items)} DataLoaders. Several loaders in one "
+            "stage (Lightning's CombinedLoader for training, `dataloader_idx` for evaluation) are not supported "
+            "here. Expected one DataLoader: concatenate the datasets (torch.utils.data.ConcatDataset), or run "
+            "trainer.validate/test once per loader."
+        )
     if not isinstance(loader, Iterable) or isinstance(loader, (str, bytes)):
         raise TypeError(
             f"{name} expected an iterable of batches such as a torch.utils.data.DataLoader. "
