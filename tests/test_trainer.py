@@ -114,11 +114,24 @@ def test_dict_with_loss_equals_plain_loss():
 
 
 def test_none_skips_the_batch():
+    """A batch whose training_step returns None teaches nothing (no gradient, so no weight
+    moves), and its window still counts as an optimizer step, as in Lightning: global_step and
+    the step-interval schedulers advance (tests/lightning/test_against_lightning3.py)."""
     torch.manual_seed(0)
     model = Returns("none-odd")
+    model.net[2].p = 0.0  # no dropout: a skipped batch's forward draws nothing either
+    before = {k: v.clone() for k, v in model.state_dict().items()}
     trainer = Trainer(**QUIET)
-    trainer.fit(model, loader(make_data()))
-    assert trainer.global_step == 5  # 10 batches, odd ones skipped
+    trainer.fit(model, loader(make_data(), shuffle=False))
+    assert trainer.global_step == 10  # 10 batches, the odd ones skipped but counted
+    torch.manual_seed(0)
+    evens = Returns("plain")
+    evens.net[2].p = 0.0
+    data = make_data()
+    kept = torch.utils.data.Subset(data, [i for i in range(len(data)) if (i // 4) % 2 == 0])  # batches 0, 2, 4, ...
+    Trainer(**QUIET).fit(evens, DataLoader(kept, batch_size=4))
+    assert_same_weights(model, evens)  # the skipped batches changed nothing
+    assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
 
 
 @pytest.mark.parametrize("kind,text", [("vector", "shape (3,)"), ("string", "'loss' of type str"), ("detached", "does not require grad")])

@@ -112,13 +112,30 @@ def test_manual_module_that_never_steps_fails_instead_of_looping_forever():
     assert "opt.step()" in str(caught.value)
 
 
-def test_automatic_module_that_always_skips_fails_instead_of_looping_forever():
+def test_automatic_module_that_always_skips_is_told_nothing_was_learned(caplog):
+    """Every training_step returns None: the windows count as steps (Lightning's rule), so
+    max_steps ends the run, and a warning says that nothing was learned and what to return."""
     class AlwaysNone(TinyNet):
         def training_step(self, batch: Any, batch_idx: int) -> Any:
             return None
 
-    with pytest.raises(RuntimeError, match="automatic_optimization = False"):
-        Trainer(max_steps=5, **QUIET).fit(AlwaysNone(), loader(make_data()))
+    model = AlwaysNone()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with caplog.at_level("WARNING", logger="trainer"):
+        trainer = Trainer(max_steps=25, **QUIET)
+        trainer.fit(model, loader(make_data()))
+    assert trainer.global_step == 25 and caplog.text.count("nothing was learned") == 1
+    assert "automatic_optimization = False" in caplog.text
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_manual_module_that_never_steps_fails_instead_of_looping_forever():
+    class NeverSteps(GAN):
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            return None
+
+    with pytest.raises(RuntimeError, match="opt.step"):
+        Trainer(max_steps=5, **QUIET).fit(NeverSteps(), points_loader(make_points()))
 
 
 @pytest.mark.parametrize("argument", [{"accumulate_grad_batches": 2}, {"gradient_clip_val": 1.0}])

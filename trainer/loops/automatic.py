@@ -71,6 +71,7 @@ class AutomaticOptimization(OverrideSteps):
         self.hooked: dict[str, Any] | None = None  # inside an optimizer_step override: what ran
         self.window_loss: torch.Tensor | None = None
         self.batch_loss: torch.Tensor | None = None  # the last micro-batch's, as backpropagated (detached)
+        self.learning_windows = 0  # windows whose loss was backpropagated (not all skipped)
         # A fused optimizer (Adam/AdamW/SGD with fused=True) takes a device-side `found_inf`
         # and skips the update on the device: the non-finite guard then needs no host read
         # per step (under DDP/FSDP the flag's maximum over the ranks, all-reduced on the
@@ -198,8 +199,12 @@ class AutomaticOptimization(OverrideSteps):
             return
         window_loss, self.window_loss = self.window_loss, None
         trainer = self.trainer
-        if window_loss is None:  # every micro-batch was skipped (training_step returned None)
-            trainer.state.batches_done = batches_done
+        if window_loss is None:
+            # Every micro-batch returned None (skipped): no gradient, so no weight moves, but the
+            # window counts as a step and the step-interval schedulers advance, as in Lightning.
+            self._settle(batches_done, stepped=True, schedulers=True)
+            if self.want_step_end:
+                trainer._call("on_train_step_end", True)
             return
         # A non-finite micro-batch loss makes the window's sum non-finite, so one host read
         # per optimizer step guards the weights (amp's GradScaler makes its own read instead),
@@ -260,6 +265,7 @@ class AutomaticOptimization(OverrideSteps):
         log.warning("Skipped %s: non-finite loss (nonfinite_loss='skip', counted on the device).", where)
 
     def _step(self, window_loss: torch.Tensor, batches_done: int, found_inf: torch.Tensor | None = None) -> None:
+        self.learning_windows += 1
         signals = signals_of(self.trainer)
         try:
             norm, stepped = self._apply(found_inf)

@@ -77,6 +77,7 @@ class FitLoop:
         if trainer._timer is not None:  # profiler="simple": time every training batch
             self.optimization.run = trainer._timer.wrap(self.optimization.run, "run_training_batch")  # type: ignore[method-assign]
         self.loaded_epoch = 0  # reload_dataloaders_every_n_epochs: the epoch the loaders were made for
+        self._warned_nothing_learned = False
         self.rng_before_validation: dict[str, Any] | None = None  # while a validation is pending
 
     # ------------------------------------------------------------------------ epochs
@@ -165,10 +166,11 @@ class FitLoop:
             while not self.finished() and not self.stop_now():
                 train_loader = self._reload(train_loader)
                 steps_before, batches_before = trainer.state.global_step, trainer.state.batches_done
+                learned_before = getattr(self.optimization, "learning_windows", None)
                 if not self.train_epoch(train_loader):
                     break
                 if trainer.state.batches_done > batches_before:  # the epoch ran batches (not only its end)
-                    self._check_progress(steps_before)
+                    self._check_progress(steps_before, learned_before)
                 self.end_epoch()
         finally:
             if self.profiler is not None:
@@ -281,21 +283,24 @@ class FitLoop:
         with trainer._bookkeeping():
             trainer._io.end_epoch()
         trainer._agree_stop()
-    def _check_progress(self, steps_before: int) -> None:
-        """An epoch without a single optimizer step: never loop forever on max_steps."""
+    def _check_progress(self, steps_before: int, learned_before: int | None) -> None:
+        """An epoch without a single optimizer step: never loop forever on max_steps. An epoch
+        whose every training_step returned None learned nothing: said once, loudly."""
         trainer = self.trainer
+        learned = getattr(self.optimization, "learning_windows", None)
+        if learned is not None and learned == learned_before and not self._warned_nothing_learned:
+            self._warned_nothing_learned = True
+            log.warning(
+                "training_step returned None for every batch of epoch %d, so nothing was learned (each skipped "
+                "window still counts as an optimizer step, as in Lightning). Expected training_step to return "
+                "the loss; to step optimizers yourself, set self.automatic_optimization = False.", trainer.state.epoch,
+            )
         if trainer.state.global_step != steps_before or trainer.args.max_steps is None:
             return
-        manual = not module_of(trainer).automatic_optimization
-        hint = (
-            "call opt.step() on an optimizer from self.optimizers() in training_step"
-            if manual
-            else "return the loss from training_step (None skips a batch); to step optimizers yourself, "
-            "set self.automatic_optimization = False"
-        )
         raise RuntimeError(
             f"Epoch {trainer.state.epoch} ended without a single optimizer step, so max_steps="
-            f"{trainer.args.max_steps} would never be reached. Expected at least one step per epoch: {hint}."
+            f"{trainer.args.max_steps} would never be reached. Expected at least one step per epoch: call "
+            "opt.step() on an optimizer from self.optimizers() in training_step."
         )
 
     # ------------------------------------------------------------------- one epoch
