@@ -74,7 +74,7 @@ class WithCallbacks(Late):
 def test_configure_callbacks_replaces_same_class_callbacks_and_checkpoints_stay_last(tmp_path):
     saver, mine = callbacks.ModelCheckpoint(dirpath=tmp_path), Marker("trainer's")
     other = callbacks.LearningRateMonitor()
-    trainer = Trainer(max_epochs=1, logger=False, enable_progress_bar=False, callbacks=[saver, mine, other])
+    trainer = Trainer(max_epochs=1, logger=False, enable_progress_bar=False, callbacks=[saver, mine, other], root_dir=tmp_path)
     trainer.fit(WithCallbacks(), data())
     kinds = [type(c).__name__ for c in trainer.callbacks]
     assert kinds == ["LearningRateMonitor", "Marker", "EarlyStopping", "ModelCheckpoint"]
