@@ -360,7 +360,7 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
             self._train_step = FirstStepCheck(self._train_step, probe)
         if new_run:
             self._precision.setup(self.strategy.device)
-            self._opt = parse_optimizers(optimizers_or_none(model))
+            self._opt = parse_optimizers(optimizers_or_none(model), manual=not model.automatic_optimization)
             closure_steps = [type(o).__name__ for o in self._opt.optimizers if needs_closure(o)]
             if model.automatic_optimization and closure_steps:
                 self._opt = None

@@ -142,27 +142,27 @@ def optimizers_or_none(module: Any) -> Any:
     return returned
 
 
-def parse_optimizers(returned: Any) -> OptimizerSetup:
+def parse_optimizers(returned: Any, manual: bool = False) -> OptimizerSetup:
     """Normalise every accepted form; raise a ValueError naming the form for anything else."""
     if _is_optimizer(returned):
         return OptimizerSetup([returned])
     if isinstance(returned, dict):
-        return _from_dicts([returned])
+        return _from_dicts([returned], manual)
     if isinstance(returned, (list, tuple)) and returned:
         if all(_is_optimizer(v) for v in returned):
             return OptimizerSetup(list(returned))
         if all(isinstance(v, dict) for v in returned):
-            return _from_dicts(list(returned))
+            return _from_dicts(list(returned), manual)
         if len(returned) == 2 and _is_optimizer(returned[0]) and (_is_scheduler(returned[1]) or isinstance(returned[1], dict)):
-            return _build([returned[0]], [returned[1]])
+            return _build([returned[0]], [returned[1]], manual)
         if len(returned) == 2 and all(isinstance(v, (list, tuple)) for v in returned):
             optimizers, schedulers = returned
             if optimizers and all(_is_optimizer(v) for v in optimizers):
-                return _build(list(optimizers), list(schedulers))
+                return _build(list(optimizers), list(schedulers), manual)
     raise _fail(_describe(returned))
 
 
-def _from_dicts(items: list[dict[str, Any]]) -> OptimizerSetup:
+def _from_dicts(items: list[dict[str, Any]], manual: bool) -> OptimizerSetup:
     optimizers: list[torch.optim.Optimizer] = []
     specs: list[Any] = []
     for item in items:
@@ -177,11 +177,11 @@ def _from_dicts(items: list[dict[str, Any]]) -> OptimizerSetup:
             spec = dict(spec) if isinstance(spec, dict) else {"scheduler": spec}
             spec.setdefault("monitor", item["monitor"])
         specs.append(spec)
-    return _build(optimizers, specs)
+    return _build(optimizers, specs, manual)
 
 
-def _build(optimizers: list[torch.optim.Optimizer], specs: list[Any]) -> OptimizerSetup:
-    configs = [_scheduler_config(spec) for spec in specs]
+def _build(optimizers: list[torch.optim.Optimizer], specs: list[Any], manual: bool) -> OptimizerSetup:
+    configs = [_scheduler_config(spec, manual) for spec in specs]
     owned = {id(p) for opt in optimizers for group in opt.param_groups for p in group["params"]}
     for config in configs:
         target = getattr(config.scheduler, "optimizer", None)
@@ -192,7 +192,7 @@ def _build(optimizers: list[torch.optim.Optimizer], specs: list[Any]) -> Optimiz
     return OptimizerSetup(optimizers, configs)
 
 
-def _scheduler_config(spec: Any) -> SchedulerConfig:
+def _scheduler_config(spec: Any, manual: bool = False) -> SchedulerConfig:
     if isinstance(spec, dict):
         unknown = set(spec) - _SCHEDULER_KEYS
         if unknown or "scheduler" not in spec:
@@ -210,7 +210,7 @@ def _scheduler_config(spec: Any) -> SchedulerConfig:
     if not _is_scheduler(scheduler):
         raise _fail(f"a scheduler {scheduler!r} without step()/state_dict()")
     is_plateau = isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
-    if is_plateau and monitor is None:
+    if is_plateau and monitor is None and not manual:  # manual optimization: the module steps it with the value
         raise _fail(
             "ReduceLROnPlateau without a 'monitor' metric name (add 'monitor': 'val/loss' to the "
             "lr_scheduler dict or to the dict returned with the optimizer)"

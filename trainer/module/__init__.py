@@ -232,6 +232,11 @@ class Module(ModuleTools):
         logger: bool = True,
         reduce_fx: Any = None,
         sync_dist: bool = False,
+        sync_dist_group: Any = None,
+        add_dataloader_idx: bool = True,
+        rank_zero_only: bool = False,
+        enable_graph: bool = False,
+        metric_attribute: str | None = None,
     ) -> None:
         """Record a metric.
 
@@ -254,6 +259,11 @@ class Module(ModuleTools):
             reduce_fx: Lightning's name for `reduce`; also `torch.mean`/`sum`/`max`/`min`.
             sync_dist: accepted for Lightning code: epoch values are always reduced across
                 ranks under DDP (weighted), per-step values are each rank's own.
+            sync_dist_group, add_dataloader_idx, rank_zero_only, enable_graph, metric_attribute:
+                Lightning's, accepted so its code runs: epoch values reduce over every rank
+                (there is no sub-group), one loader per stage means no `/dataloader_idx_N`
+                suffix, a value logged on rank 0 only is kept there, values are kept detached,
+                and a metric object is found by identity (no attribute name needed).
 
         With both `on_step` and `on_epoch` the values are written as `<name>_step` and
         `<name>_epoch`, and `callback_metrics[name]` holds the latest (Lightning's rule).

@@ -17,7 +17,7 @@ from pathlib import Path
 from types import ModuleType
 
 FOLDER = Path(__file__).resolve().parent
-PROJECTS = sorted(path.stem for path in FOLDER.glob("*.py") if path.stem != "__init__")
+PROJECTS = sorted(path.stem for path in FOLDER.glob("*.py") if path.stem != "__init__")  # see projects_in
 
 #: (our import line, Lightning's), as regular expressions over one line each.
 IMPORT_RULES: tuple[tuple[str, str], ...] = (
@@ -61,17 +61,29 @@ def lightning_source(source: str) -> str:
     return "\n".join(lines)
 
 
-def load_project(name: str, framework: str) -> ModuleType:
-    """Execute project `name` as a new module: `framework="ours"` runs the file as written,
-    `"lightning"` runs it with its imports rewritten. Each call gives a fresh module (its own
-    classes), registered in `sys.modules` under a unique name."""
+def project_path_in(folder: Path, name: str) -> Path:
+    """The file of project `name` in a projects folder, or a ValueError naming the projects."""
+    names = projects_in(folder)
+    if name not in names:
+        raise ValueError(f"No Lightning-style project {name!r}. Expected one of {names}.")
+    return folder / f"{name}.py"
+
+
+def projects_in(folder: Path) -> list[str]:
+    """The project module names of a projects folder (every `.py` file but `__init__`)."""
+    return sorted(path.stem for path in folder.glob("*.py") if path.stem != "__init__")
+
+
+def load_file(path: Path, framework: str) -> ModuleType:
+    """Execute the project file `path` as a new module: `framework="ours"` runs the file as
+    written, `"lightning"` runs it with its imports rewritten. Each call gives a fresh module
+    (its own classes), registered in `sys.modules` under a unique name."""
     if framework not in ("ours", "lightning"):
         raise ValueError(f"load_project(framework=...) expected 'ours' or 'lightning'. Received: {framework!r}.")
-    path = project_path(name)
     source = path.read_text()
     if framework == "lightning":
         source = lightning_source(source)
-    module_name = f"_lightning_project_{name}_{framework}_{next(_counter)}"
+    module_name = f"_lightning_project_{path.parent.name}_{path.stem}_{framework}_{next(_counter)}"
     spec = importlib.util.spec_from_loader(module_name, loader=None, origin=str(path))
     assert spec is not None
     module = importlib.util.module_from_spec(spec)
@@ -79,3 +91,8 @@ def load_project(name: str, framework: str) -> ModuleType:
     sys.modules[module_name] = module
     exec(compile(source, f"{path} [{framework}]", "exec"), module.__dict__)
     return module
+
+
+def load_project(name: str, framework: str) -> ModuleType:
+    """`load_file` for project `name` of this folder."""
+    return load_file(project_path(name), framework)

@@ -9,40 +9,21 @@ imported, not copied); `load_project` executes either version as a fresh module.
 
 from __future__ import annotations
 
-import importlib.util
-import itertools
-import sys
 from pathlib import Path
 from types import ModuleType
 
-from tests.helpers.lightning_projects import lightning_source
+from tests.helpers.lightning_projects import lightning_source, load_file, project_path_in, projects_in
+
+__all__ = ["FOLDER", "PROJECTS", "lightning_source", "load_project", "project_path"]
 
 FOLDER = Path(__file__).resolve().parent
-PROJECTS = sorted(path.stem for path in FOLDER.glob("*.py") if path.stem != "__init__")
-_counter = itertools.count()
+PROJECTS = projects_in(FOLDER)
 
 
 def project_path(name: str) -> Path:
-    """The file of project `name` (a module name from `PROJECTS`)."""
-    if name not in PROJECTS:
-        raise ValueError(f"No Lightning-style project {name!r}. Expected one of {PROJECTS}.")
-    return FOLDER / f"{name}.py"
+    return project_path_in(FOLDER, name)
 
 
 def load_project(name: str, framework: str) -> ModuleType:
-    """Execute project `name` as a new module: `"ours"` as written, `"lightning"` with its
-    imports rewritten by `lightning_source`."""
-    if framework not in ("ours", "lightning"):
-        raise ValueError(f"load_project(framework=...) expected 'ours' or 'lightning'. Received: {framework!r}.")
-    path = project_path(name)
-    source = path.read_text()
-    if framework == "lightning":
-        source = lightning_source(source)
-    module_name = f"_lightning_project2_{name}_{framework}_{next(_counter)}"
-    spec = importlib.util.spec_from_loader(module_name, loader=None, origin=str(path))
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    module.__file__ = str(path)
-    sys.modules[module_name] = module
-    exec(compile(source, f"{path} [{framework}]", "exec"), module.__dict__)
-    return module
+    """Project `name` as a fresh module: `"ours"` as written, `"lightning"` with its imports rewritten."""
+    return load_file(project_path(name), framework)
