@@ -215,9 +215,10 @@ def is_datamodule(value: Any) -> bool:
     )
 
 
-def resolve_loaders(stage: str, datamodule: Any, *loaders: Any) -> tuple[Any, ...]:
+def resolve_loaders(stage: str, datamodule: Any, *loaders: Any, call: bool = True) -> tuple[Any, ...]:
     """The loaders of `stage`: those given, or the datamodule's (after its setup; the Trainer
-    ran prepare_data before, in Lightning's order). Both given, or neither, is an error that says so."""
+    ran prepare_data before, in Lightning's order). Both given, or neither, is an error that says so.
+    `call=False`: only the datamodule's setup; its loaders are asked for later (None here)."""
     given = any(loader is not None for loader in loaders)
     if datamodule is None:
         return loaders
@@ -229,6 +230,8 @@ def resolve_loaders(stage: str, datamodule: Any, *loaders: Any) -> tuple[Any, ..
     setup = getattr(datamodule, "setup", None)  # prepare_data ran before (the Trainer's, rank-aware)
     if callable(setup):
         setup(stage)
+    if not call:
+        return (None,) * len(loaders)
     if stage == "fit":
         val = getattr(datamodule, "val_dataloader", None)
         return datamodule.train_dataloader(), (val() if callable(val) else None)

@@ -252,7 +252,11 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
     def _fit(self, model: Module, train_loader: Any, val_loader: Any, ckpt_path: Any, datamodule: Any) -> None:
         check_module(model)
         train_loader, val_loader = self._loaders("fit", model, datamodule, train_loader, val_loader)
-        if train_loader is None and not module_defines(model, "train_dataloader"):
+        from_datamodule = self._datamodule is not None  # its loaders come once its state is restored
+        if from_datamodule and not callable(getattr(self._datamodule, "train_dataloader", None)):
+            raise ValueError(f"fit() expected the datamodule {type(self._datamodule).__name__} to define "
+                             "train_dataloader(). Received: a datamodule without it.")
+        if train_loader is None and not from_datamodule and not module_defines(model, "train_dataloader"):
             raise ValueError("fit() expected train_loader (Lightning: train_dataloaders=), datamodule=, or a "
                              f"train_dataloader() method on {type(model).__name__}. Received: none of them.")
         if train_loader is not None:

@@ -332,9 +332,8 @@ def test_midepoch_stop_current_epoch(tmp_path: Path) -> None:
     assert ours["stopped"]["current_epoch"] == theirs["stopped"]["current_epoch"]
 
 
-@pytest.mark.xfail(strict=True, reason="a DataModule's train_dataloader() runs before its load_state_dict on resume "
-                                       "(/tmp/findings/datamodule_state_restored_after_loader.py)")
 def test_curriculum_in_datamodule_state_resumes(tmp_path: Path) -> None:
+    """A DataModule's train_dataloader() runs after its load_state_dict on resume, as in Lightning."""
     ours, theirs = both("curriculum_resume", tmp_path)
     assert ours["first_call"] == theirs["first_call"] == "load_state_dict"
     assert_same_run(ours, theirs)

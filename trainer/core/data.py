@@ -61,7 +61,8 @@ class TrainerData:
             except AttributeError:  # a read-only property of a duck-typed data object
                 pass
         self._prepare_data(model, datamodule)
-        resolved = resolve_loaders(stage, datamodule, *loaders)
+        # fit asks a DataModule for its loaders once its state is restored (a resume), as Lightning
+        resolved = resolve_loaders(stage, datamodule, *loaders, call=stage != "fit")
         if stage == "fit":
             self._loader_source = None
             if datamodule is not None:
@@ -88,6 +89,8 @@ class TrainerData:
     def _fit_loaders_from_module(self, model: Module, train: Any, val: Any) -> tuple[Any, Any]:
         """After `setup("fit")`: the module's own loaders where none were given (Lightning's data hooks)."""
         if self._datamodule is not None:
+            if train is None and self._loader_source is not None:
+                return self._loader_source()
             return train, val
         from_module_train = train is None and module_defines(model, "train_dataloader")
         from_module_val = val is None and module_defines(model, "val_dataloader")
