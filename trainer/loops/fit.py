@@ -360,11 +360,13 @@ class FitLoop:
             if last:
                 if self.profiler is not None:
                     self.profiler.step()
+                validated = False
                 if validating and schedule.crossed(state.epoch, before, state.batches_done, state.batches_before_epoch):
                     if total is not None and state.batches_done >= total:
                         self.validate_at_end = True  # the epoch's end validates, after the epoch's metrics
                     else:
                         self.validate()
+                        validated = True
                 stop = args.max_steps is not None and state.global_step >= args.max_steps
                 if not stop and self.max_time is not None and self._elapsed() >= self.max_time:
                     stop = trainer.strategy.world_size == 1
@@ -375,6 +377,9 @@ class FitLoop:
                     complete = total is not None and state.batches_done >= total
                     if complete:  # leave the loader as the uninterrupted run's loop does
                         trainer._data_order.finish_epoch(iterator)
+                    elif not stop and not validated and not trainer._preempted and validating \
+                            and schedule.epoch_validates(state.epoch):
+                        self.validate()  # a requested stop (should_stop) validates once more, as Lightning
                     return complete
         if batch_idx + 1 > state.batches_done:  # the loader ended inside a window (len() overstated it)
             optimization.end_window(batch_idx + 1)
