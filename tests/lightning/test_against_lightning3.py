@@ -230,9 +230,8 @@ def test_logging_options(precision: str, tmp_path: Path) -> None:
             assert {k: v for k, v in mine[source].items() if k in VAL_KEYS} == {k: v for k, v in other[source].items() if k in VAL_KEYS}
 
 
-@pytest.mark.xfail(strict=True, reason="progress_bar_metrics refresh only on logging steps here, every step in "
-                                       "Lightning (/tmp/findings/progress_bar_metrics_per_step.py)")
 def test_progress_bar_metrics_every_step(tmp_path: Path) -> None:
+    """trainer.progress_bar_metrics read in on_train_batch_end holds every step's value, as Lightning's."""
     ours, theirs = both("logging_mix", tmp_path)
     assert ours["bar_per_step"] == theirs["bar_per_step"]
 

@@ -170,8 +170,12 @@ class TrainerProperties:
 
     @property
     def progress_bar_metrics(self) -> dict[str, float]:
-        """What the progress bar shows now (floats)."""
-        return dict(self._io.shown)
+        """What the progress bar shows (floats), with the newest value of every `prog_bar=True`
+        metric: refreshed at every step, as Lightning's (read on access, like `callback_metrics`)."""
+        current, shown = self._metrics.current(), self._metrics.prog_bar
+        live = {name: current[name] for name in shown  # a metric written as name_step/name_epoch shows under those
+                if name in current and f"{name}_step" not in shown and f"{name}_epoch" not in shown}
+        return {**self._io.shown, **to_floats(live)}
 
     @property
     def num_training_batches(self) -> int | float:
