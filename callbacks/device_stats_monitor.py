@@ -124,18 +124,18 @@ class DeviceStatsMonitor(Callback):
             self._log(trainer, "on_train_batch_end", self._train_step)
 
     # Evaluation: the batch's position in the pass decides; the training step is the logger's.
-    def on_validation_batch_start(self, trainer: Trainer, module: Any, batch: Any, batch_idx: int) -> None:
+    def on_validation_batch_start(self, trainer: Trainer, module: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         if self._should_log(trainer, batch_idx + 1):
             self._log(trainer, "on_validation_batch_start", self._eval_step(trainer))
 
-    def on_validation_batch_end(self, trainer: Trainer, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_validation_batch_end(self, trainer: Trainer, module: Any, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         if self._should_log(trainer, batch_idx + 1):
             self._log(trainer, "on_validation_batch_end", self._eval_step(trainer))
 
-    def on_test_batch_start(self, trainer: Trainer, module: Any, batch: Any, batch_idx: int) -> None:
+    def on_test_batch_start(self, trainer: Trainer, module: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         if self._should_log(trainer, batch_idx + 1):
             self._log(trainer, "on_test_batch_start", trainer.global_step)
 
-    def on_test_batch_end(self, trainer: Trainer, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_test_batch_end(self, trainer: Trainer, module: Any, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         if self._should_log(trainer, batch_idx + 1):
             self._log(trainer, "on_test_batch_end", trainer.global_step)

@@ -133,7 +133,7 @@ class BasePredictionWriter(Callback):
         self._stop_recording()
         self._start_recording(trainer.predict_dataloaders)
 
-    def on_predict_batch_end(self, trainer: Trainer, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_predict_batch_end(self, trainer: Trainer, module: Any, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         indices = self._indices(batch_idx)
         if self.on_batch:
             self.write_on_batch_end(trainer, module, outputs, indices, batch, batch_idx, 0)

@@ -58,11 +58,15 @@ class TQDMProgressBar(Callback):
 class RichProgressBar(Callback):
     """The same bars drawn with `rich` (needs `pip install rich`, as in Lightning).
 
+    `theme` and `console_kwargs` (Lightning's) are accepted so its code runs; the bars keep
+    rich's default look.
+
     Raises:
         ImportError: when `rich` is not installed; use `TQDMProgressBar` then.
     """
 
-    def __init__(self, refresh_rate: int = 1, leave: bool = False) -> None:
+    def __init__(self, refresh_rate: int = 1, leave: bool = False, theme: Any = None,
+                 console_kwargs: dict[str, Any] | None = None) -> None:
         try:
             import rich  # noqa: F401
         except ImportError:

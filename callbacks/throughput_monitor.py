@@ -202,7 +202,7 @@ class ThroughputMonitor(Callback):
     def on_validation_start(self, trainer: Trainer, module: Any) -> None:
         self._eval_start(trainer, "validate")
 
-    def on_validation_batch_end(self, trainer: Trainer, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_validation_batch_end(self, trainer: Trainer, module: Any, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         self._eval_batch(trainer, module, "validate", batch, batch_idx)
 
     def on_validation_end(self, trainer: Trainer, module: Any) -> None:
@@ -217,11 +217,11 @@ class ThroughputMonitor(Callback):
     def on_test_start(self, trainer: Trainer, module: Any) -> None:
         self._eval_start(trainer, "test")
 
-    def on_test_batch_end(self, trainer: Trainer, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_test_batch_end(self, trainer: Trainer, module: Any, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         self._eval_batch(trainer, module, "test", batch, batch_idx)
 
     def on_predict_start(self, trainer: Trainer, module: Any) -> None:
         self._eval_start(trainer, "predict")
 
-    def on_predict_batch_end(self, trainer: Trainer, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_predict_batch_end(self, trainer: Trainer, module: Any, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         self._eval_batch(trainer, module, "predict", batch, batch_idx)

@@ -65,8 +65,22 @@ def _capturing_init(init: Callable[..., None]) -> Callable[..., None]:
     return wrapper
 
 
-def hparams_of_caller(owner: Any, caller: Any, names: tuple[str, ...], ignore: str | list[str] | None) -> AttributeDict:
-    """`save_hyperparameters(*names, ignore=...)`: the calling `__init__`'s arguments (frame `caller`)."""
+def hparams_of_caller(owner: Any, caller: Any, names: tuple[Any, ...], ignore: str | list[str] | None) -> AttributeDict:
+    """`save_hyperparameters(*names, ignore=...)`: the calling `__init__`'s arguments (frame `caller`).
+
+    Lightning's other form, `save_hyperparameters(hparams)` with one dict or `argparse.Namespace`
+    (older code's `__init__(self, hparams)`), records that object's items.
+    """
+    if len(names) == 1 and not isinstance(names[0], str):
+        given = names[0]
+        items = given if isinstance(given, dict) else vars(given) if hasattr(given, "__dict__") else None
+        if items is None:
+            raise ValueError(
+                f"save_hyperparameters({given!r}): expected argument names, or one dict or argparse.Namespace of "
+                f"hyperparameters. Received: {type(given).__name__}."
+            )
+        dropped = {ignore} if isinstance(ignore, str) else set(ignore or [])
+        return AttributeDict({k: v for k, v in dict(items).items() if k not in dropped})
     local = dict(caller.f_locals)
     code = caller.f_code
     arg_names = list(code.co_varnames[1 : code.co_argcount + code.co_kwonlyargcount])

@@ -47,6 +47,10 @@ class DataModule:
     trainer: Any = None
     #: A name for the data, for your own use (Lightning's attribute; nothing here reads it).
     name: str | None = None
+    #: The keys Lightning's checkpoints use for a DataModule's hyperparameters.
+    CHECKPOINT_HYPER_PARAMS_KEY = "datamodule_hyper_parameters"
+    CHECKPOINT_HYPER_PARAMS_NAME = "datamodule_hparams_name"
+    CHECKPOINT_HYPER_PARAMS_TYPE = "datamodule_hparams_type"
 
     def __init__(self) -> None:
         from trainer._hparams import _Captured
@@ -54,15 +58,17 @@ class DataModule:
         if "hparams" not in self.__dict__:
             self.hparams: dict[str, Any] = _Captured()
 
-    def save_hyperparameters(self, *names: str, ignore: str | list[str] | None = None) -> None:
+    def save_hyperparameters(self, *names: Any, ignore: str | list[str] | None = None, frame: Any = None,
+                             logger: bool = True) -> None:
         """Fill `self.hparams` now from the calling `__init__`'s arguments (Lightning's; they are
-        also captured automatically after `__init__`)."""
+        also captured automatically after `__init__`), or from one dict or `argparse.Namespace`;
+        `frame` reads another frame's arguments, `logger` is accepted."""
         import inspect
 
         from trainer._hparams import hparams_of_caller
 
-        frame = inspect.currentframe()
-        caller = frame.f_back if frame is not None else None
+        current = inspect.currentframe()
+        caller = frame if frame is not None else current.f_back if current is not None else None
         if caller is not None:
             self.hparams = hparams_of_caller(self, caller, names, ignore)
             self._hparams_initial = copy.deepcopy(self.hparams)

@@ -216,8 +216,12 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
         train_dataloaders: Iterable[Any] | None = None,
         val_dataloaders: Iterable[Any] | None = None,
         datamodule: Any = None,
+        weights_only: bool | None = None,
     ) -> None:
         """Train `model` on `train_loader` until `max_epochs` or `max_steps`.
+
+        `weights_only` is Lightning's argument for reading `ckpt_path`; it is accepted and
+        changes nothing: a checkpoint is always read without executing anything.
 
         The loop, in pseudocode (hooks in docs/hooks.md)::
 
@@ -418,12 +422,23 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
             except Exception as save_error:  # noqa: BLE001
                 log.warning("last.ckpt could not be written after the error: %s", save_error)
 
-    def save_checkpoint(self, path: str | Path, weights_only: bool = False) -> Path:
+    def save_checkpoint(self, path: str | Path | None = None, weights_only: bool = False, *,
+                        filepath: str | Path | None = None, storage_options: Any = None) -> Path:
         """Write the whole training state to `path`, atomically (see README: Checkpoints);
         `weights_only=True` writes the module's weights alone (they evaluate, not resume).
         From `on_exception`, the state of the last completed step is written even inside a
-        window, marked as not an exact cut (a resume says so), as the Trainer's own last.ckpt."""
-        return self._io.save(path, weights_only=weights_only, allow_partial=self._handling_error)
+        window, marked as not an exact cut (a resume says so), as the Trainer's own last.ckpt.
+        `filepath` is Lightning's name of `path`; `storage_options` (Lightning's, for remote
+        storage plugins) must stay None."""
+        if storage_options is not None:
+            raise ValueError("save_checkpoint(storage_options=...) is for Lightning's remote checkpoint plugins, "
+                             f"which are not provided here. Expected None. Received: {storage_options!r}.")
+        if (path is None) == (filepath is None):
+            raise ValueError("save_checkpoint() expected one path (`path`, or Lightning's `filepath`). "
+                             f"Received: path={path!r}, filepath={filepath!r}.")
+        target = path if path is not None else filepath
+        assert target is not None
+        return self._io.save(target, weights_only=weights_only, allow_partial=self._handling_error)
 
     def remove_checkpoint(self, path: str | Path) -> None:
         """Delete a checkpoint file or folder (rank 0), only once the write in flight is

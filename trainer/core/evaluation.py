@@ -90,19 +90,22 @@ class TrainerEvaluation:
     _ckpt_path: str | None
 
     def validate(self, model: Module | None = None, loader: Any = None, ckpt_path: str | Path | None = None,
-                 verbose: bool = True, *, dataloaders: Any = None, datamodule: Any = None) -> dict[str, float]:
+                 verbose: bool = True, *, dataloaders: Any = None, datamodule: Any = None,
+                 weights_only: bool | None = None) -> dict[str, float]:
         """Run `validation_step` over `loader` (or `dataloaders=`/`datamodule=`, or the module's
         `val_dataloader()`); return the epoch-averaged metrics. Without `model`, the fitted one."""
         return self._evaluate("validation", model, loader, ckpt_path, dataloaders, datamodule, verbose)  # type: ignore[no-any-return]
 
     def test(self, model: Module | None = None, loader: Any = None, ckpt_path: str | Path | None = None,
-             verbose: bool = True, *, dataloaders: Any = None, datamodule: Any = None) -> dict[str, float]:
+             verbose: bool = True, *, dataloaders: Any = None, datamodule: Any = None,
+             weights_only: bool | None = None) -> dict[str, float]:
         """Run `test_step` over `loader` (or `dataloaders=`/`datamodule=`, or the module's
         `test_dataloader()`); return the epoch-averaged metrics. Without `model`, the fitted one."""
         return self._evaluate("test", model, loader, ckpt_path, dataloaders, datamodule, verbose)  # type: ignore[no-any-return]
 
     def predict(self, model: Module | None = None, loader: Any = None, ckpt_path: str | Path | None = None, *,
-                dataloaders: Any = None, datamodule: Any = None, return_predictions: bool | None = None) -> list[Any] | None:
+                dataloaders: Any = None, datamodule: Any = None, return_predictions: bool | None = None,
+                weights_only: bool | None = None) -> list[Any] | None:
         """Return the list of `predict_step` outputs over `loader` (or `dataloaders=`/`datamodule=`, or
         the module's `predict_dataloader()`); `return_predictions=False` keeps none and returns None."""
         keep = return_predictions is None or bool(return_predictions)

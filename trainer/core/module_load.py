@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from trainer._hparams import AttributeDict
+
 __all__ = ["load_module", "strictness"]
 
 
@@ -84,7 +86,11 @@ def load_module(cls: type, path: Any, map_location: Any, strict: bool | None, ov
     hparams.update(overrides)
     parameters = inspect.signature(cls.__init__).parameters  # type: ignore[misc]
     if not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
-        hparams = {k: v for k, v in hparams.items() if k in parameters}  # as Lightning: only what __init__ takes
+        taken = {k: v for k, v in hparams.items() if k in parameters}  # as Lightning: only what __init__ takes
+        required = [n for n, p in list(parameters.items())[1:] if p.default is p.empty and p.kind is not p.VAR_POSITIONAL]
+        if hparams and not taken and len(required) == 1:  # `__init__(self, hparams)` + save_hyperparameters(hparams)
+            taken = {required[0]: AttributeDict(hparams)}  # Lightning passes the saved dict under its name
+        hparams = taken
     module = cls(**hparams)
     strict = strictness(module, strict, f"{cls.__name__}.load_from_checkpoint")
     module.on_load_checkpoint(checkpoint)

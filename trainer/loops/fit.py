@@ -225,6 +225,7 @@ class FitLoop:
         isolate = trainer.args.isolate_validation_rng
         self.rng_before_validation = rng_state()
         state.validation_pending = True
+        module_of(trainer).on_validation_model_zero_grad()  # Lightning's, before a validation in fit
 
         def complete() -> None:
             state.validation_pending = False

@@ -104,14 +104,18 @@ class Module(ModuleTools):
     def device(self, value: Any) -> None:  # plain-PyTorch code that assigns self.device keeps working
         object.__setattr__(self, "_device_set", torch.device(value))
 
-    def save_hyperparameters(self, *names: str, ignore: str | list[str] | None = None) -> None:
+    def save_hyperparameters(self, *names: Any, ignore: str | list[str] | None = None, frame: Any = None,
+                             logger: bool = True) -> None:
         """Fill `self.hparams` now from the calling `__init__`'s arguments (Lightning's).
 
-        `names` picks some (default: all); `ignore` drops some. The arguments are captured
+        `names` picks some (default: all), or is one dict or `argparse.Namespace` whose items
+        become the hyperparameters; `ignore` drops some. The arguments are captured
         automatically after `__init__` anyway; call this to read `self.hparams` inside it.
+        `frame` (Lightning's) reads another frame's arguments; `logger=False` is accepted (the
+        hyperparameters are still written once per run).
         """
-        frame = inspect.currentframe()
-        caller = frame.f_back if frame is not None else None
+        current = inspect.currentframe()
+        caller = frame if frame is not None else current.f_back if current is not None else None
         if caller is not None:
             object.__setattr__(self, "hparams", hparams_of_caller(self, caller, names, ignore))
             object.__setattr__(self, "_hparams_initial", None)
@@ -297,11 +301,16 @@ class Module(ModuleTools):
     #: `self.manual_backward`, `opt.step()`), as in Lightning; see docs/manual_optimization.md.
     automatic_optimization: bool = True
 
-    def optimizers(self) -> Any:
+    def optimizers(self, use_pl_optimizer: bool = True) -> Any:
         """The optimizers of `configure_optimizers`, stepping through the Trainer's precision.
 
-        One optimizer is returned as is (wrapped), several as a list in the order given.
+        One optimizer is returned as is (wrapped), several as a list in the order given;
+        `use_pl_optimizer=False` (Lightning's) gives the torch optimizers themselves, which
+        step without the precision (no GradScaler) and without the step count.
         """
+        if not use_pl_optimizer:
+            raw = list(self.trainer._opt_setup().optimizers)
+            return raw[0] if len(raw) == 1 else raw
         managed = self.trainer._manual_optimization().managed
         return managed[0] if len(managed) == 1 else managed
 
