@@ -69,7 +69,7 @@ def test_only_the_import_lines_differ(name: str) -> None:
 
 
 @pytest.mark.xfail(strict=True, reason="several loaders in one stage: not supported, a ValueError (documented in "
-                                       "docs/lightning.md since 8ef6f9c; before it the list reached validation_step)")
+                                       "docs/lightning.md)")
 @pytest.mark.parametrize("loaders", ["eval", "train", "predict"])
 def test_multiple_loaders(loaders: str, tmp_path: Path) -> None:
     ours, theirs = both("multi_loaders", tmp_path, loaders=loaders)
@@ -126,13 +126,13 @@ def test_dict_outputs_without_accumulation(tmp_path: Path) -> None:
 
 def test_callback_sees_the_normalized_loss(tmp_path: Path) -> None:
     """on_train_batch_end's outputs["loss"] under accumulation is loss / accumulate_grad_batches
-    in Lightning (found by this project; fixed: 5973c7f)."""
+    in Lightning."""
     ours, theirs = both("dict_outputs", tmp_path)
     assert ours["losses"] == theirs["losses"]
 
 
 def test_callback_reads_outputs_loss_of_a_bare_tensor(tmp_path: Path) -> None:
-    """A bare-tensor return reaches callbacks as {"loss": detached} (fixed: 5973c7f)."""
+    """A bare-tensor return reaches callbacks as {"loss": detached}."""
     ours, theirs = both("dict_outputs", tmp_path, accumulate=1, returns="tensor")
     assert ours["losses"] == theirs["losses"]
 
@@ -185,7 +185,7 @@ def test_step_budget_bf16(tmp_path: Path) -> None:
 
 
 @pytest.mark.xfail(strict=True, reason="current_epoch after a stop inside an epoch: Lightning counts the epoch "
-                                       "(/tmp/findings/current_epoch_after_midepoch_stop.py)")
+                                       "(a deliberate difference, docs/lightning.md)")
 @pytest.mark.parametrize("options", STEP_BUDGETS[:3], ids=["max_steps", "stopping", "divergence"])
 def test_step_budget_current_epoch(options: dict[str, Any], tmp_path: Path) -> None:
     ours, theirs = both("step_budget", tmp_path, **options)
@@ -193,7 +193,7 @@ def test_step_budget_current_epoch(options: dict[str, Any], tmp_path: Path) -> N
 
 
 def test_early_stopping_stopped_epoch_when_not_stopped(tmp_path: Path) -> None:
-    """Lightning's 0 when it never stopped (was None here; fixed: c16f600)."""
+    """Lightning's 0 when it never stopped (was None here)."""
     ours, theirs = both("step_budget", tmp_path)
     assert ours["stopped_epoch"] == theirs["stopped_epoch"]
 
@@ -238,7 +238,7 @@ def test_progress_bar_metrics_every_step(tmp_path: Path) -> None:
 
 def test_logging_with_silu(tmp_path: Path) -> None:
     """With a logger the first micro-batch's FLOPs are counted; torch's FlopCounterMode
-    decomposes silu_backward, which changed the weights in the last bits (fixed: c260284)."""
+    decomposes silu_backward, which changed the weights in the last bits."""
     ours, theirs = both("logging_mix", tmp_path, activation="silu")
     assert_same_weights(ours["model"], theirs["model"])
 
@@ -281,7 +281,7 @@ def test_train_epoch_outputs_early_stop(tmp_path: Path) -> None:
 
 
 def test_stepping_batches_known_in_on_fit_start(tmp_path: Path) -> None:
-    """An IterableDataset capped by limit_train_batches: known in on_fit_start (were inf; fixed: c16f600)."""
+    """An IterableDataset capped by limit_train_batches: known in on_fit_start (were inf)."""
     ours, theirs = both("train_epoch_outputs", tmp_path)
     assert ours["budget"] == theirs["budget"] == (48, 6)
 
@@ -325,7 +325,7 @@ def test_midepoch_validation_and_checkpoints(precision: str, tmp_path: Path) -> 
 
 
 @pytest.mark.xfail(strict=True, reason="current_epoch after EarlyStopping stops at a mid-epoch validation: ours 1, "
-                                       "Lightning 2 (/tmp/findings/current_epoch_after_midepoch_stop.py)")
+                                       "Lightning 2 (a deliberate difference, docs/lightning.md)")
 def test_midepoch_stop_current_epoch(tmp_path: Path) -> None:
     ours, theirs = both("midepoch_validation", tmp_path)
     assert ours["stopped"]["current_epoch"] == theirs["stopped"]["current_epoch"]
@@ -356,15 +356,12 @@ def test_custom_stop_validates_before_stopping(tmp_path: Path) -> None:
     assert len(ours["files"]) == len(theirs["files"]) and ours["files"] != theirs["files"]
 
 
-@pytest.mark.xfail(strict=True, reason="LearningRateMonitor's values are not in callback_metrics here "
-                                       "(/tmp/findings/callback_metrics_minor.py)")
+@pytest.mark.xfail(strict=True, reason="LearningRateMonitor's values are not in callback_metrics here")
 def test_lr_monitor_values_in_callback_metrics(tmp_path: Path) -> None:
     ours, theirs = both("plateau", tmp_path)
     assert_same_metrics(ours["val"], theirs["val"])  # 'plateau' included
 
 
-@pytest.mark.xfail(strict=True, reason="after test() ours keeps the fit's metrics in callback_metrics "
-                                       "(/tmp/findings/callback_metrics_minor.py)")
 def test_callback_metrics_after_test(tmp_path: Path) -> None:
     ours, theirs = both("logging_mix", tmp_path)
     assert ours["after_test"] == theirs["after_test"] == ["test_mse"]

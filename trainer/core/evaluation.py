@@ -25,6 +25,7 @@ from trainer.loops.schedule import batch_limit
 
 if TYPE_CHECKING:
     from trainer._args import TrainerArgs
+    from trainer.logging.metrics import MetricStore
     from trainer.logging.profiler import SimpleProfiler
     from trainer.logging.run import RunIO
     from trainer.loops.hooks import CallbackBase
@@ -77,6 +78,7 @@ class TrainerEvaluation:
     strategy: Strategy
     callbacks: list[CallbackBase]
     _io: RunIO
+    _metrics: MetricStore
     _module: Module | None
     _opt: OptimizerSetup | None
     _dispatch: Dispatcher
@@ -143,6 +145,8 @@ class TrainerEvaluation:
         self.callbacks = with_module_callbacks(self.callbacks, model)
         self._dispatch = Dispatcher(model, self.callbacks, self._timer)
         hook_stage = "validate" if stage == "validation" else stage
+        if stage != "predict":
+            self._metrics.latest = {}  # callback_metrics then hold this call's values, as Lightning's
         self._call("setup", hook_stage)
         try:
             if type(model).configure_model is not Module.configure_model:
