@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from trainer import Callback
 
 if TYPE_CHECKING:
@@ -115,6 +117,8 @@ class LearningRateMonitor(Callback):
         if not values:
             return
         self.records.append({**where, **values})
+        # as Lightning (float32 tensors): monitorable, e.g. by EarlyStopping
+        trainer.callback_metrics.update({tag: torch.tensor(value) for tag, value in values.items()})
         for logger in trainer.loggers:  # logger=[...]: each one
             logger.log_metrics(values, step=trainer.global_step)
 

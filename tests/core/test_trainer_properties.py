@@ -348,3 +348,35 @@ def test_estimated_stepping_batches_in_configure_optimizers() -> None:
                       enable_checkpointing=False, enable_progress_bar=False)
     trainer.fit(OneCycle(), loader)  # OneCycleLR raises if it is stepped more than total_steps times
     assert lengths == [3 * 3] and trainer.global_step == 9  # 5 batches, windows of 2 -> 3 steps per epoch
+
+
+def test_a_callback_can_record_a_value_in_callback_metrics() -> None:
+    """Lightning's pattern: a callback writes `trainer.callback_metrics[name] = value` and a
+    monitoring callback (here EarlyStopping) acts on it; a later read still has it."""
+    import callbacks
+
+    class Score(Callback):
+        def on_validation_epoch_end(self, trainer: Trainer, module: Any) -> None:
+            trainer.callback_metrics["custom"] = torch.tensor(float(trainer.current_epoch == 0))  # improves once
+
+    class Net(Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(2, 1)
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            return self.layer(batch[0]).sum()
+
+        def validation_step(self, batch: Any, batch_idx: int) -> None:
+            pass
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    stopper = callbacks.EarlyStopping("custom", mode="max", patience=1)
+    data = DataLoader(TensorDataset(torch.randn(4, 2)), batch_size=2)
+    trainer = Trainer(max_epochs=5, callbacks=[Score(), stopper], logger=False, enable_checkpointing=False,
+                      enable_progress_bar=False, num_sanity_val_steps=0)
+    trainer.fit(Net(), data, data)
+    assert trainer.current_epoch == 2 and stopper.best_score == 1.0  # best at epoch 0, no improvement at 1
+    assert trainer.callback_metrics["custom"] == 0.0

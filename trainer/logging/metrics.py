@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from trainer.precision import Precision
     from trainer.strategies import Strategy
 
-__all__ = ["MonitorError", "MetricStore", "to_floats", "EPOCH_SUFFIX", "STEP_SUFFIX", "AUTOMATIC", "batch_size_of", "fit_summary"]
+__all__ = ["MonitorError", "MetricStore", "CallbackMetrics", "to_floats", "EPOCH_SUFFIX", "STEP_SUFFIX", "AUTOMATIC", "batch_size_of", "fit_summary"]
 
 _REDUCTIONS = ("mean", "sum", "max", "min")
 EPOCH_SUFFIX = "_epoch"
@@ -341,6 +341,31 @@ class MetricStore:
     def update_latest(self, values: Mapping[str, float]) -> None:
         """Record values the Trainer already read to the host (e.g. the automatic train/ scalars)."""
         self.latest.update(values)
+
+
+class CallbackMetrics(dict):  # type: ignore[type-arg]
+    """`trainer.callback_metrics`: the values as floats, and writable as Lightning's dict is:
+    `trainer.callback_metrics["name"] = value` (or `.update(...)`) from a callback records the
+    value, so EarlyStopping, ModelCheckpoint and schedulers can monitor it."""
+
+    def __init__(self, values: Mapping[str, float], store: MetricStore) -> None:
+        super().__init__(values)
+        self._store = store
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        if not isinstance(name, str):
+            raise ValueError(f"callback_metrics[name] = ... expected a string name. Received: {name!r}.")
+        stored = value.detach() if isinstance(value, torch.Tensor) else float(value)
+        self._store.latest[name] = stored
+        super().__setitem__(name, float(stored))
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        for name, value in dict(*args, **kwargs).items():
+            self[name] = value
+
+    def __delitem__(self, name: str) -> None:
+        self._store.latest.pop(name, None)
+        super().__delitem__(name)
 
 
 def to_floats(values: Mapping[str, torch.Tensor | float | _Reduction]) -> dict[str, float]:
