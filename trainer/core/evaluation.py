@@ -146,7 +146,7 @@ class TrainerEvaluation:
         self._dispatch = Dispatcher(model, self.callbacks, self._timer)
         hook_stage = "validate" if stage == "validation" else stage
         if stage != "predict":
-            self._metrics.latest = {}  # callback_metrics then hold this call's values, as Lightning's
+            self._metrics.clear_latest()  # callback_metrics then hold this call's values, as Lightning's
         self._call("setup", hook_stage)
         try:
             if type(model).configure_model is not Module.configure_model:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from trainer._utils import length_of
-from trainer.logging.metrics import CallbackMetrics, to_floats
+from trainer.logging.metrics import to_floats
 from trainer.loops.schedule import batch_limit
 
 if TYPE_CHECKING:
@@ -83,10 +83,11 @@ class TrainerProperties:
         return self._precision
 
     @property
-    def callback_metrics(self) -> CallbackMetrics:
-        """The latest value of every logged metric, as Python floats (read on access); a value
-        set in it (`trainer.callback_metrics["name"] = value`) is recorded, as in Lightning."""
-        return CallbackMetrics(to_floats(self._metrics.current()), self._metrics)
+    def callback_metrics(self) -> dict[str, Any]:
+        """The latest value of every logged metric, as Python floats (read on access, into one
+        dict updated in place, as Lightning's); a value a callback sets in it
+        (`trainer.callback_metrics["name"] = value`) is recorded, as in Lightning."""
+        return self._metrics.callback_view()
 
     @property
     def optimizer(self) -> torch.optim.Optimizer | None:

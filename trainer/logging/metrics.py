@@ -48,9 +48,10 @@ if TYPE_CHECKING:
     from trainer.precision import Precision
     from trainer.strategies import Strategy
 
-__all__ = ["MonitorError", "MetricStore", "CallbackMetrics", "to_floats", "EPOCH_SUFFIX", "STEP_SUFFIX", "AUTOMATIC", "batch_size_of", "fit_summary"]
+__all__ = ["MonitorError", "MetricStore", "to_floats", "EPOCH_SUFFIX", "STEP_SUFFIX", "AUTOMATIC", "batch_size_of", "fit_summary"]
 
 _REDUCTIONS = ("mean", "sum", "max", "min")
+_UNSET = object()
 EPOCH_SUFFIX = "_epoch"
 STEP_SUFFIX = "_step"
 # Written by the Trainer at every logging step (plus `train/lr-groupN`, `train/lr-optK-groupN`).
@@ -163,6 +164,10 @@ class MetricStore:
         self.batch: Any = None  # the batch being processed: its size weights epoch means
         self._evaluating = False
         self.epoch_end_reached = False  # the module's epoch-end hook runs: `current` shows the open epoch
+        # trainer.callback_metrics: one dict, refreshed in place on every read (as Lightning's), and
+        # what the last refresh put in it, to tell values a callback set there since
+        self.view: dict[str, Any] = {}
+        self._view_given: dict[str, Any] = {}
 
     @property
     def evaluating(self) -> bool:
@@ -338,34 +343,28 @@ class MetricStore:
         aliases = {r.source: r for r in open_values.values() if r.alias}
         return {**self.latest, **open_values, **aliases}
 
+    def callback_view(self) -> dict[str, Any]:
+        """`trainer.callback_metrics`: the values as floats, in one dict updated in place, as
+        Lightning's. A number or tensor a callback set in it since the last read
+        (`trainer.callback_metrics["name"] = value`) is recorded first, so it can be monitored."""
+        for name, value in self.view.items():
+            if self._view_given.get(name, _UNSET) is not value and isinstance(value, (torch.Tensor, numbers.Real)):
+                self.latest[name] = value.detach() if isinstance(value, torch.Tensor) else float(value)
+        fresh = to_floats(self.current())
+        self.view.clear()  # what a read holds mirrors what was logged (the sanity check's values go)
+        self.view.update(fresh)
+        self._view_given = fresh
+        return self.view
+
+    def clear_latest(self) -> None:
+        """Forget every metric (`validate`/`test` start from empty `callback_metrics`, as Lightning's)."""
+        self.latest = {}
+        self.view.clear()
+        self._view_given = {}
+
     def update_latest(self, values: Mapping[str, float]) -> None:
         """Record values the Trainer already read to the host (e.g. the automatic train/ scalars)."""
         self.latest.update(values)
-
-
-class CallbackMetrics(dict):  # type: ignore[type-arg]
-    """`trainer.callback_metrics`: the values as floats, and writable as Lightning's dict is:
-    `trainer.callback_metrics["name"] = value` (or `.update(...)`) from a callback records the
-    value, so EarlyStopping, ModelCheckpoint and schedulers can monitor it."""
-
-    def __init__(self, values: Mapping[str, float], store: MetricStore) -> None:
-        super().__init__(values)
-        self._store = store
-
-    def __setitem__(self, name: str, value: Any) -> None:
-        if not isinstance(name, str):
-            raise ValueError(f"callback_metrics[name] = ... expected a string name. Received: {name!r}.")
-        stored = value.detach() if isinstance(value, torch.Tensor) else float(value)
-        self._store.latest[name] = stored
-        super().__setitem__(name, float(stored))
-
-    def update(self, *args: Any, **kwargs: Any) -> None:
-        for name, value in dict(*args, **kwargs).items():
-            self[name] = value
-
-    def __delitem__(self, name: str) -> None:
-        self._store.latest.pop(name, None)
-        super().__delitem__(name)
 
 
 def to_floats(values: Mapping[str, torch.Tensor | float | _Reduction]) -> dict[str, float]:
