@@ -281,7 +281,7 @@ def test_mnist(precision: str, dry_run: bool, accel: bool) -> None:
 
 
 def test_mnist_accel_loaders_with_the_default_sanity_check() -> None:
-    """README ("Decisions"): a validation loader with persistent workers keeps the iterator the
+    """docs/design.md ("Decisions"): a validation loader with persistent workers keeps the iterator the
     sanity check opened (as in Lightning), so its first real validation draws no seed where the
     script's first test pass draws one: the default sanity check ends elsewhere, and
     num_sanity_val_steps=0 (the port above) gives the script's weights."""

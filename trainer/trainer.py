@@ -63,7 +63,7 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
         >>> trainer.global_step
         4
 
-    All arguments are keyword-only and validated at construction (see README for each);
+    All arguments are keyword-only and validated at construction (see docs/arguments.md for each);
     an invalid one raises `ValueError` naming it and the accepted values.
     """
 
@@ -424,7 +424,7 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
 
     def save_checkpoint(self, path: str | Path | None = None, weights_only: bool = False, *,
                         filepath: str | Path | None = None, storage_options: Any = None) -> Path:
-        """Write the whole training state to `path`, atomically (see README: Checkpoints);
+        """Write the whole training state to `path`, atomically (see docs/checkpoints.md);
         `weights_only=True` writes the module's weights alone (they evaluate, not resume).
         From `on_exception`, the state of the last completed step is written even inside a
         window, marked as not an exact cut (a resume says so), as the Trainer's own last.ckpt.

@@ -51,7 +51,7 @@ def test_host_reads_happen_only_at_logging_intervals(host_reads, precision, tmp_
         assert reads == {}  # the GradScaler's own skip decision is the only per-step read
     else:
         # fp32/bf16: exactly one read of the window's "loss is finite" flag per optimizer
-        # step, so a non-finite loss never reaches the weights (README: Non-finite losses).
+        # step, so a non-finite loss never reaches the weights (docs/design.md, Decisions).
         assert reads == {"__float__": steps}
 
 
