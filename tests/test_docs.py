@@ -240,7 +240,9 @@ NOT_RUN = {"tensorboard"}  # a server: it would not return
 def _run_the_tutorial(folder: Path) -> dict[str, str]:
     """Write the tutorial's files and run its commands, in the page's order, as written;
     what each command printed (stdout and stderr), by command."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}  # this checkout's trainer, as an install would be
+    # this checkout's trainer, as an install would be; the CPU, as the page says (on a machine
+    # with one GPU, two processes would need two)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
     printed = {}
     for language, body in FENCE.findall(TUTORIAL.read_text(encoding="utf-8")):
         if language in ("python", "yaml"):
