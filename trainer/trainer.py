@@ -162,6 +162,7 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
         self._warned_no_validation_step = False
         self._steps_at_fit_start = 0  # an error keeps last.ckpt only when this fit took steps
         self._handling_error = False
+        self._module_callbacks = True  # False: the learning-rate sweep runs without the module's configure_callbacks()
         self._timer = SimpleProfiler() if self.args.profiler == "simple" else None
         self._state_parts = trainer_parts(self)  # what a checkpoint holds, each part registered once
 
@@ -349,7 +350,8 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
             self._module = model
             self.state = LoopState()
         model._attach(self)
-        self.callbacks = with_module_callbacks(self.callbacks, model)
+        if self._module_callbacks:
+            self.callbacks = with_module_callbacks(self.callbacks, model)
         self._dispatch = Dispatcher(model, self.callbacks, self._timer)
         self._call("setup", stage)  # before the model is moved or wrapped: layers made here count
         if type(model).configure_model is not Module.configure_model:
