@@ -344,6 +344,20 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
         """Opening/closing bars and writing epoch-end files: not cut by an interrupt."""
         return self._signals.deferred() if self._signals is not None else contextlib.nullcontext()
 
+    def uninterruptible(self) -> contextlib.AbstractContextManager[Any]:
+        """A block Ctrl-C does not cut: a SIGINT arriving inside it raises `KeyboardInterrupt`
+        when the block ends. For a callback whose change must happen whole or not at all
+        (weight averaging swaps the averaged weights in and out with it), so the checkpoint
+        written on the interrupt never holds it half done. SIGTERM and SLURM's warning signal
+        only ever request a stop at the next step boundary. Outside `fit` it does nothing.
+
+        Example:
+            >>> from trainer import Trainer
+            >>> with Trainer(logger=False, enable_checkpointing=False).uninterruptible():
+            ...     pass
+        """
+        return self._bookkeeping()
+
     def _setup(self, model: Module, stage: str) -> None:
         new_run = self._starts_run(model)
         if new_run:  # a new model (or one only evaluated so far): new optimizer, counters restart
