@@ -4,6 +4,7 @@ and the averaged weights, and the resumed run ends with the weights of the unint
 
 from __future__ import annotations
 
+import os
 import signal
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,9 @@ from tests.helpers.checkpoints import fresh_model, scramble_global_rng, shuffled
 from tests.helpers.reference import loader, make_data, make_model, weights
 from trainer import Callback, Trainer
 from trainer.checkpoint import load_checkpoint
+from trainer.strategies.requeue import REQUEUED_ENV
+
+LAUNCH = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 COPIES = 8  # TinyNet's 4 parameter tensors, each copied twice by a swap (in one direction, then the other)
 
@@ -38,7 +42,8 @@ class Injector:
                     injector.armed, injector.fired = False, True
                     if injector.kind == "error":
                         raise RuntimeError("injected inside the swap")
-                    signal.raise_signal(signal.SIGINT if injector.kind == "sigint" else signal.SIGTERM)
+                    signal.raise_signal({"sigint": signal.SIGINT, "sigterm": signal.SIGTERM}.get(injector.kind,
+                                                                                                  signal.SIGUSR1))
                 injector.calls += 1
             return original(tensor, *args, **kwargs)
 
@@ -117,12 +122,18 @@ POINTS = [("on_validation_epoch_start", 0), ("on_validation_epoch_end", 0), ("on
           ("on_train_end", None)]
 
 
-@pytest.mark.parametrize("kind", ["sigint", "error", "sigterm"])
+@pytest.mark.parametrize("kind", ["sigint", "error", "sigterm", "requeue"])
 @pytest.mark.parametrize("hook,epoch", POINTS)
 def test_ema_swap_interrupted_at_every_tensor_leaves_no_mixed_checkpoint(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, uninterrupted: Any, kind: str, hook: str, epoch: int | None) -> None:
     average, training = uninterrupted
-    for index in range(COPIES if kind != "sigterm" else 1):  # SIGTERM only asks for a stop: one point shows it
+    if kind == "requeue":  # SLURM's warning signal (SIGUSR1), handled inside a SLURM job (scontrol absent: a warning)
+        for name in [n for n in os.environ if n.startswith("SLURM_") or n in LAUNCH]:
+            monkeypatch.delenv(name)
+        monkeypatch.setenv("SLURM_JOB_ID", "4242")
+        monkeypatch.setenv(REQUEUED_ENV, "")  # restored after the test: the run sets it
+        monkeypatch.setenv("PATH", str(tmp_path / "no-scontrol"))
+    for index in range(COPIES if kind in ("sigint", "error") else 1):  # the others only ask for a stop: one point
         root = tmp_path / f"{index}"
         injector = Injector(kind, index)
         with monkeypatch.context() as patch:
