@@ -2,9 +2,10 @@
 
 A weight-averaging callback puts the average into the module and back, tensor by tensor. A
 checkpoint written after an error or an interrupt inside that loop would hold a mix of the two
-sets of weights; these helpers first copy what they overwrite, and on any exception (an
-interrupt included) put every tensor back before it propagates. Run them inside
-`trainer.uninterruptible()` so that Ctrl-C waits for the end instead.
+sets of weights; on any exception (an interrupt included) these helpers put every tensor back
+before it propagates (a swap is undone by swapping again; a one-way copy keeps a copy of what
+it overwrites). Run them inside `trainer.uninterruptible()` so that Ctrl-C waits for the end
+instead.
 """
 
 from __future__ import annotations
@@ -16,18 +17,13 @@ import torch
 __all__ = ["copy_all", "swap_all"]
 
 
-def _copy(target: torch.Tensor, source: torch.Tensor) -> None:
-    """One tensor's copy (a single place, so tests can interrupt the loop at any index)."""
-    target.copy_(source)
-
-
 def copy_all(pairs: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> None:
     """`target <- source` for every `(target, source)` pair, all or nothing."""
     with torch.no_grad():
         held = [target.detach().clone() for target, _ in pairs]  # a failure here changes nothing
         try:
             for target, source in pairs:
-                _copy(target.detach(), source.detach())
+                target.detach().copy_(source.detach())
         except BaseException:
             for (target, _), kept in zip(pairs, held):
                 target.detach().copy_(kept)
@@ -35,20 +31,26 @@ def copy_all(pairs: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> None:
 
 
 def swap_all(pairs: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> None:
-    """`a <-> b` for every `(a, b)` pair, all or nothing."""
+    """`a <-> b` for every `(a, b)` pair, all or nothing, holding one spare tensor at a time: on an
+    exception the pair being swapped is put back, then the pairs already swapped are swapped again."""
     with torch.no_grad():
-        held = [a.detach().clone() for a, _ in pairs]  # a failure here changes nothing
-        first_done = False
+        done, held, a_written = 0, None, False
         try:
             for a, b in pairs:
-                _copy(a.detach(), b.detach())
-            first_done = True
-            for (_, b), kept in zip(pairs, held):
-                _copy(b.detach(), kept)
+                held, a_written = None, False
+                held = a.detach().clone()
+                a.detach().copy_(b.detach())
+                a_written = True  # b's value is in a from here on
+                b.detach().copy_(held)
+                done += 1
         except BaseException:
-            if first_done:  # every `a` holds its `b`: put the b's back from there
-                for a, b in pairs:
+            if done < len(pairs) and held is not None:
+                a, b = pairs[done]
+                if a_written:
                     b.detach().copy_(a.detach())
-            for (a, _), kept in zip(pairs, held):
-                a.detach().copy_(kept)
+                a.detach().copy_(held)
+            for a, b in pairs[:done]:
+                spare = a.detach().clone()
+                a.detach().copy_(b.detach())
+                b.detach().copy_(spare)
             raise
