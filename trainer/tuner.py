@@ -227,7 +227,8 @@ def _sweep_arguments(trainer: Trainer, num_training: int, sweep: _Sweep, root_di
     precision = trainer.args.precision
     args.update(
         precision=copy.deepcopy(precision) if not isinstance(precision, str) else precision,  # its own GradScaler
-        strategy=trainer.args.strategy, callbacks=[sweep], logger=False, root_dir=root_dir, max_steps=num_training, max_epochs=None,
+        strategy=trainer.args.strategy, callbacks=[sweep], logger=False, root_dir=root_dir, max_steps=num_training,
+        max_epochs=None,
         min_epochs=None, min_steps=None, max_time=None, enable_checkpointing=False, enable_progress_bar=False,
         enable_model_summary=False, log_every_n_steps=1, num_sanity_val_steps=0, limit_val_batches=0,
         nonfinite_loss="off", fast_dev_run=False, profiler=None, requeue=False, run_name=None,
