@@ -262,3 +262,14 @@ def test_the_counts_are_checked_in_the_windows_one_host_read(monkeypatch):
 
     fit(Counts(dropout=0.0), plain_loader(), epochs=1)
     assert reads == [1, 1, 1]  # three windows of 4, 4 and 3 micro-batches: one host read each
+
+
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="needs torch.distributed")
+def test_a_bad_count_on_one_rank_stops_every_rank_naming_it(tmp_path):
+    from tests.strategies.test_ddp_failures import torchrun
+
+    done, seconds = torchrun("bad-count", 1, tmp_path)
+    assert done.returncode != 0 and seconds < 60, done.stderr[-3000:]
+    assert "training_step (batch 2) returned num_items=-2 (as a tensor)" in done.stderr, done.stderr[-3000:]
+    assert "malformed num_items on another rank" in done.stderr  # rank 0 says where to look
+    assert not list(tmp_path.glob("rank*.pt"))
