@@ -22,6 +22,7 @@ from trainer import Callback
 from trainer.module import step_caller
 from trainer.utilities import rank_zero_info, rank_zero_warn
 
+from callbacks._weights import copy_all
 from callbacks.weight_averaging import _device_of
 
 if TYPE_CHECKING:
@@ -175,10 +176,9 @@ class StochasticWeightAveraging(Callback):
 
     @staticmethod
     def transfer_weights(src_pl_module: nn.Module, dst_pl_module: nn.Module) -> None:
-        """Copy the parameters (not the buffers) of one module into another."""
-        with torch.no_grad():
-            for src, dst in zip(src_pl_module.parameters(), dst_pl_module.parameters()):
-                dst.detach().copy_(src.to(dst.device))
+        """Copy the parameters (not the buffers) of one module into another: all of them, or
+        (on an error or an interrupt inside) none."""
+        copy_all(list(zip(dst_pl_module.parameters(), src_pl_module.parameters())))
 
     # ------------------------------------------------------------------------ fit
     def setup(self, trainer: Trainer, module: Any, stage: str) -> None:
@@ -250,12 +250,14 @@ class StochasticWeightAveraging(Callback):
         finished = self._max_epochs == -1 or epoch == self.swa_end + 1
         if average is None or not finished or epoch == self._finalized_epoch:
             return  # stopped before the window's last epoch: the training weights stay, as in Lightning
-        self._finalized_epoch = epoch
         if int(average.n_averaged) == 0:
+            self._finalized_epoch = epoch
             rank_zero_warn("StochasticWeightAveraging: training ended before the SWA window started, so nothing was "
                            "averaged; the module keeps its trained weights.")
             return
-        self.transfer_weights(average.module, module)
+        with trainer.uninterruptible():  # the module takes the average whole: a checkpoint never holds a mix
+            self.transfer_weights(average.module, module)
+            self._finalized_epoch = epoch
         stopped = (trainer.max_steps is not None and trainer.global_step >= trainer.max_steps) or trainer.should_stop
         if self._model_contains_batch_norm and self._max_epochs != -1 and not stopped:
             self._recompute_batch_norm(trainer, module)

@@ -19,6 +19,7 @@ resume with this callback continues both exactly.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import weakref
 from typing import TYPE_CHECKING, Any
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.optim.swa_utils import AveragedModel, get_ema_avg_fn
 
+from callbacks._weights import swap_all
 from trainer import Callback
 
 if TYPE_CHECKING:
@@ -228,13 +230,13 @@ class WeightAveraging(Callback):
         self._average_model.update_parameters(module)
 
     def _swap(self, module: Any) -> None:
+        """The average in (or out), whole: Ctrl-C waits for the end, an error puts every
+        tensor back, so no checkpoint ever holds a mix of the two sets of weights."""
         assert self._average_model is not None
-        with torch.no_grad():
-            for average, current in zip(_tensors(self._average_model.module), _tensors(module)):
-                held = average.clone()
-                average.copy_(current)
-                current.copy_(held)
-        self._swapped = not self._swapped
+        trainer = self._trainer() if self._trainer is not None else None
+        with trainer.uninterruptible() if trainer is not None else contextlib.nullcontext():
+            swap_all(list(zip(_tensors(self._average_model.module), _tensors(module))))
+            self._swapped = not self._swapped
 
 
 class EMAWeightAveraging(WeightAveraging):

@@ -162,6 +162,7 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
         self._warned_no_validation_step = False
         self._steps_at_fit_start = 0  # an error keeps last.ckpt only when this fit took steps
         self._handling_error = False
+        self._module_callbacks = True  # False: the learning-rate sweep runs without the module's configure_callbacks()
         self._timer = SimpleProfiler() if self.args.profiler == "simple" else None
         self._state_parts = trainer_parts(self)  # what a checkpoint holds, each part registered once
 
@@ -343,13 +344,28 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
         """Opening/closing bars and writing epoch-end files: not cut by an interrupt."""
         return self._signals.deferred() if self._signals is not None else contextlib.nullcontext()
 
+    def uninterruptible(self) -> contextlib.AbstractContextManager[Any]:
+        """A block Ctrl-C does not cut: a SIGINT arriving inside it raises `KeyboardInterrupt`
+        when the block ends. For a callback whose change must happen whole or not at all
+        (weight averaging swaps the averaged weights in and out with it), so the checkpoint
+        written on the interrupt never holds it half done. SIGTERM and SLURM's warning signal
+        only ever request a stop at the next step boundary. Outside `fit` it does nothing.
+
+        Example:
+            >>> from trainer import Trainer
+            >>> with Trainer(logger=False, enable_checkpointing=False).uninterruptible():
+            ...     pass
+        """
+        return self._bookkeeping()
+
     def _setup(self, model: Module, stage: str) -> None:
         new_run = self._starts_run(model)
         if new_run:  # a new model (or one only evaluated so far): new optimizer, counters restart
             self._module = model
             self.state = LoopState()
         model._attach(self)
-        self.callbacks = with_module_callbacks(self.callbacks, model)
+        if self._module_callbacks:
+            self.callbacks = with_module_callbacks(self.callbacks, model)
         self._dispatch = Dispatcher(model, self.callbacks, self._timer)
         self._call("setup", stage)  # before the model is moved or wrapped: layers made here count
         if type(model).configure_model is not Module.configure_model:

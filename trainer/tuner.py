@@ -11,9 +11,11 @@ learning rates, where the sweep's steps are tiny and noise makes steep slopes.
 
 The run uses a separate Trainer with this one's settings (precision, device, accumulation,
 limits on batches), a fresh optimizer from `configure_optimizers`, no logger, checkpoint,
-validation or bar. Afterwards everything is as it was: the module's weights, buffers,
-gradients and train/eval modes, this Trainer and its optimizers, every global random
-stream, and the state of the loader's own generator.
+validation or bar, none of the module's `configure_callbacks()`, and a temporary run folder
+(deleted afterwards), so nothing of it is found by a later run. Afterwards everything is as
+it was: the module's weights, buffers, gradients and train/eval modes, this Trainer and its
+optimizers, every global random stream, the state of the loader's own generator and its
+persistent workers (the sweep's are shut down; the next `iter()` starts fresh ones).
 
 Example:
     >>> from trainer.tuner import LRFinderResult
@@ -27,6 +29,7 @@ from __future__ import annotations
 import copy
 import logging
 import math
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -139,6 +142,13 @@ class _Sweep(_Hooks):
         self.losses: list[float] = []
         self._average, self._best = 0.0, math.inf
         self._recorded = 0
+        self.workers = _PersistentWorkers()
+
+    def on_train_start(self, trainer: Trainer, module: Any) -> None:
+        self.workers.put_aside(trainer.train_dataloader)
+
+    def on_train_epoch_start(self, trainer: Trainer, module: Any) -> None:
+        self.workers.put_aside(trainer.train_dataloader)  # a loader reloaded for this epoch
 
     def on_before_optimizer_step(self, trainer: Trainer, module: Any, optimizer: Any) -> None:
         lr = self.schedule[min(trainer.global_step, len(self.schedule) - 1)]
@@ -186,11 +196,16 @@ def lr_find(trainer: Trainer, model: Any, train_dataloaders: Any = None, *, data
                 else [min_lr + (max_lr - min_lr) * f for f in fraction])
     sweep = _Sweep(schedule, early_stop_threshold)
     saved = _Saved(model, train_dataloaders)
-    try:
-        finder = type(trainer)(**_sweep_arguments(trainer, num_training, sweep))
-        finder.fit(model, train_dataloaders, datamodule=datamodule)
-    finally:
-        saved.restore()
+    # its own run folder, deleted afterwards: whatever the module's hooks write there (trainer.log_dir)
+    # never lands in the user's run folders, where a later `ckpt_path="last"` would find it
+    with tempfile.TemporaryDirectory(prefix="lr_find-") as scratch:
+        try:
+            finder = type(trainer)(**_sweep_arguments(trainer, num_training, sweep, scratch))
+            finder._module_callbacks = False  # the module's configure_callbacks() are the user's run's, not the sweep's
+            finder.fit(model, train_dataloaders, datamodule=datamodule)
+        finally:
+            sweep.workers.restore()
+            saved.restore()
     if len(sweep.losses) < num_training:
         log.info("lr_find stopped after %d of %d steps: the loss diverged.", len(sweep.losses), num_training)
     result = LRFinderResult(sweep.lrs, sweep.losses, mode=mode, run_dir=lambda: trainer.log_dir)
@@ -205,14 +220,15 @@ def lr_find(trainer: Trainer, model: Any, train_dataloaders: Any = None, *, data
     return result
 
 
-def _sweep_arguments(trainer: Trainer, num_training: int, sweep: _Sweep) -> dict[str, Any]:
+def _sweep_arguments(trainer: Trainer, num_training: int, sweep: _Sweep, root_dir: str) -> dict[str, Any]:
     # nonfinite_loss="off": a diverged step is written like any other (its nan ends the sweep;
     # the weights it spoils are restored afterwards)
     args = trainer.args.model_dump(exclude={"callbacks", "logger", "precision", "strategy"})
     precision = trainer.args.precision
     args.update(
         precision=copy.deepcopy(precision) if not isinstance(precision, str) else precision,  # its own GradScaler
-        strategy=trainer.args.strategy, callbacks=[sweep], logger=False, max_steps=num_training, max_epochs=None,
+        strategy=trainer.args.strategy, callbacks=[sweep], logger=False, root_dir=root_dir, max_steps=num_training,
+        max_epochs=None,
         min_epochs=None, min_steps=None, max_time=None, enable_checkpointing=False, enable_progress_bar=False,
         enable_model_summary=False, log_every_n_steps=1, num_sanity_val_steps=0, limit_val_batches=0,
         nonfinite_loss="off", fast_dev_run=False, profiler=None, requeue=False, run_name=None,
@@ -221,9 +237,33 @@ def _sweep_arguments(trainer: Trainer, num_training: int, sweep: _Sweep) -> dict
     return {k: v for k, v in args.items() if k in type(trainer.args).model_fields}
 
 
+class _PersistentWorkers:
+    """A loader with `persistent_workers=True` keeps its worker iterator, and the base seed that
+    iterator drew, for the next `iter()`: the sweep trains on an iterator of its own, shut down
+    afterwards, so the next fit opens the loader exactly as it would have without the sweep."""
+
+    def __init__(self) -> None:
+        self._kept: list[tuple[Any, Any]] = []  # (loader, the iterator it held before the sweep)
+
+    def put_aside(self, loader: Any) -> None:
+        if not hasattr(loader, "_iterator") or any(seen is loader for seen, _ in self._kept):
+            return
+        self._kept.append((loader, loader._iterator))
+        loader._iterator = None
+
+    def restore(self) -> None:
+        for loader, before in self._kept:
+            mine = loader._iterator
+            if mine is not None and mine is not before and callable(getattr(mine, "_shutdown_workers", None)):
+                mine._shutdown_workers()
+            loader._iterator = before
+        self._kept.clear()
+
+
 class _Saved:
     """What the sweep changes, to put back: weights and buffers, gradients, train/eval modes,
-    the Trainer link, every global random stream, the loader's own generators."""
+    the Trainer link, every global random stream, the loader's own generators (its persistent
+    workers: `_PersistentWorkers`)."""
 
     def __init__(self, model: torch.nn.Module, loader: Any) -> None:
         self.model = model

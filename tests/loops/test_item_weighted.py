@@ -215,3 +215,61 @@ def test_ddp_and_fsdp_equal_the_hand_written_ddp_loop_that_all_reduces_the_count
     # the logged loss: the per-item mean over both ranks' items, the same on each rank
     assert ranks[0][case]["logged"] == ranks[1][case]["logged"]
     assert ranks[0][case]["logged"] == pytest.approx(ranks[0][case]["global_mean"], rel=1e-6)
+
+
+@pytest.mark.parametrize("bad,shown", [(torch.tensor(-2), "-2"), (torch.tensor(-1.0), "-1"), (torch.tensor(2.5), "2.5"),
+                                       (torch.tensor(float("nan")), "nan"), (torch.tensor(float("inf")), "inf")])
+def test_a_negative_or_fractional_count_as_a_tensor_names_the_batch(bad, shown):
+    # batch 5 in the second window: the window's total stays positive, so only the count's own check finds it
+    model = hooks(counts={5: bad})
+    trainer = Trainer(max_epochs=1, accumulate_grad_batches=4, **QUIET)
+    with pytest.raises(ValueError, match=rf"training_step \(batch 5\) returned num_items={shown} \(as a tensor\)\. "
+                                         r"Expected .* a whole number, at least 0"):
+        trainer.fit(model, plain_loader())
+    assert trainer.global_step == 1  # the first window stepped; the second raised before its backward
+    assert "before_backward" not in [kind for kind, _ in model.events[model.events.index(("step", 4)):]]
+
+
+def test_the_counts_are_checked_in_the_windows_one_host_read(monkeypatch):
+    from trainer.loops import items
+
+    reads: list[int] = []
+    inside = [False]
+    close = items.HeldWindow.close
+
+    def counted_close(self: Any, batches_done: int) -> Any:
+        inside[0] = True
+        reads.append(0)
+        try:
+            return close(self, batches_done)
+        finally:
+            inside[0] = False
+
+    for name in ("tolist", "item", "__bool__", "__float__", "__int__", "__index__"):
+        original = getattr(torch.Tensor, name)
+
+        def reading(tensor: torch.Tensor, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            if inside[0]:
+                reads[-1] += 1
+            return _original(tensor, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, reading)
+    monkeypatch.setattr(items.HeldWindow, "close", counted_close)
+    class Counts(ItemNet):  # Hooks' backward hooks read the loss themselves
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            summed, count = self.summed_loss(batch)
+            return {"loss": summed, "num_items": count.float() if batch_idx % 2 else count}
+
+    fit(Counts(dropout=0.0), plain_loader(), epochs=1)
+    assert reads == [1, 1, 1]  # three windows of 4, 4 and 3 micro-batches: one host read each
+
+
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="needs torch.distributed")
+def test_a_bad_count_on_one_rank_stops_every_rank_naming_it(tmp_path):
+    from tests.strategies.test_ddp_failures import torchrun
+
+    done, seconds = torchrun("bad-count", 1, tmp_path)
+    assert done.returncode != 0 and seconds < 60, done.stderr[-3000:]
+    assert "training_step (batch 2) returned num_items=-2 (as a tensor)" in done.stderr, done.stderr[-3000:]
+    assert "malformed num_items on another rank" in done.stderr  # rank 0 says where to look
+    assert not list(tmp_path.glob("rank*.pt"))

@@ -126,6 +126,7 @@ def save_atomic(state: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     _clear_stale_temporaries(target)
     temporary = _temporary_name(target)
+    writer: _Crc32Writer | None = None
     try:
         with open(temporary, "w+b") as handle, _crc32_on():
             writer = _Crc32Writer(handle)
@@ -137,7 +138,9 @@ def save_atomic(state: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     except BaseException as error:
         temporary.unlink(missing_ok=True)
         if isinstance(error, (OSError, RuntimeError)):
-            raise _write_failed(target, error) from error
+            # torch.save turns the OSError of a write (ENOSPC...) into "unexpected pos": the writer kept it
+            cause = writer.error if writer is not None and writer.error is not None else error
+            raise _write_failed(target, cause) from error
         raise
     _fsync_directory(target.parent)
     return target
@@ -148,11 +151,16 @@ class _Crc32Writer:
 
     def __init__(self, handle: Any) -> None:
         self.handle, self.crc, self.size = handle, 0, 0
+        self.error: OSError | None = None  # the first failed write: torch.save reports it without its errno
 
     def write(self, data: Any) -> int:
         self.crc = zlib.crc32(data, self.crc)
         self.size += memoryview(data).nbytes
-        return int(self.handle.write(data))
+        try:
+            return int(self.handle.write(data))
+        except OSError as error:
+            self.error = self.error or error
+            raise
 
     def flush(self) -> None:
         self.handle.flush()
@@ -181,10 +189,11 @@ def _write_failed(target: Path, error: BaseException) -> OSError:
     text = first_line(error)
     full = code == errno.ENOSPC or "unexpected pos" in text or "file write failed" in text.lower()
     try:
-        free = f"; {shutil.disk_usage(target.parent).free / 2**20:.0f} MiB free there now"
+        free = f"; {shutil.disk_usage(target.parent).free / 2**20:.0f} MiB free there once the partial file was removed"
     except OSError:
         free = ""
-    reason = "the disk is full" if code == errno.ENOSPC else ("the write failed, most likely a full disk" if full else "the write failed")
+    reason = ("the disk is full (ENOSPC)" if code == errno.ENOSPC else "the disk quota is exceeded (EDQUOT)"
+              if code is not None and code == getattr(errno, "EDQUOT", None) else "the write failed, most likely a full disk" if full else "the write failed")
     return OSError(
         code or errno.EIO,
         f"Checkpoint {str(target)!r} could not be written: {reason} ({text}{free}). The previous file "

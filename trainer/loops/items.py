@@ -9,7 +9,8 @@ differently), so such a window keeps its micro-batches' graphs until its last fo
 
     each micro-batch:  forward under autocast, gradient sync off; the graph is held
     window's last:     total = sum of the counts (summed over ranks: one collective);
-                       one host read (total > 0, and the per-item loss for the non-finite guard);
+                       one host read (total > 0, every count a whole number >= 0, and the
+                       per-item loss for the non-finite guard);
                        each held micro-batch in order: on_before_backward;
                        backward(summed_loss / total * world_size) (DDP/FSDP average over ranks;
                        scaled under amp; synced on the last only); on_after_backward
@@ -89,11 +90,13 @@ class HeldWindow:
         self.first_batch = first_batch
         self.losses: list[torch.Tensor] = []
         self.counts: list[torch.Tensor] = []
+        self.batches: list[int] = []  # the batch index of each count, for an error naming it
         self.last_output: Any = None
         self.synced = False  # the last held forward ran with gradient sync on (DDP armed its reducer)
 
     def add(self, output: dict[str, Any], loss: torch.Tensor, batch_idx: int, synced: bool) -> None:
         self.counts.append(item_count(output, batch_idx))
+        self.batches.append(batch_idx)
         self.losses.append(loss)
         self.last_output, self.synced = output, synced
 
@@ -124,15 +127,24 @@ class HeldWindow:
         loss_sum = losses[0].detach()
         for loss in losses[1:]:
             loss_sum = loss_sum + loss.detach()
-        if world > 1:  # one collective: every rank's count and loss sum
-            summed = strategy.sum_over_ranks(torch.stack([total.to(torch.float64), loss_sum.to(torch.float64)]))
-            divisor = summed[0].to(total.dtype)  # exact: a count below 2**53
-            window_loss = summed[1] / summed[0]
-            total_seen, sum_seen = summed.tolist()
+        # Each count must be a whole number, at least 0: checked on the device, read with the total
+        counts = torch.stack([count.to(device=device, dtype=torch.float64) for count in self.counts])
+        bad = (counts < 0) | (counts != counts.floor()) | ~torch.isfinite(counts)  # nan, inf, 2.5, -2
+        first_bad = bad.to(torch.int64).argmax()
+        stats = torch.stack([total.to(torch.float64), loss_sum.to(torch.float64), bad.sum(dtype=torch.float64)])
+        if world > 1:  # one collective: every rank's count, loss sum and malformed counts
+            stats = strategy.sum_over_ranks(stats)
+            divisor = stats[0].to(total.dtype)  # exact: a count below 2**53
+            window_loss = stats[1] / stats[0]
         else:
             divisor = total
             window_loss = loss_sum / total
-            total_seen, sum_seen = torch.stack([total.to(torch.float64), loss_sum.to(torch.float64)]).tolist()
+        # the one host read of the window: the totals, and this rank's first malformed count
+        first_value = counts.gather(0, first_bad.reshape(1))  # gather: indexing by a tensor would read it
+        local = torch.cat([bad.sum(dtype=torch.float64).reshape(1), first_bad.to(torch.float64).reshape(1), first_value])
+        total_seen, sum_seen, bad_seen, bad_here, bad_index, bad_value = torch.cat([stats, local]).tolist()
+        if bad_seen:
+            self._malformed(bad_here > 0, int(bad_index), bad_value)
         self.total_seen = total_seen  # the window's items over all ranks (items/s)
         if not total_seen > 0:
             state = trainer.state
@@ -159,5 +171,19 @@ class HeldWindow:
                 precision.backward(scaled)
                 if want_after:
                     trainer._call("on_after_backward")
-        self.losses, self.counts, self.last_output = [], [], None
+        self.losses, self.counts, self.batches, self.last_output = [], [], [], None
         return window_loss, math.isfinite(sum_seen)
+
+    def _malformed(self, here: bool, index: int, value: float) -> None:
+        """A count below 0, fractional or non-finite (on this rank, or on another: every rank raises)."""
+        self.losses, self.counts, self.last_output = [], [], None
+        if not here:
+            raise ValueError(
+                "training_step returned a malformed num_items on another rank in this accumulation window (see "
+                "that rank's error). Expected the number of items each summed loss covers: a whole number, at least 0."
+            )
+        shown = str(int(value)) if math.isfinite(value) and value == int(value) else f"{value:g}"
+        raise ValueError(
+            f"training_step (batch {self.batches[index]}) returned num_items={shown} (as a tensor). Expected the "
+            "number of items the summed loss covers: a whole number, at least 0 (e.g. mask.sum() of a 0/1 mask)."
+        )

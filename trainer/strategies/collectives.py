@@ -156,8 +156,8 @@ class CollectiveGuard:
             if not looks_like_collective_failure(error):
                 raise
             chain, caller = _caller(sys._getframe(1))
-            shown = chain if chain.endswith(operation) else f"{chain} ({operation})"
-            what = f"{shown}, called from {caller}"
+            shown = operation if chain == "a collective" else chain if chain.endswith(operation) else f"{chain} ({operation})"
+            what = shown if caller == "?" else f"{shown}, called from {caller}"  # "?": no Python caller (atexit)
             raise CollectiveError(self._diagnose(what, time.monotonic() - started, error)) from error
         finally:
             self._current = None
@@ -177,7 +177,7 @@ class CollectiveGuard:
         answers = self._ask_others(what)
         took = f" after {waited:.1f} s" if waited is not None else ""
         backend = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        backend = re.sub(r"^\[[^\]]*\]\s*", "", backend)  # the backend's source location
+        backend = re.sub(r"^\[[^\]]*\]\s*:?\s*", "", backend)  # the backend's source location
         return (
             f"Rank {self.rank} of {self.world_size} stopped waiting{took} in {what}, under "
             f"{self.owner}(timeout={self.seconds:g}): {answers}. The job ends on every rank. Backend: {backend}. "

@@ -17,7 +17,7 @@ import torch
 
 from trainer.strategies.base import Reductions, Strategy
 from trainer.strategies.cluster import ClusterEnvironment
-from trainer.strategies.collectives import CollectiveGuard, parse_timeout
+from trainer.strategies.collectives import CollectiveError, CollectiveGuard, parse_timeout
 from trainer.strategies.devices import group_backend, has_cpu_backend, local_cuda_index
 from trainer.strategies.sampler import _with_distributed_sampler
 
@@ -189,9 +189,9 @@ class ProcessGroupStrategy(Strategy):
         from torch import distributed as dist
 
         atexit.unregister(self._destroy_group)
-        if self._guard is not None:
-            self._guard.stop()
         if not (self._created_group and dist.is_initialized()):
+            if self._guard is not None:
+                self._guard.stop()
             return
         self._created_group = False
         if self._failed or getattr(sys, "last_value", None) is not None:  # or exiting on an uncaught exception
@@ -199,16 +199,40 @@ class ProcessGroupStrategy(Strategy):
             # all-reduce) that will never complete. Meeting it would hang (a Gloo
             # monitored_barrier bounds only rank 0's wait), so release the group at once:
             # the peer's collective then fails, and torchrun ends the job with this error.
+            if self._guard is not None:
+                self._guard.stop()
             dist.destroy_process_group()
             return
         try:
-            if dist.get_backend() == "gloo":
-                dist.monitored_barrier(timeout=datetime.timedelta(seconds=600))
-            else:
-                dist.barrier()
+            self._exit_barrier()
+        except CollectiveError as error:  # a rank did not arrive within the timeout: named, and ended by its watchdog
+            log.error("%s", error)
         except RuntimeError as error:  # a peer is gone: nothing left to wait for
             log.warning("Ranks did not all reach the exit barrier (%s); releasing the process group.", error)
+        finally:
+            if self._guard is not None:
+                self._guard.stop()
         dist.destroy_process_group()
+
+    def _exit_barrier(self) -> None:
+        """The ranks meet before the group is released, no longer than `timeout` (10 minutes
+        without one). With a timeout the meeting is one of the Trainer's named collectives and
+        the watchdog runs meanwhile: a rank that does not arrive (stuck in `on_fit_end`, say)
+        is named in this rank's error and ended by its own watchdog."""
+        from torch import distributed as dist
+
+        def meet() -> None:
+            if dist.get_backend() == "gloo":  # Gloo's barrier that fails after its timeout on every rank
+                dist.monitored_barrier(timeout=self.timeout or datetime.timedelta(seconds=600))
+            else:
+                dist.barrier()
+
+        if self._guard is None:
+            meet()
+            return
+        self._watch_collectives()  # stopped at teardown: the wait at exit is watched too
+        self._guard.run("the exit barrier (where the ranks meet at process exit, before the process group is released)",
+                        meet)
 
     # --------------------------------------------------------------------- loaders
     def setup_loader(self, loader: Any, *, train: bool) -> Any:

@@ -9,8 +9,9 @@ the environment itself. MODE:
 - "signal": the same job; inside optimizer step 6 the rank `signal_rank` tells the test
   (OUT/handshake) and holds the step until the test's signal has reached it;
 - "stall": DDP(timeout=`timeout`); the rank `stall_rank` sleeps for 120 s inside its
-  training step 4 (`where=step`) or at the end of epoch 0 (`where=epoch_end`), after
-  writing OUT/stalled with the time it started.
+  training step 4 (`where=step`), at the end of epoch 0 (`where=epoch_end`) or in
+  `on_fit_end` (`where=fit_end`: the others then wait at the exit barrier), after writing
+  OUT/stalled with the time it started.
 
 Options `async=on` and `keep=k` give Trainer(async_checkpointing=True, keep_last_checkpoints=k).
 
@@ -69,6 +70,10 @@ class Stalling(TinyNet):
 
     def on_train_epoch_end(self) -> None:
         if self.where == "epoch_end":
+            self._stall()
+
+    def on_fit_end(self) -> None:
+        if self.where == "fit_end":
             self._stall()
 
 
