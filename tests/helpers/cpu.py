@@ -27,14 +27,6 @@ def _lstm() -> nn.Module:
     return nn.LSTM(4, 4, batch_first=True)
 
 
-def _gru() -> nn.Module:
-    return nn.GRU(4, 4, batch_first=True)
-
-
-def _conv() -> nn.Module:
-    return nn.Conv2d(3, 3, 3)
-
-
 def _linear() -> nn.Module:
     return nn.Linear(4, 4)
 
@@ -42,8 +34,6 @@ def _linear() -> nn.Module:
 #: op name -> (a tiny module, its input's shape)
 OPS: dict[str, tuple[Callable[[], nn.Module], tuple[int, ...]]] = {
     "lstm": (_lstm, (2, 3, 4)),
-    "gru": (_gru, (2, 3, 4)),
-    "conv2d": (_conv, (2, 3, 5, 5)),
     "linear": (_linear, (2, 4)),
 }
 
