@@ -144,10 +144,11 @@ def launch_processes(devices: int, strategy: Any = "auto", device: str = "auto")
 
 def _share_threads(common: dict[str, str]) -> str:
     """Each process's CPU threads, as torchrun sets them: `OMP_NUM_THREADS=1` for every rank
-    (this one included) unless the user set `OMP_NUM_THREADS`, which every rank then inherits. Without it each of the N processes would run as many threads as
-    the machine has cores, N times too many: on a CPU that is several times slower than
-    torchrun, and the thread count also decides the bits of a CPU reduction (same weights as
-    torchrun only with the same threads). Returns what the launch line reports."""
+    (this one included) unless the user set `OMP_NUM_THREADS`, which every rank then inherits.
+    Otherwise each of the N processes would run as many threads as the machine has cores, N
+    times too many: on a CPU several times slower than torchrun; and the thread count decides
+    the bits of a CPU reduction (torchrun's weights need torchrun's threads). Returns what the
+    launch line reports."""
     chosen = os.environ.get("OMP_NUM_THREADS")
     if chosen:
         return f"OMP_NUM_THREADS={chosen} (yours) in every process"
