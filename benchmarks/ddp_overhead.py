@@ -10,6 +10,13 @@ across ranks every step) and amp (where the GradScaler's skip needs no extra agr
 
 Run: python benchmarks/ddp_overhead.py [--steps 200 --rounds 5]   (re-launches itself under
 torchrun --standalone --nproc_per_node=2), or directly under torchrun.
+
+`--launchers` instead compares the two ways of starting the same 2-process job, as a user
+runs them (the environment as it is, without OMP_NUM_THREADS): `Trainer(devices=2)` in a
+plain `python` process and `torchrun --nproc_per_node=2`, in interleaved rounds, each timing
+`fit` on rank 0 (process start excluded); it prints the median samples/s of each and the ratio.
+
+    python benchmarks/ddp_overhead.py --launchers [--steps 300 --rounds 3]
 """
 
 from __future__ import annotations
@@ -92,11 +99,62 @@ def run_hand(dataset: TensorDataset, precision: str) -> float:
     return time.perf_counter() - start
 
 
+def launcher_worker(launcher: str, steps: int) -> None:
+    """One 2-process fit of `steps` steps started by `launcher`; rank 0 prints its samples/s."""
+    trainer = Trainer(
+        devices=2, strategy="ddp", device="cpu", max_epochs=1, logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, log_every_n_steps=LOG_EVERY,
+    )  # under torchrun devices=2 changes nothing; plainly, this process is rank 0 and starts rank 1
+    dataset = data(steps)  # the Trainer made the process group
+    torch.manual_seed(0)
+    model = MLP()
+    loader = DataLoader(dataset, batch_size=BATCH, shuffle=True)
+    dist.barrier()
+    start = time.perf_counter()
+    trainer.fit(model, loader)
+    elapsed = time.perf_counter() - start
+    if trainer.is_global_zero:
+        print(f"{launcher} threads={torch.get_num_threads()} samples/s={len(dataset) / elapsed:.1f}", flush=True)
+
+
+def compare_launchers(steps: int, rounds: int) -> None:
+    """`Trainer(devices=2)` from `python` against torchrun, interleaved; the medians and their ratio."""
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    commands = {
+        "devices=2": [sys.executable, __file__, "--worker", "devices=2", "--steps", str(steps)],
+        "torchrun": [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", __file__,
+                     "--worker", "torchrun", "--steps", str(steps)],
+    }
+    rates: dict[str, list[float]] = {name: [] for name in commands}
+    threads: dict[str, str] = {}
+    for _ in range(rounds):
+        for name, command in commands.items():
+            done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
+            line = next(line for line in done.stdout.splitlines() if "samples/s=" in line)
+            fields = dict(part.split("=", 1) for part in line.split()[1:])
+            rates[name].append(float(fields["samples/s"]))
+            threads[name] = fields["threads"]
+    median = {name: statistics.median(values) for name, values in rates.items()}
+    for name, value in median.items():
+        print(f"{name}: {value:.0f} samples/s (median of {rounds}; {threads[name]} torch thread(s) per process; "
+              f"rounds {', '.join(f'{v:.0f}' for v in rates[name])})")
+    print(f"torchrun / devices=2 throughput: {median['torchrun'] / median['devices=2']:.2f} "
+          f"({steps} steps of batch {BATCH} per process, os.cpu_count()={os.cpu_count()})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--launchers", action="store_true", help="compare Trainer(devices=2) with torchrun")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)  # one run of --launchers
     args = parser.parse_args()
+    if args.worker:
+        launcher_worker(args.worker, args.steps)
+        return
+    if args.launchers:
+        compare_launchers(args.steps, args.rounds)
+        return
     if "RANK" not in os.environ:  # re-launch under torchrun
         env = dict(os.environ, OMP_NUM_THREADS="1")
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", __file__, *sys.argv[1:]]

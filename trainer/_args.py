@@ -56,7 +56,7 @@ class TrainerArgs(BaseModel):
     enable_checkpointing: bool = True
     log_every_n_steps: int = Field(50, ge=1)
     callbacks: list[Any] | None = None
-    seed: int | None = Field(None, ge=0, le=2**32 - 1, description="seeds Python, NumPy and torch when fit starts")
+    seed: int | None = Field(None, ge=0, le=2**32 - 1, description="seeds Python, NumPy and torch when the Trainer is built and again when fit starts a run")
     device: str = Field("auto", description='"auto", "cpu", "cuda", "cuda:N", "mps"')
     strategy: Any = Field("auto", description='"auto", "ddp", "fsdp", "single" or a Strategy instance such as trainer.distributed.DDP(...) or FSDP(...)')
     devices: int = Field(1, ge=1, description="processes on this machine: N > 1 outside torchrun starts N-1 more running the same script")

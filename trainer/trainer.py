@@ -133,6 +133,8 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
             self.args = fast_dev_run_args(self.args)
         check_compile_options(self.args.compile, self.args.accumulate_grad_batches)  # CUDA graphs: no accumulation
         launch_processes(self.args.devices, self.args.strategy, self.args.device)  # devices=N outside torchrun: this process is rank 0
+        if self.args.seed is not None:  # the model a script builds next is seeded too; a run's start seeds again
+            seed_everything(self.args.seed)
         self.strategy: Strategy = resolve_strategy(self.args.strategy, self.args.device)
         self._precision = resolve_precision(self.args.precision, self.strategy.device)  # "16-mixed": by device
         self._requeue = Requeue(self.args.requeue, self.args.requeue_signal)  # SLURM: the warning signal, requeueing

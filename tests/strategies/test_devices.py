@@ -20,14 +20,14 @@ WORKER = ROOT / "tests" / "helpers" / "scripts" / "devices_worker.py"
 TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK", "TORCHELASTIC_RUN_ID")
 
 
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in TORCHRUN_ENV}
-    env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+def _env(threads: str | None = "1") -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in TORCHRUN_ENV and k != "OMP_NUM_THREADS"}
+    env.update(PYTHONPATH=str(ROOT), **({"OMP_NUM_THREADS": threads} if threads else {}))
     return env
 
 
-def _run(command: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(command, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=180)
+def _run(command: list[str], cwd: Path, threads: str | None = "1") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(command, cwd=cwd, env=_env(threads), capture_output=True, text=True, timeout=180)
 
 
 def _alive(pid: int) -> bool:
@@ -40,21 +40,33 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.slow
 def test_devices_2_from_a_plain_script_equals_torchrun(tmp_path):
-    """The worker also builds a DistributedSampler(dataset) before fit: the Trainer made the
-    process group when it was built."""
-    plain = _run([sys.executable, str(WORKER), str(tmp_path), "plain"], tmp_path)
+    """Run as a user runs them, without OMP_NUM_THREADS: each process gets torchrun's one CPU
+    thread (not every core's: N processes would share the cores N times over), so the weights
+    are torchrun's. The worker also builds a DistributedSampler(dataset) before fit: the
+    Trainer made the process group when it was built."""
+    plain = _run([sys.executable, str(WORKER), str(tmp_path), "plain"], tmp_path, threads=None)
     assert plain.returncode == 0, plain.stderr[-4000:]
     launched = _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(WORKER),
-                     str(tmp_path), "torchrun"], tmp_path)
+                     str(tmp_path), "torchrun"], tmp_path, threads=None)
     assert launched.returncode == 0, launched.stderr[-4000:]
     load = lambda name: torch.load(tmp_path / name, weights_only=True)  # noqa: E731
     ranks = [load("plain_rank0.pt"), load("plain_rank1.pt")]
     assert [(r["rank"], r["world"]) for r in ranks] == [(0, 2), (1, 2)]  # both ranks ran, in one group
-    reference = load("torchrun_rank0.pt")["weights"]
+    torchrun = [load("torchrun_rank0.pt"), load("torchrun_rank1.pt")]
+    assert [(r["threads"], r["omp"]) for r in ranks] == [(r["threads"], r["omp"]) for r in torchrun] == [(1, "1")] * 2
+    reference = torchrun[0]["weights"]
     for rank in ranks:
         for key, value in reference.items():
             assert torch.equal(rank["weights"][key], value), key
     assert not _alive(ranks[1]["pid"])  # rank 1 ended with the job: nothing left behind
+
+
+@pytest.mark.slow
+def test_devices_2_keeps_the_user_s_omp_num_threads(tmp_path):
+    done = _run([sys.executable, str(WORKER), str(tmp_path), "plain"], tmp_path, threads="2")
+    assert done.returncode == 0, done.stderr[-4000:]
+    ranks = [torch.load(tmp_path / f"plain_rank{r}.pt", weights_only=True) for r in (0, 1)]
+    assert [(r["threads"], r["omp"]) for r in ranks] == [(2, "2")] * 2
 
 
 @pytest.mark.slow

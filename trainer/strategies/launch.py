@@ -113,6 +113,7 @@ def launch_processes(devices: int, strategy: Any = "auto", device: str = "auto")
         "GROUP_RANK": "0",
         "TORCHELASTIC_RUN_ID": f"trainer-{os.getpid()}",
     }
+    threads = _share_threads(common)
     others = range(1, devices)
     handlers = _signal_handlers()  # empty outside the main thread
     # The kernel's "parent died" signal follows the starting thread: only the main one lives as long as rank 0.
@@ -132,10 +133,27 @@ def launch_processes(devices: int, strategy: Any = "auto", device: str = "auto")
     finally:
         _restore_signal_handlers(handlers)  # torch's raise SignalException (Ctrl-C would not be KeyboardInterrupt)
     os.environ.update(common, RANK="0", LOCAL_RANK="0")
+    if "OMP_NUM_THREADS" in common:  # set by _share_threads: this process's torch threads too
+        torch.set_num_threads(int(common["OMP_NUM_THREADS"]))
     watch = _ChildWatch(context)
     watch.start()
     atexit.register(_finish, context, logs, watch)
-    log.info("devices=%d: this process is rank 0; started ranks 1..%d (%s).", devices, devices - 1, " ".join(command))
+    log.info("devices=%d: this process is rank 0; started ranks 1..%d (%s); %s.", devices, devices - 1,
+             " ".join(command), threads)
+
+
+def _share_threads(common: dict[str, str]) -> str:
+    """Each process's CPU threads, as torchrun sets them: `OMP_NUM_THREADS=1` for every rank
+    (this one included) unless the user set `OMP_NUM_THREADS`, which every rank then inherits.
+    Otherwise each of the N processes would run as many threads as the machine has cores, N
+    times too many: on a CPU several times slower than torchrun; and the thread count decides
+    the bits of a CPU reduction (torchrun's weights need torchrun's threads). Returns what the
+    launch line reports."""
+    chosen = os.environ.get("OMP_NUM_THREADS")
+    if chosen:
+        return f"OMP_NUM_THREADS={chosen} (yours) in every process"
+    common["OMP_NUM_THREADS"] = "1"
+    return "OMP_NUM_THREADS=1 in every process, as torchrun sets it (set OMP_NUM_THREADS to choose)"
 
 
 def _command_line(devices: int) -> list[str]:

@@ -1,5 +1,6 @@
 """`Trainer(devices=2)` in a script (tests/strategies/test_devices.py): run plainly, it starts rank 1
-itself; under torchrun it changes nothing. Each rank writes OUT/RUN_rank{r}.pt.
+itself; under torchrun it changes nothing. Each rank writes OUT/RUN_rank{r}.pt (its weights and
+CPU threads).
 
 Usage: python devices_worker.py OUT RUN [FAIL_RANK]
 """
@@ -36,5 +37,6 @@ net = Net(dropout=0.1)
 data = make_data(32)
 sampler = DistributedSampler(data, shuffle=True, seed=5)  # before fit: the Trainer made the group
 trainer.fit(net, DataLoader(data, batch_size=4, sampler=sampler))
-torch.save({"weights": weights(net), "pid": os.getpid(), "rank": trainer.global_rank, "world": trainer.world_size},
+torch.save({"weights": weights(net), "pid": os.getpid(), "rank": trainer.global_rank, "world": trainer.world_size,
+            "threads": torch.get_num_threads(), "omp": os.environ.get("OMP_NUM_THREADS")},
            out / f"{run}_rank{os.environ['RANK']}.pt")
