@@ -10,10 +10,10 @@ epoch ends and when a user reads `trainer.callback_metrics`.
 Naming (Lightning's): a metric logged with both `on_step=True` and `on_epoch=True` is
 written as `<name>_step` per step and `<name>_epoch` per epoch, and `callback_metrics[name]`
 is the latest of the two: the step value during the epoch, the epoch value once it closed
-(so `ModelCheckpoint(monitor=name)` at epoch end ranks by the epoch value). A training
-metric logged per epoch only under a name the Trainer writes per step itself
-(`train/loss`, `train/lr-group0`, ...) gets the suffix `_epoch`, so two series never share
-one TensorBoard tag.
+(so `ModelCheckpoint(monitor=name)` at epoch end ranks by the epoch value). A name the
+user logs is the user's: when it is one the Trainer writes per step itself (`train/loss`,
+`train/lr-group0`, ...), the Trainer stops writing its own value under it (`claimed`, noted
+once), so a monitor of that name always watches the user's value.
 
 Epoch means are weighted by each value's batch size: `batch_size=` when given, else the
 size of the batch being processed (dim 0 of its first tensor, as Lightning infers it), so
@@ -27,6 +27,7 @@ evaluation pass).
 
 from __future__ import annotations
 
+import logging
 import numbers
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
@@ -48,8 +49,10 @@ if TYPE_CHECKING:
     from trainer.precision import Precision
     from trainer.strategies import Strategy
 
-__all__ = ["MonitorError", "MetricStore", "to_floats", "EPOCH_SUFFIX", "STEP_SUFFIX", "AUTOMATIC", "batch_size_of", "fit_summary"]
+__all__ = ["MonitorError", "MetricStore", "to_floats", "EPOCH_SUFFIX", "STEP_SUFFIX", "AUTOMATIC", "batch_size_of", "fit_summary",
+           "written_per_step"]
 
+log = logging.getLogger("trainer")
 _REDUCTIONS = ("mean", "sum", "max", "min")
 _UNSET = object()
 EPOCH_SUFFIX = "_epoch"
@@ -74,7 +77,8 @@ class MonitorError(KeyError, ValueError):
         return str(self.args[0]) if self.args else ""
 
 
-def _written_per_step(name: str) -> bool:
+def written_per_step(name: str) -> bool:
+    """Whether the Trainer writes a scalar of its own under `name` at logging steps."""
     return name in AUTOMATIC or name.startswith(("train/lr-group", "train/lr-opt"))
 
 
@@ -161,6 +165,7 @@ class MetricStore:
         self.prog_bar: set[str] = set()
         self.clock: Callable[[], int] | None = None
         self.hidden: set[str] = set()  # logged with logger=False: callback_metrics only
+        self.claimed: set[str] = set()  # names of the Trainer's own scalars the user logs: the user's from then on
         self.batch: Any = None  # the batch being processed: its size weights epoch means
         self._evaluating = False
         self.epoch_end_reached = False  # the module's epoch-end hook runs: `current` shows the open epoch
@@ -217,6 +222,8 @@ class MetricStore:
             )
         if is_metric_collection(value):
             raise collection_error(name, value)
+        if name not in self.claimed and written_per_step(name):
+            self._claim(name)
         if is_metric(value):
             self._log_metric_object(name, value, on_step=on_step, on_epoch=on_epoch, prog_bar=prog_bar)
             return
@@ -255,11 +262,21 @@ class MetricStore:
         if prog_bar:
             self._show(name, on_step, on_epoch, key)
 
+    def _claim(self, name: str) -> None:
+        """The user logs `name`, under which the Trainer writes a scalar of its own: from now on
+        the Trainer leaves that name to the user (its value already recorded there goes)."""
+        self.claimed.add(name)
+        if isinstance(self.latest.get(name), float):  # the Trainer's own value (the user's are tensors)
+            self.latest.pop(name, None)
+        log.info(
+            "self.log(%r, ...): the Trainer also writes a value of its own under this name; the name is yours, so "
+            "the Trainer no longer writes its own %r (callback_metrics, loggers and monitors see yours).", name, name,
+        )
+
     def _epoch_slot(self, name: str, on_step: bool) -> tuple[str, dict[str, _Reduction | MetricEntry]]:
         """The name an epoch value is written under, and the current epoch's reductions."""
-        training = not self._evaluating
-        key = name + EPOCH_SUFFIX if on_step or (training and _written_per_step(name)) else name
-        return key, self.epoch if training else self._eval_epoch
+        key = name + EPOCH_SUFFIX if on_step else name
+        return key, self._eval_epoch if self._evaluating else self.epoch
 
     def _show(self, name: str, on_step: bool, on_epoch: bool, epoch_key: str) -> None:
         """Show a metric in the progress bar by the names it is written under: `name`, or
@@ -357,9 +374,10 @@ class MetricStore:
         return self.view
 
     def clear_latest(self) -> None:
-        """Forget every metric (`validate`/`test` start from empty `callback_metrics`, as Lightning's)."""
+        """Forget every metric: `validate`/`test` start a new, empty `callback_metrics` dict, as
+        Lightning's (a reference to the earlier one keeps the earlier values)."""
         self.latest = {}
-        self.view.clear()
+        self.view = {}
         self._view_given = {}
 
     def update_latest(self, values: Mapping[str, float]) -> None:
