@@ -12,8 +12,8 @@ written as `<name>_step` per step and `<name>_epoch` per epoch, and `callback_me
 is the latest of the two: the step value during the epoch, the epoch value once it closed
 (so `ModelCheckpoint(monitor=name)` at epoch end ranks by the epoch value). A name the
 user logs is the user's: when it is one the Trainer writes per step itself (`train/loss`,
-`train/lr-group0`, ...), the Trainer stops writing its own value under it (`claimed`, noted
-once), so a monitor of that name always watches the user's value.
+`train/lr-group0`, throughput, ...), the Trainer stops writing its own value under it
+(`leave_to_user`, noted once), so a monitor of that name always watches the user's value.
 
 Epoch means are weighted by each value's batch size: `batch_size=` when given, else the
 size of the batch being processed (dim 0 of its first tensor, as Lightning infers it), so
@@ -49,8 +49,7 @@ if TYPE_CHECKING:
     from trainer.precision import Precision
     from trainer.strategies import Strategy
 
-__all__ = ["MonitorError", "MetricStore", "to_floats", "EPOCH_SUFFIX", "STEP_SUFFIX", "AUTOMATIC", "batch_size_of", "fit_summary",
-           "written_per_step"]
+__all__ = ["MonitorError", "MetricStore", "to_floats", "EPOCH_SUFFIX", "STEP_SUFFIX", "AUTOMATIC", "batch_size_of", "fit_summary"]
 
 log = logging.getLogger("trainer")
 _REDUCTIONS = ("mean", "sum", "max", "min")
@@ -75,11 +74,6 @@ class MonitorError(KeyError, ValueError):
 
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0]) if self.args else ""
-
-
-def written_per_step(name: str) -> bool:
-    """Whether the Trainer writes a scalar of its own under `name` at logging steps."""
-    return name in AUTOMATIC or name.startswith(("train/lr-group", "train/lr-opt"))
 
 
 def _as_tensor(name: str, value: Any) -> torch.Tensor:
@@ -165,7 +159,8 @@ class MetricStore:
         self.prog_bar: set[str] = set()
         self.clock: Callable[[], int] | None = None
         self.hidden: set[str] = set()  # logged with logger=False: callback_metrics only
-        self.claimed: set[str] = set()  # names of the Trainer's own scalars the user logs: the user's from then on
+        self.claimed: set[str] = set()  # every name the user logs: the Trainer writes no scalar of its own under them
+        self._noted: set[str] = set()  # names the Trainer said it leaves to the user
         self.batch: Any = None  # the batch being processed: its size weights epoch means
         self._evaluating = False
         self.epoch_end_reached = False  # the module's epoch-end hook runs: `current` shows the open epoch
@@ -222,7 +217,7 @@ class MetricStore:
             )
         if is_metric_collection(value):
             raise collection_error(name, value)
-        if name not in self.claimed and written_per_step(name):
+        if name not in self.claimed:
             self._claim(name)
         if is_metric(value):
             self._log_metric_object(name, value, on_step=on_step, on_epoch=on_epoch, prog_bar=prog_bar)
@@ -263,15 +258,23 @@ class MetricStore:
             self._show(name, on_step, on_epoch, key)
 
     def _claim(self, name: str) -> None:
-        """The user logs `name`, under which the Trainer writes a scalar of its own: from now on
-        the Trainer leaves that name to the user (its value already recorded there goes)."""
+        """The user logs `name` for the first time: from now on the Trainer writes no scalar of its
+        own under it (`leave_to_user`), and a value of its own already recorded there goes."""
         self.claimed.add(name)
         if isinstance(self.latest.get(name), float):  # the Trainer's own value (the user's are tensors)
             self.latest.pop(name, None)
-        log.info(
-            "self.log(%r, ...): the Trainer also writes a value of its own under this name; the name is yours, so "
-            "the Trainer no longer writes its own %r (callback_metrics, loggers and monitors see yours).", name, name,
-        )
+
+    def leave_to_user(self, own: list[str]) -> set[str]:
+        """Which of the Trainer's own scalar names `own` the user logs (each noted once): the
+        Trainer writes no value of its own under those."""
+        taken = {name for name in own if name in self.claimed}
+        for name in sorted(taken - self._noted):
+            self._noted.add(name)
+            log.info(
+                "self.log(%r, ...): the Trainer writes a value of its own under this name too; the name is yours, "
+                "so the Trainer no longer writes its own (callback_metrics, loggers and monitors see yours).", name,
+            )
+        return taken
 
     def _epoch_slot(self, name: str, on_step: bool) -> tuple[str, dict[str, _Reduction | MetricEntry]]:
         """The name an epoch value is written under, and the current epoch's reductions."""

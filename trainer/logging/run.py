@@ -230,6 +230,7 @@ class RunIO:
         scale = trainer.precision.loss_scale()
         if scale is not None:
             values["train/loss_scale"] = scale
+        own = list(values)
         users = trainer._metrics.take_step_values()
         values.update(users)  # a name the user logged: the user's value
         floats = to_floats(values)  # the one host read of this logging interval
@@ -252,8 +253,8 @@ class RunIO:
                                                      trainer.strategy.device, trainer.precision.name))
         floats = {**automatic, **floats}
         shown = {"loss": floats["train/loss"]} if "train/loss" in floats else {}
-        claimed = trainer._metrics.claimed  # the Trainer's names the user logs: the user's alone
-        floats = {k: v for k, v in floats.items() if k in users or k not in claimed}
+        taken = trainer._metrics.leave_to_user(own + list(automatic))  # a name the user logs is the user's alone
+        floats = {k: v for k, v in floats.items() if k in users or k not in taken} if taken else floats
         self._last_log_time, self._last_log_step = now, trainer.global_step
         self._samples, self._samples_known = 0, True
         trainer._metrics.update_latest(floats)
