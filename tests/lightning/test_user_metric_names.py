@@ -131,3 +131,75 @@ def test_learning_rate_monitor_has_its_tags_from_the_start(runs: tuple[dict[str,
     assert theirs["probe"].lrs_at_start == {"lr-SGD": []}
     assert ours["probe"].lrs_at_start == theirs["probe"].lrs_at_start
     assert ours["monitor"].lrs == theirs["monitor"].lrs
+
+
+RUNS = textwrap.dedent('''
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    import trainer as L
+
+
+    class Model(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(2, 1)
+
+        def training_step(self, batch, batch_idx):
+            loss = self.layer(batch[0]).pow(2).mean()
+            self.log("loss", loss)
+            return loss
+
+        def validation_step(self, batch, batch_idx):
+            self.log("val", self.layer(batch[0]).sum())
+
+        def predict_step(self, batch, batch_idx):
+            return self.layer(batch[0])
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+    class Hold(L.Callback):
+        def __init__(self):
+            self.held = {}
+
+        def on_sanity_check_end(self, trainer, pl_module):
+            self.held.setdefault("sanity", trainer.callback_metrics)
+
+        def on_train_start(self, trainer, pl_module):
+            self.held.setdefault("train_start", trainer.callback_metrics)
+
+
+    def main():
+        loader = DataLoader(TensorDataset(torch.ones(4, 2)), batch_size=2)
+        hold = Hold()
+        fit = L.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, callbacks=[hold])
+        model = Model()
+        fit.fit(model, loader, loader)
+        after_fit = fit.callback_metrics
+        fit.predict(model, loader)
+        after_predict = fit.callback_metrics
+        fit.validate(model, loader, verbose=False)
+        after_validate = fit.callback_metrics
+        held = dict(hold.held, after_fit=after_fit, after_predict=after_predict, after_validate=after_validate)
+        names = list(held)
+        return {"same": [[held[a] is held[b] for b in names] for a in names],
+                "values": {k: sorted(v) for k, v in held.items()}}
+''')
+
+
+def test_each_run_starts_a_new_callback_metrics_dict() -> None:
+    """Lightning: fit (and again after its sanity check), validate, test and predict each start a
+    new, empty dict; a reference held earlier keeps what it had (the fit's after predict)."""
+    results = {}
+    for framework in ("ours", "lightning"):
+        source = RUNS if framework == "ours" else lightning_source(RUNS)
+        namespace: dict[str, Any] = {"__name__": f"_runs_{framework}"}
+        exec(compile(source, f"<runs {framework}>", "exec"), namespace)
+        results[framework] = namespace["main"]()
+    ours, theirs = results["ours"], results["lightning"]
+    assert ours["same"] == theirs["same"]
+    assert theirs["values"]["after_predict"] == [] and theirs["values"]["after_fit"] == ["loss", "val"]
+    assert {k: [n for n in v if not n.startswith("train/")] for k, v in ours["values"].items()} == theirs["values"]

@@ -383,6 +383,15 @@ class MetricStore:
         self.view = {}
         self._view_given = {}
 
+    def renew_view(self) -> None:
+        """A run ends: `callback_metrics` becomes a new dict with the same values, as Lightning's
+        (a reference held during the run keeps the final values, and is no longer refreshed)."""
+        try:
+            self.callback_view()  # the final values, in the dict a reference may hold
+        except Exception:  # noqa: BLE001 - a run that failed on the device: keep what the last read gave
+            pass
+        self.view = dict(self.view)
+
     def update_latest(self, values: Mapping[str, float]) -> None:
         """Record values the Trainer already read to the host (e.g. the automatic train/ scalars)."""
         self.latest.update(values)
