@@ -253,7 +253,8 @@ class RunIO:
                                                      trainer.strategy.device, trainer.precision.name))
         floats = {**automatic, **floats}
         shown = {"loss": floats["train/loss"]} if "train/loss" in floats else {}
-        taken = trainer._metrics.leave_to_user(own + list(automatic))  # a name the user logs is the user's alone
+        # a name the user logs is the user's alone (noted once where the user's value does not simply replace ours)
+        taken = trainer._metrics.leave_to_user([name for name in own + list(automatic) if name not in users])
         floats = {k: v for k, v in floats.items() if k in users or k not in taken} if taken else floats
         self._last_log_time, self._last_log_step = now, trainer.global_step
         self._samples, self._samples_known = 0, True
