@@ -64,6 +64,10 @@ class LearningRateMonitor(Callback):
         self.records: list[dict[str, float]] = []
         self.lrs: dict[str, list[float]] = {}
 
+    def on_train_start(self, trainer: Trainer, module: Any) -> None:
+        """A new `lrs`, with an empty list for every tag, as Lightning's (values come at logging steps)."""
+        self.lrs = {tag: [] for _, _, tags in self.tags(trainer) for tag in tags}
+
     def on_train_epoch_start(self, trainer: Trainer, module: Any) -> None:
         if self.logging_interval != "step":
             self._record(trainer, "epoch" if self.logging_interval is None else "any", {"epoch": float(trainer.current_epoch)})

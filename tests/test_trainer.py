@@ -356,10 +356,11 @@ def test_validate_test_predict_return_values_and_restore_modes():
         model.net[2].eval()
     assert results["val/loss"] == pytest.approx(expected, rel=1e-6)  # weighted by batch_size
     assert trainer.test(model, data) == {"test/n": 10.0}
+    assert trainer.callback_metrics == {"test/n": 10.0}  # Lightning's: test() starts from empty callback_metrics
     predictions = trainer.predict(model, [x[:4], x[4:]])
     assert [p.shape for p in predictions] == [torch.Size([4, 1]), torch.Size([6, 1])]
     assert model.training and not model.net[2].training
-    assert trainer.callback_metrics == {"test/n": 10.0}  # Lightning's: test() starts from empty callback_metrics
+    assert trainer.callback_metrics == {}  # and so does predict(), which logs nothing
 
 
 def test_neither_limit_means_one_epoch_and_fit_again_continues():

@@ -3,11 +3,19 @@ readable by attribute (Lightning's `save_hyperparameters` fills the same dict)."
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import functools
 import inspect
+import warnings
+from argparse import Namespace
+from collections.abc import MutableMapping
+from types import FrameType
 from typing import Any, Callable
 
-__all__ = ["AttributeDict", "hparams_of_caller"]
+import torch
+
+__all__ = ["AttributeDict", "init_chain_arguments", "save_hyperparameters"]
 
 
 class AttributeDict(dict):  # type: ignore[type-arg]
@@ -65,35 +73,143 @@ def _capturing_init(init: Callable[..., None]) -> Callable[..., None]:
     return wrapper
 
 
-def hparams_of_caller(owner: Any, caller: Any, names: tuple[Any, ...], ignore: str | list[str] | None) -> AttributeDict:
-    """`save_hyperparameters(*names, ignore=...)`: the calling `__init__`'s arguments (frame `caller`).
+_WRAPPER_CODE = _capturing_init(lambda self: None).__code__  # the frames of our own wrapper, skipped
+_EXCLUDED = ("__class__", "frame", "frame_args")  # never hyperparameters (Lightning's rule)
+_PRIMITIVES = (bool, int, float, str)
 
-    Lightning's other form, `save_hyperparameters(hparams)` with one dict or `argparse.Namespace`
-    (older code's `__init__(self, hparams)`), records that object's items.
+
+def _holds_hparams(obj: Any) -> bool:
+    """`obj` is a Module or DataModule (their classes set `_saves_hyperparameters`)."""
+    return getattr(type(obj), "_saves_hyperparameters", False) is True
+
+
+def _init_arguments(frame: FrameType) -> tuple[Any, dict[str, Any]]:
+    """(self, arguments) of an `__init__` frame whose function uses `super()`/`__class__`, as
+    they are now: the signature's names but `self`, `*args` and `**kwargs`, the items of
+    `**kwargs` merged in. (None, {}) for any other frame."""
+    local = frame.f_locals
+    if frame.f_code.co_name != "__init__" or "__class__" not in local:
+        return None, {}
+    try:
+        parameters = inspect.signature(local["__class__"].__init__).parameters
+    except (TypeError, ValueError):
+        return None, {}
+    if not parameters:
+        return None, {}
+    kinds = {p.kind: name for name, p in parameters.items()}
+    self_name = next(iter(parameters))
+    starred = {self_name, kinds.get(inspect.Parameter.VAR_POSITIONAL), kinds.get(inspect.Parameter.VAR_KEYWORD)}
+    values = {name: local[name] for name in parameters if name in local}
+    extra = kinds.get(inspect.Parameter.VAR_KEYWORD)
+    if extra is not None and isinstance(values.get(extra), dict):
+        values.update(values[extra])
+    return local.get(self_name), {k: v for k, v in values.items() if k not in starred and k not in _EXCLUDED}
+
+
+def init_chain_arguments(frame: FrameType) -> dict[str, Any]:
+    """The arguments of the chain of `__init__` frames from `frame` outwards, the outer ones winning.
+
+    Lightning's rule: from `frame` up the stack, skip frames until the first `__init__` (one that
+    calls `super()`) of a Module or DataModule; from there collect each such frame until one that
+    is not. A child's `super().__init__(lr=lr)` therefore contributes the child's arguments, and an
+    `__init__` that builds another Module contributes its own arguments to that module too (as in
+    Lightning). The innermost frame's names come first.
     """
-    if len(names) == 1 and not isinstance(names[0], str):
-        given = names[0]
-        items = given if isinstance(given, dict) else vars(given) if hasattr(given, "__dict__") else None
-        if items is None:
+    levels: list[dict[str, Any]] = []
+    current: FrameType | None = frame
+    while current is not None and current.f_back is not None:
+        if current.f_code is _WRAPPER_CODE:  # our capturing wrapper between a child's and a parent's __init__
+            current = current.f_back
+            continue
+        owner, arguments = _init_arguments(current)
+        if owner is not None and _holds_hparams(owner):
+            levels.append(arguments)
+        elif levels:
+            break
+        current = current.f_back
+    collected: dict[str, Any] = {}
+    for arguments in levels:
+        collected.update(arguments)
+    return collected
+
+
+def _as_hparams(owner: Any, given: Any) -> Any:
+    """One object given to `save_hyperparameters`: a dict (as an AttributeDict), a Namespace's
+    items, or another mapping (an OmegaConf config) kept as it is."""
+    if isinstance(given, Namespace):
+        given = vars(given)
+    if isinstance(given, dict):
+        return AttributeDict(given)
+    if isinstance(given, MutableMapping):
+        return given
+    what = "a primitive value" if isinstance(given, _PRIMITIVES) else f"a {type(given).__name__}"
+    raise ValueError(
+        f"{type(owner).__name__}.save_hyperparameters({given!r}): {what} can't hold hyperparameters. Expected "
+        "argument names (strings), or one dict, argparse.Namespace or other mutable mapping."
+    )
+
+
+def save_hyperparameters(owner: Any, frame: FrameType, names: tuple[Any, ...], ignore: Any) -> None:
+    """`owner.save_hyperparameters(*names, ignore=ignore)` called from `frame`: Lightning's rules.
+
+    The arguments are those of the whole chain of `__init__` calls (`init_chain_arguments`), or a
+    dataclass's init fields. No names: all of them; names: those; one dict/Namespace: its items.
+    They update `owner.hparams` (a second call adds to the first), then every ignored name is
+    removed from it, also one an earlier call saved. `hparams_initial` becomes a copy.
+    """
+    if len(names) == 1 and not names[0]:
+        return  # an empty container (or name): nothing to save, as Lightning
+    if dataclasses.is_dataclass(owner):
+        arguments = {f.name: getattr(owner, f.name) for f in dataclasses.fields(owner) if f.init}
+    else:
+        arguments = init_chain_arguments(frame)
+    dropped = [ignore] if isinstance(ignore, str) else [n for n in ignore if isinstance(n, str)] if ignore else []
+    arguments = {k: v for k, v in arguments.items() if k not in dropped}
+    objects = [n for n in names if not isinstance(n, str)]
+    if not names:
+        chosen: Any = AttributeDict(arguments)
+        name = "kwargs" if arguments else None
+    elif len(objects) == 1:
+        chosen = _as_hparams(owner, objects[0])
+        name = next((k for k, v in arguments.items() if _same(v, objects[0])), None)
+    else:
+        unknown = [n for n in names if isinstance(n, str) and n not in arguments]
+        if unknown:
             raise ValueError(
-                f"save_hyperparameters({given!r}): expected argument names, or one dict or argparse.Namespace of "
-                f"hyperparameters. Received: {type(given).__name__}."
+                f"{type(owner).__name__}.save_hyperparameters({', '.join(map(repr, unknown))}): not arguments of "
+                f"its __init__ (or they are ignored). Expected some of: {', '.join(arguments) or 'none'}."
             )
-        dropped = {ignore} if isinstance(ignore, str) else set(ignore or [])
-        return AttributeDict({k: v for k, v in dict(items).items() if k not in dropped})
-    local = dict(caller.f_locals)
-    code = caller.f_code
-    arg_names = list(code.co_varnames[1 : code.co_argcount + code.co_kwonlyargcount])
-    dropped = {ignore} if isinstance(ignore, str) else set(ignore or [])
-    chosen = list(names) if names else arg_names
-    unknown = [n for n in chosen if n not in arg_names]
-    if unknown:
-        raise ValueError(
-            f"save_hyperparameters({', '.join(map(repr, unknown))}): not arguments of {type(owner).__name__}.__init__. "
-            f"Expected some of: {', '.join(arg_names)}."
+        chosen, name = AttributeDict({n: arguments[n] for n in names if isinstance(n, str)}), "kwargs"
+    current = owner.__dict__.get("hparams")
+    if isinstance(chosen, dict) and isinstance(current, dict):
+        if type(current) is _Captured:  # not yet captured automatically: from now on, what is saved here
+            current = AttributeDict(current)
+        current.update(chosen)
+        chosen = current
+    for key in dropped:
+        chosen.pop(key, None)
+    object.__setattr__(owner, "hparams", chosen)
+    object.__setattr__(owner, "_hparams_name", name)
+    modules = [k for k, v in chosen.items() if isinstance(v, torch.nn.Module)]
+    if modules:
+        warnings.warn(
+            f"{type(owner).__name__}.hparams holds {', '.join(map(repr, modules))}, a torch.nn.Module: its weights are "
+            f"in the checkpoint already. Expected plain values; to leave it out, call "
+            f"`self.save_hyperparameters(ignore={modules!r})`.",
+            stacklevel=3,
         )
-    values = {n: local[n] for n in chosen if n in local and n not in dropped}
-    if code.co_flags & inspect.CO_VARKEYWORDS and not names:
-        extra = code.co_varnames[code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & inspect.CO_VARARGS)]
-        values.update({k: v for k, v in dict(local.get(extra) or {}).items() if k not in dropped})
-    return AttributeDict(values)
+    object.__setattr__(owner, "_hparams_initial", _copied(chosen))
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 - a value that can't be compared (a tensor) is not the one given
+        return False
+
+
+def _copied(values: Any) -> Any:
+    try:
+        return copy.deepcopy(values)
+    except Exception:  # noqa: BLE001 - a value that can't be deep-copied is kept as is
+        return copy.copy(values)

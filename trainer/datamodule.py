@@ -43,6 +43,7 @@ class DataModule:
         if init is not None and not getattr(init, "_captures_hparams", False):
             cls.__init__ = _capturing_init(init)  # type: ignore[method-assign]
 
+    _saves_hyperparameters = True  # a frame of its __init__ is part of save_hyperparameters' chain
     #: The Trainer using this DataModule (set by fit/validate/test/predict), as in Lightning.
     trainer: Any = None
     #: A name for the data, for your own use (Lightning's attribute; nothing here reads it).
@@ -60,18 +61,17 @@ class DataModule:
 
     def save_hyperparameters(self, *names: Any, ignore: str | list[str] | None = None, frame: Any = None,
                              logger: bool = True) -> None:
-        """Fill `self.hparams` now from the calling `__init__`'s arguments (Lightning's; they are
-        also captured automatically after `__init__`), or from one dict or `argparse.Namespace`;
-        `frame` reads another frame's arguments, `logger` is accepted."""
+        """Record `__init__` arguments in `self.hparams` now, by `Module.save_hyperparameters`'
+        rules (the whole chain of `__init__` calls; names, one dict or `argparse.Namespace`,
+        `ignore`; a second call adds); `frame` starts from another frame, `logger` is accepted."""
         import inspect
 
-        from trainer._hparams import hparams_of_caller
+        from trainer._hparams import save_hyperparameters
 
         current = inspect.currentframe()
         caller = frame if frame is not None else current.f_back if current is not None else None
         if caller is not None:
-            self.hparams = hparams_of_caller(self, caller, names, ignore)
-            self._hparams_initial = copy.deepcopy(self.hparams)
+            save_hyperparameters(self, caller, names, ignore)
 
     @property
     def hparams_initial(self) -> AttributeDict:

@@ -309,6 +309,7 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
         finally:
             self._fit_loaders = None
             self._io.forget_resume()
+            self._metrics.renew_view()
             self._call("teardown", "fit")
             if self._datamodule is not None and callable(getattr(self._datamodule, "teardown", None)):
                 self._datamodule.teardown("fit")
@@ -318,6 +319,7 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
             self._signals = signals
             self._steps_at_fit_start = self.global_step
             try:
+                self._metrics.clear_latest()  # a new, empty callback_metrics dict, as Lightning's
                 self._call("on_fit_start")
                 self._io.start_run(self._module)
                 self._loop = FitLoop(self, val_loader)

@@ -162,7 +162,7 @@ class _Sweep(_Hooks):
             return  # inside an accumulation window
         self._recorded = step
         self.lrs.append(self.schedule[step - 1])
-        loss = trainer.logged_metrics.get("train/loss", math.nan)
+        loss = trainer._io.train_loss if trainer._io.train_loss is not None else math.nan
         if not math.isfinite(loss):
             self.losses.append(math.nan)
             trainer.should_stop = True  # diverged: nothing after this says more

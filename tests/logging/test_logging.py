@@ -365,7 +365,7 @@ def test_training_and_evaluation_metrics_stay_apart(tmp_path: Path) -> None:
     assert set(trainer.validate(model, DataLoader(data, batch_size=16))) == {"val/loss"}
 
 
-def test_epoch_metric_named_like_an_automatic_one_gets_its_own_tag(tmp_path: Path) -> None:
+def test_a_metric_named_like_an_automatic_one_is_the_users(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     class Named(Net):
         def training_step(self, batch, batch_idx):
             loss = super().training_step(batch, batch_idx)
@@ -375,10 +375,14 @@ def test_epoch_metric_named_like_an_automatic_one_gets_its_own_tag(tmp_path: Pat
 
     torch.manual_seed(0)
     trainer = trainer_for(tmp_path, max_epochs=1, log_every_n_steps=5)
-    trainer.fit(Named(), DataLoader(make_data(), batch_size=8))
+    with caplog.at_level(logging.INFO, logger="trainer"):
+        trainer.fit(Named(), DataLoader(make_data(), batch_size=8))
+    notes = [r.getMessage() for r in caplog.records if "no longer writes its own" in r.getMessage()]
+    assert [note.split("'")[1] for note in notes] == ["train/loss"]  # once; a per-step value just replaces ours
     series = scalars(trainer.log_dir)
-    assert [s for s, _ in series["train/loss"]] == [5, 10]  # per step only: no epoch point mixed in
-    assert [s for s, _ in series["train/loss_epoch"]] == [10]
+    assert [s for s, _ in series["train/loss"]] == [10]  # the user's epoch mean alone: the Trainer's steps aside
+    assert "train/loss_epoch" not in series
+    assert trainer.callback_metrics["train/loss"] == series["train/loss"][0][1]
     assert [v for _, v in series["train/lr-group0"]] == [7.0, 7.0]
 
     class Clash(Net):

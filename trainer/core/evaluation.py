@@ -145,8 +145,7 @@ class TrainerEvaluation:
         self.callbacks = with_module_callbacks(self.callbacks, model)
         self._dispatch = Dispatcher(model, self.callbacks, self._timer)
         hook_stage = "validate" if stage == "validation" else stage
-        if stage != "predict":
-            self._metrics.clear_latest()  # callback_metrics then hold this call's values, as Lightning's
+        self._metrics.clear_latest()  # a new callback_metrics dict holds this call's values, as Lightning's
         self._call("setup", hook_stage)
         try:
             if type(model).configure_model is not Module.configure_model:
@@ -169,6 +168,7 @@ class TrainerEvaluation:
             self.strategy.teardown(failed=True)
             raise
         finally:
+            self._metrics.renew_view()
             self._call("teardown", hook_stage)
             if self._datamodule is not None and callable(getattr(self._datamodule, "teardown", None)):
                 self._datamodule.teardown(hook_stage)

@@ -10,10 +10,10 @@ epoch ends and when a user reads `trainer.callback_metrics`.
 Naming (Lightning's): a metric logged with both `on_step=True` and `on_epoch=True` is
 written as `<name>_step` per step and `<name>_epoch` per epoch, and `callback_metrics[name]`
 is the latest of the two: the step value during the epoch, the epoch value once it closed
-(so `ModelCheckpoint(monitor=name)` at epoch end ranks by the epoch value). A training
-metric logged per epoch only under a name the Trainer writes per step itself
-(`train/loss`, `train/lr-group0`, ...) gets the suffix `_epoch`, so two series never share
-one TensorBoard tag.
+(so `ModelCheckpoint(monitor=name)` at epoch end ranks by the epoch value). A name the
+user logs is the user's: when it is one the Trainer writes per step itself (`train/loss`,
+`train/lr-group0`, throughput, ...), the Trainer stops writing its own value under it
+(`leave_to_user`, noted once), so a monitor of that name always watches the user's value.
 
 Epoch means are weighted by each value's batch size: `batch_size=` when given, else the
 size of the batch being processed (dim 0 of its first tensor, as Lightning infers it), so
@@ -27,6 +27,7 @@ evaluation pass).
 
 from __future__ import annotations
 
+import logging
 import numbers
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
 
 __all__ = ["MonitorError", "MetricStore", "to_floats", "EPOCH_SUFFIX", "STEP_SUFFIX", "AUTOMATIC", "batch_size_of", "fit_summary"]
 
+log = logging.getLogger("trainer")
 _REDUCTIONS = ("mean", "sum", "max", "min")
 _UNSET = object()
 EPOCH_SUFFIX = "_epoch"
@@ -72,10 +74,6 @@ class MonitorError(KeyError, ValueError):
 
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0]) if self.args else ""
-
-
-def _written_per_step(name: str) -> bool:
-    return name in AUTOMATIC or name.startswith(("train/lr-group", "train/lr-opt"))
 
 
 def _as_tensor(name: str, value: Any) -> torch.Tensor:
@@ -161,6 +159,8 @@ class MetricStore:
         self.prog_bar: set[str] = set()
         self.clock: Callable[[], int] | None = None
         self.hidden: set[str] = set()  # logged with logger=False: callback_metrics only
+        self.claimed: set[str] = set()  # every name the user logs: the Trainer writes no scalar of its own under them
+        self._noted: set[str] = set()  # names the Trainer said it leaves to the user
         self.batch: Any = None  # the batch being processed: its size weights epoch means
         self._evaluating = False
         self.epoch_end_reached = False  # the module's epoch-end hook runs: `current` shows the open epoch
@@ -217,6 +217,8 @@ class MetricStore:
             )
         if is_metric_collection(value):
             raise collection_error(name, value)
+        if name not in self.claimed:
+            self._claim(name)
         if is_metric(value):
             self._log_metric_object(name, value, on_step=on_step, on_epoch=on_epoch, prog_bar=prog_bar)
             return
@@ -255,11 +257,29 @@ class MetricStore:
         if prog_bar:
             self._show(name, on_step, on_epoch, key)
 
+    def _claim(self, name: str) -> None:
+        """The user logs `name` for the first time: from now on the Trainer writes no scalar of its
+        own under it (`leave_to_user`), and a value of its own already recorded there goes."""
+        self.claimed.add(name)
+        if isinstance(self.latest.get(name), float):  # the Trainer's own value (the user's are tensors)
+            self.latest.pop(name, None)
+
+    def leave_to_user(self, own: list[str]) -> set[str]:
+        """Which of the Trainer's own scalar names `own` the user logs (each noted once): the
+        Trainer writes no value of its own under those."""
+        taken = {name for name in own if name in self.claimed}
+        for name in sorted(taken - self._noted):
+            self._noted.add(name)
+            log.info(
+                "self.log(%r, ...): the Trainer writes a value of its own under this name too; the name is yours, "
+                "so the Trainer no longer writes its own (callback_metrics, loggers and monitors see yours).", name,
+            )
+        return taken
+
     def _epoch_slot(self, name: str, on_step: bool) -> tuple[str, dict[str, _Reduction | MetricEntry]]:
         """The name an epoch value is written under, and the current epoch's reductions."""
-        training = not self._evaluating
-        key = name + EPOCH_SUFFIX if on_step or (training and _written_per_step(name)) else name
-        return key, self.epoch if training else self._eval_epoch
+        key = name + EPOCH_SUFFIX if on_step else name
+        return key, self._eval_epoch if self._evaluating else self.epoch
 
     def _show(self, name: str, on_step: bool, on_epoch: bool, epoch_key: str) -> None:
         """Show a metric in the progress bar by the names it is written under: `name`, or
@@ -357,10 +377,20 @@ class MetricStore:
         return self.view
 
     def clear_latest(self) -> None:
-        """Forget every metric (`validate`/`test` start from empty `callback_metrics`, as Lightning's)."""
+        """Forget every metric: `validate`/`test` start a new, empty `callback_metrics` dict, as
+        Lightning's (a reference to the earlier one keeps the earlier values)."""
         self.latest = {}
-        self.view.clear()
+        self.view = {}
         self._view_given = {}
+
+    def renew_view(self) -> None:
+        """A run ends: `callback_metrics` becomes a new dict with the same values, as Lightning's
+        (a reference held during the run keeps the final values, and is no longer refreshed)."""
+        try:
+            self.callback_view()  # the final values, in the dict a reference may hold
+        except Exception:  # noqa: BLE001 - a run that failed on the device: keep what the last read gave
+            pass
+        self.view = dict(self.view)
 
     def update_latest(self, values: Mapping[str, float]) -> None:
         """Record values the Trainer already read to the host (e.g. the automatic train/ scalars)."""

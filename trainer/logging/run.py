@@ -82,6 +82,7 @@ class RunIO:
         self._epoch_record: dict[str, float] = {}
         self.history: list[dict[str, float]] = []
         self.logged: dict[str, float] = {}  # trainer.logged_metrics
+        self.train_loss: float | None = None  # the loss of the last logging step (the learning-rate finder reads it)
         self.shown: dict[str, float] = {}  # trainer.progress_bar_metrics
         self._live = LiveNumbers()  # the bar's numbers between logging steps (logging/live.py)
         self._last_loss: torch.Tensor | None = None  # the last step's loss, until it is written
@@ -229,8 +230,11 @@ class RunIO:
         scale = trainer.precision.loss_scale()
         if scale is not None:
             values["train/loss_scale"] = scale
-        values.update(trainer._metrics.take_step_values())  # a name the user logged: the user's value
+        own = list(values)
+        users = trainer._metrics.take_step_values()
+        values.update(users)  # a name the user logged: the user's value
         floats = to_floats(values)  # the one host read of this logging interval
+        self.train_loss = floats.get("train/loss")  # the step's loss (the user's, if logged per step under this name)
         automatic: dict[str, float] = {}
         if scale is not None or trainer.args.nonfinite_loss == "skip":
             automatic["train/skipped_steps"] = float(trainer.state.skipped_steps)
@@ -248,6 +252,10 @@ class RunIO:
             automatic.update(self.throughput.scalars(elapsed, self._samples if self._samples_known else None, micro_batches,
                                                      trainer.strategy.device, trainer.precision.name))
         floats = {**automatic, **floats}
+        shown = {"loss": floats["train/loss"]} if "train/loss" in floats else {}
+        # a name the user logs is the user's alone (noted once where the user's value does not simply replace ours)
+        taken = trainer._metrics.leave_to_user([name for name in own + list(automatic) if name not in users])
+        floats = {k: v for k, v in floats.items() if k in users or k not in taken} if taken else floats
         self._last_log_time, self._last_log_step = now, trainer.global_step
         self._samples, self._samples_known = 0, True
         trainer._metrics.update_latest(floats)
@@ -255,7 +263,6 @@ class RunIO:
         self._last_loss, self._logged_step = None, trainer.global_step
         if self.logger is not None:  # with `epoch`, as Lightning writes it beside every logged value
             self.logger.log_metrics({**floats, "epoch": float(trainer.current_epoch)}, step=trainer.global_step)
-        shown = {"loss": floats["train/loss"]} if "train/loss" in floats else {}
         shown.update({k: floats[k] for k in trainer._metrics.prog_bar if k in floats and k != "train/loss"})
         self.shown.update(shown)
         if self._progress is not None:

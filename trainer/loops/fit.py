@@ -211,6 +211,7 @@ class FitLoop:
             trainer._call("on_sanity_check_end")
         finally:
             trainer._sanity_checking = False
+            trainer._metrics.clear_latest()  # training starts a new callback_metrics dict, as Lightning's
             trainer._metrics.latest = latest
 
     def validate(self) -> None:

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, Protocol
 
 import torch
 
-from trainer._hparams import AttributeDict, _Captured, _capturing_init, hparams_of_caller
+from trainer._hparams import AttributeDict, _Captured, _capturing_init
+from trainer._hparams import save_hyperparameters as save_hparams
 from trainer.module.tools import ModuleTools
 
 __all__ = ["Module", "Reduce", "AttributeDict", "step_caller"]
@@ -68,6 +69,7 @@ class Module(ModuleTools):
 
     if TYPE_CHECKING:
         hparams: dict[str, Any]
+    _saves_hyperparameters = True  # a frame of its __init__ is part of save_hyperparameters' chain
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Wrap a subclass's own `__init__` so its arguments land in `self.hparams`."""
@@ -106,20 +108,20 @@ class Module(ModuleTools):
 
     def save_hyperparameters(self, *names: Any, ignore: str | list[str] | None = None, frame: Any = None,
                              logger: bool = True) -> None:
-        """Fill `self.hparams` now from the calling `__init__`'s arguments (Lightning's).
+        """Record `__init__` arguments in `self.hparams` now (Lightning's rules).
 
-        `names` picks some (default: all), or is one dict or `argparse.Namespace` whose items
-        become the hyperparameters; `ignore` drops some. The arguments are captured
-        automatically after `__init__` anyway; call this to read `self.hparams` inside it.
-        `frame` (Lightning's) reads another frame's arguments; `logger=False` is accepted (the
-        hyperparameters are still written once per run).
+        The arguments are those of the whole chain of `__init__` calls that builds this module (a
+        child's `super().__init__(...)` included, the outermost call's values winning); `names`
+        picks some (default: all), or is one dict or `argparse.Namespace` whose items become the
+        hyperparameters; `ignore` drops some, also ones an earlier call saved. A second call adds
+        to what the first saved. Without any call the outermost `__init__`'s arguments are
+        captured automatically. `frame` (Lightning's) starts from another frame; `logger=False`
+        is accepted (the hyperparameters are still written once per run).
         """
         current = inspect.currentframe()
         caller = frame if frame is not None else current.f_back if current is not None else None
         if caller is not None:
-            object.__setattr__(self, "hparams", hparams_of_caller(self, caller, names, ignore))
-            object.__setattr__(self, "_hparams_initial", None)
-            object.__setattr__(self, "_hparams_initial", self.hparams_initial)  # Lightning's hparams_initial
+            save_hparams(self, caller, names, ignore)
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickle and `copy.deepcopy` without the Trainer (a copy starts detached)."""
