@@ -85,6 +85,7 @@ class RunIO:
         self.shown: dict[str, float] = {}  # trainer.progress_bar_metrics
         self._live = LiveNumbers()  # the bar's numbers between logging steps (logging/live.py)
         self._last_loss: torch.Tensor | None = None  # the last step's loss, until it is written
+        self._step_unwritten = False  # a step ran since the last write (log_last_step writes it)
         self._logged_step = -1
         self.throughput = Throughput(args.performance_metrics)  # items/s, FLOP/s, MFU, peak memory
 
@@ -252,7 +253,7 @@ class RunIO:
         self._samples, self._samples_known = 0, True
         trainer._metrics.update_latest(floats)
         self.logged.update(floats)
-        self._last_loss, self._logged_step = None, trainer.global_step
+        self._last_loss, self._logged_step, self._step_unwritten = None, trainer.global_step, False
         if self.logger is not None:  # with `epoch`, as Lightning writes it beside every logged value
             self.logger.log_metrics({**floats, "epoch": float(trainer.current_epoch)}, step=trainer.global_step)
         shown = {"loss": floats["train/loss"]} if "train/loss" in floats else {}
@@ -264,13 +265,14 @@ class RunIO:
     def step_done(self, window_loss: torch.Tensor | None) -> None:
         """After an optimizer step that wrote nothing: kept for `log_last_step`; the bar's
         loss refreshed every 0.5 s (logging/live.py)."""
-        self._last_loss = window_loss
+        self._last_loss, self._step_unwritten = window_loss, True
         if self._progress is not None:
             self._live.step(self._progress, self.shown, window_loss, self.trainer.global_step)
 
     def log_last_step(self) -> None:
-        """Fit ends between logging steps: the last step's training scalars are written too."""
-        if self._last_loss is not None and self.trainer.global_step > self._logged_step:
+        """Fit ends between logging steps: the last step's training scalars are written too
+        (also when it returned no loss: what it logged, and the learning rates)."""
+        if self._step_unwritten and self.trainer.global_step > self._logged_step:
             self.log_step(self._last_loss, None)
 
     def close_train_epoch(self) -> None:

@@ -157,7 +157,6 @@ class FitLoop:
                 args.max_epochs, args.max_steps,
                 repr(str(trainer._io.last_path)) if args.enable_checkpointing else "<a trainer.save_checkpoint(path) file>",
             )
-        self._warn_if_nothing_is_logged()
         self.sanity_check()
         trainer._call("on_train_start")
         if self.profiler is not None and trainer.strategy.is_global_zero:
@@ -179,21 +178,6 @@ class FitLoop:
         trainer._io.log_last_step()  # a run ending between logging steps writes its last step too
         trainer._io.save_last()
         trainer._call("on_train_end")
-
-    def _warn_if_nothing_is_logged(self) -> None:
-        """Lightning's warning: an epoch shorter than log_every_n_steps writes no training scalar."""
-        trainer, args = self.trainer, self.trainer.args
-        if self.epoch_batches is None or trainer._io.logger is None or args.fast_dev_run:
-            return
-        steps = -(-self.epoch_batches // (args.accumulate_grad_batches if module_of(trainer).automatic_optimization else 1))
-        epochs = args.max_epochs if args.max_epochs is not None else 1
-        total = min(steps * epochs, args.max_steps) if args.max_steps is not None else steps * epochs
-        if total < args.log_every_n_steps:
-            log.warning(
-                "This run takes %d optimizer step(s), fewer than log_every_n_steps=%d, so no training scalar "
-                "would be written (only epoch-level metrics). Set Trainer(log_every_n_steps=%d) or lower to see them.",
-                total, args.log_every_n_steps, max(total, 1),
-            )
 
     def sanity_check(self) -> None:
         """`num_sanity_val_steps` validation batches before training: nothing is logged, no
