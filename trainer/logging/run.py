@@ -7,6 +7,7 @@ Only the global-zero rank writes anything.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,7 +25,7 @@ from trainer.logging.multi import LoggerList
 from trainer.logging.loggers import TensorBoardLogger
 from trainer.logging.runs import DEFAULT_NAME, make_run_dir, planned_run_dir
 from trainer.logging.progress import ProgressBar
-from trainer.logging.live import LineProgress, LiveNumbers, line_settings, wants_lines
+from trainer.logging.live import LineProgress, LiveNumbers, line_settings, ordered, wants_lines
 from trainer.logging.throughput import Throughput
 from trainer.logging.summary import summarize
 from trainer.core.weak import WeakAttribute
@@ -260,14 +261,14 @@ class RunIO:
         shown.update({k: floats[k] for k in trainer._metrics.prog_bar if k in floats and k != "train/loss"})
         self.shown.update(shown)
         if self._progress is not None:
-            self._progress.set_postfix(self.shown)
+            self._progress.set_postfix(ordered(self.shown))
 
     def step_done(self, window_loss: torch.Tensor | None) -> None:
         """After an optimizer step that wrote nothing: kept for `log_last_step`; the bar's
         loss refreshed every 0.5 s (logging/live.py)."""
         self._last_loss, self._step_unwritten = window_loss, True
         if self._progress is not None:
-            self._live.step(self._progress, self.shown, window_loss, self.trainer.global_step)
+            self._live.step(self._progress, self.shown, window_loss, self.trainer.global_step, self._fresh_values)
 
     def log_last_step(self) -> None:
         """Fit ends between logging steps: the last step's training scalars are written too
@@ -292,7 +293,7 @@ class RunIO:
         if on_bar and self._in_fit and not self.trainer._sanity_checking:
             self.shown.update(on_bar)  # the epoch's bar, kept on screen, shows its validation metrics
             if self._progress is not None:
-                self._progress.set_postfix(self.shown)
+                self._progress.set_postfix(ordered(self.shown))
         if self.logger is not None and written and self.trainer._module is not None:
             self.logger.log_metrics({**written, "epoch": float(self.trainer.current_epoch)}, step=self.trainer.global_step)
             if not self._in_fit:  # standalone validate/test: leave no writer open
@@ -343,7 +344,7 @@ class RunIO:
                 return make()
         if wants_lines(self.trainer.args.progress_lines):  # not a terminal: lines (logging/live.py)
             lines = LineProgress(**line_settings(self.trainer.args.progress_lines))
-            lines.status = self._line_status
+            lines.status, lines.fresh = self._line_status, self._fresh_values
             return lines
         return ProgressBar()
 
@@ -354,9 +355,38 @@ class RunIO:
     def _line_status(self) -> dict[str, Any]:
         trainer = self.trainer
         metrics = self.logged if trainer.state.batches_done == 0 else {}  # at an epoch's end: its values
-        return {"step": trainer.global_step, "epoch": trainer.current_epoch,
-                "total_steps": getattr(trainer, "estimated_stepping_batches", None),
+        return {"step": trainer.global_step, "epoch": trainer.current_epoch, **self._run_progress(),
                 "epoch_metrics": {k: v for k, v in metrics.items() if k.startswith("val")}}
+
+    def _run_progress(self) -> dict[str, Any]:
+        """`fraction`: how much of the fit is done, by whichever limit ends it first (the
+        training batches of `max_epochs`, or `max_steps`); `total_steps`: the fit's optimizer
+        steps, when known exactly. Under manual optimization a batch may take any number of
+        steps (a GAN takes two), so the total is known only from `max_steps` alone."""
+        trainer, args, state = self.trainer, self.trainer.args, self.trainer.state
+        per_epoch = getattr(trainer, "num_training_batches", math.inf)
+        epochs = args.max_epochs if args.max_epochs is not None else (None if args.max_steps else 1)
+        by_epochs = epochs is not None and not math.isinf(per_epoch) and per_epoch > 0
+        fractions = [(state.epoch * per_epoch + state.batches_done) / (epochs * per_epoch)] if by_epochs and epochs else []
+        if args.max_steps:
+            fractions.append(trainer.global_step / args.max_steps)
+        module = getattr(trainer, "_module", None)
+        if module is None or module.automatic_optimization:
+            total = getattr(trainer, "estimated_stepping_batches", None)
+        else:
+            total = args.max_steps if args.max_steps and not by_epochs else None
+        return {"fraction": min(max(fractions), 1.0) if fractions else None, "total_steps": total}
+
+    def _fresh_values(self) -> dict[str, float]:
+        """What the bar shows, read now: the last step's loss and the newest value of every
+        `prog_bar=True` metric (one host read; at most every 0.5 s, or once per line)."""
+        metrics = self.trainer._metrics
+        current, shown = metrics.current(), metrics.prog_bar
+        live: dict[str, Any] = {name: current[name] for name in shown  # as trainer.progress_bar_metrics reads them
+                                if name in current and f"{name}_step" not in shown and f"{name}_epoch" not in shown}
+        if self._last_loss is not None:
+            live["loss"] = self._last_loss
+        return to_floats(live)
 
     def progress_advance_eval(self) -> None:
         if self._progress is not None:
