@@ -13,8 +13,10 @@ Example:
     >>> import io
     >>> out = io.StringIO()
     >>> lines = LineProgress(every_seconds=None, every_n_steps=2, stream=out)
-    >>> lines.status = lambda: {"step": 2, "total_steps": 10, "epoch": 0}
+    >>> step = [0]
+    >>> lines.status = lambda: {"step": step[0], "total_steps": 10, "epoch": 0}
     >>> lines.start_train_epoch(0, 5)
+    >>> step[0] = 2  # two optimizer steps later
     >>> lines.set_postfix({"loss": 0.25})
     >>> out.getvalue().split(" | ")[:3]
     ['epoch 0', 'step 2/10 (20%)', 'loss 0.25']
