@@ -120,3 +120,16 @@ def test_early_stopping_says_once_from_rank_zero_that_it_stopped(caplog):
     stopper._said_stop = False
     stopper._stop(other_rank, "a reason")  # type: ignore[arg-type]
     assert stopper.stopped_epoch == 3 and caplog.records == []
+
+
+def test_a_step_interval_scheduler_missing_its_monitor_says_the_nearest_name():
+    class StepPlateau(Logs):
+        def configure_optimizers(self) -> Any:
+            config = super().configure_optimizers()
+            config["lr_scheduler"]["interval"] = "step"
+            return config
+
+    module = StepPlateau(plateau="train_los")
+    with pytest.raises(MonitorError, match="'train_los' was never logged. Did you mean 'train_loss'?") as caught:
+        fit(module, callbacks.EarlyStopping("val_loss"))
+    assert module.batches == 1 and "EarlyStopping" not in str(caught.value)

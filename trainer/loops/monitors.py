@@ -37,7 +37,7 @@ class MonitorCheck:
         self.trained = False
         self.done = False
         self.seen: set[str] = set()  # names logged before they were restored away (the sanity check's)
-        self.due: set[str] = set()  # the points a monitor is read at that the fit has reached
+        self.due = {"step"}  # the points a monitor is read at that the fit has reached (a step: from the first)
 
     def after_validation(self, names: Iterable[str], host: LoopHost) -> None:
         """After the sanity check or a validation inside fit, with the names it logged."""
@@ -47,7 +47,6 @@ class MonitorCheck:
 
     def after_training_batch(self, host: LoopHost) -> None:
         self.trained = True
-        self.due.add("step")
         self._check_if_due(host)
 
     def _check_if_due(self, host: LoopHost) -> None:
