@@ -32,9 +32,10 @@ from typing import Any, TextIO
 
 import torch
 
-from trainer.logging.metrics import batch_size_of
+from trainer.logging.metrics import batch_size_of, to_floats
 
-__all__ = ["REFRESH_SECONDS", "LiveNumbers", "LineProgress", "line_settings", "ordered", "wants_lines"]
+__all__ = ["REFRESH_SECONDS", "LiveNumbers", "LineProgress", "fresh_values", "line_settings", "ordered", "run_progress",
+           "wants_lines"]
 
 #: How often the bar's numbers are refreshed between logging steps (seconds).
 REFRESH_SECONDS = 0.5
@@ -63,6 +64,36 @@ def ordered(values: Mapping[str, float]) -> dict[str, float]:
     """The bar's and the lines' fields in one fixed order, whatever order they arrived in:
     `loss` first, then the others by name."""
     return {name: values[name] for name in sorted(values, key=lambda name: (name != "loss", name))}
+
+
+def run_progress(args: Any, state: Any, global_step: int, per_epoch: float, module: Any,
+                 estimated_steps: Callable[[], Any]) -> dict[str, Any]:
+    """`fraction`: how much of the fit is done, by whichever limit ends it first (the training
+    batches of `max_epochs`, or `max_steps`); `total_steps`: the fit's optimizer steps when
+    known exactly. Under manual optimization a batch may take any number of steps (a GAN
+    takes two), so the total is known only from `max_steps` alone."""
+    epochs = args.max_epochs if args.max_epochs is not None else (None if args.max_steps else 1)
+    by_epochs = epochs is not None and not math.isinf(per_epoch) and per_epoch > 0
+    fractions = [(state.epoch * per_epoch + state.batches_done) / (epochs * per_epoch)] if by_epochs and epochs else []
+    if args.max_steps:
+        fractions.append(global_step / args.max_steps)
+    if module is None or module.automatic_optimization:
+        total = estimated_steps()
+    else:
+        total = args.max_steps if args.max_steps and not by_epochs else None
+    return {"fraction": min(max(fractions), 1.0) if fractions else None, "total_steps": total}
+
+
+def fresh_values(metrics: Any, last_loss: torch.Tensor | None) -> dict[str, float]:
+    """What the bar shows, read now: the last step's loss and the newest value of every
+    `prog_bar=True` metric, as `trainer.progress_bar_metrics` reads them (one host read; at
+    most every `REFRESH_SECONDS`, or once per line)."""
+    current, shown = metrics.current(), metrics.prog_bar
+    live: dict[str, Any] = {name: current[name] for name in shown
+                            if name in current and f"{name}_step" not in shown and f"{name}_epoch" not in shown}
+    if last_loss is not None:
+        live["loss"] = last_loss
+    return to_floats(live)
 
 
 def _in_jupyter() -> bool:

@@ -25,7 +25,7 @@ from trainer.logging.multi import LoggerList
 from trainer.logging.loggers import TensorBoardLogger
 from trainer.logging.runs import DEFAULT_NAME, make_run_dir, planned_run_dir
 from trainer.logging.progress import ProgressBar
-from trainer.logging.live import LineProgress, LiveNumbers, line_settings, ordered, wants_lines
+from trainer.logging.live import LineProgress, LiveNumbers, fresh_values, line_settings, ordered, run_progress, wants_lines
 from trainer.logging.throughput import Throughput
 from trainer.logging.summary import summarize
 from trainer.core.weak import WeakAttribute
@@ -359,34 +359,12 @@ class RunIO:
                 "epoch_metrics": {k: v for k, v in metrics.items() if k.startswith("val")}}
 
     def _run_progress(self) -> dict[str, Any]:
-        """`fraction`: how much of the fit is done, by whichever limit ends it first (the
-        training batches of `max_epochs`, or `max_steps`); `total_steps`: the fit's optimizer
-        steps, when known exactly. Under manual optimization a batch may take any number of
-        steps (a GAN takes two), so the total is known only from `max_steps` alone."""
-        trainer, args, state = self.trainer, self.trainer.args, self.trainer.state
-        per_epoch = getattr(trainer, "num_training_batches", math.inf)
-        epochs = args.max_epochs if args.max_epochs is not None else (None if args.max_steps else 1)
-        by_epochs = epochs is not None and not math.isinf(per_epoch) and per_epoch > 0
-        fractions = [(state.epoch * per_epoch + state.batches_done) / (epochs * per_epoch)] if by_epochs and epochs else []
-        if args.max_steps:
-            fractions.append(trainer.global_step / args.max_steps)
-        module = getattr(trainer, "_module", None)
-        if module is None or module.automatic_optimization:
-            total = getattr(trainer, "estimated_stepping_batches", None)
-        else:
-            total = args.max_steps if args.max_steps and not by_epochs else None
-        return {"fraction": min(max(fractions), 1.0) if fractions else None, "total_steps": total}
+        trainer = self.trainer
+        return run_progress(trainer.args, trainer.state, trainer.global_step, getattr(trainer, "num_training_batches", math.inf),
+                            getattr(trainer, "_module", None), lambda: getattr(trainer, "estimated_stepping_batches", None))
 
     def _fresh_values(self) -> dict[str, float]:
-        """What the bar shows, read now: the last step's loss and the newest value of every
-        `prog_bar=True` metric (one host read; at most every 0.5 s, or once per line)."""
-        metrics = self.trainer._metrics
-        current, shown = metrics.current(), metrics.prog_bar
-        live: dict[str, Any] = {name: current[name] for name in shown  # as trainer.progress_bar_metrics reads them
-                                if name in current and f"{name}_step" not in shown and f"{name}_epoch" not in shown}
-        if self._last_loss is not None:
-            live["loss"] = self._last_loss
-        return to_floats(live)
+        return fresh_values(self.trainer._metrics, self._last_loss)
 
     def progress_advance_eval(self) -> None:
         if self._progress is not None:
