@@ -46,8 +46,11 @@ class EarlyStopping(Callback):
             "train_epoch_end", False: "validation_end"; None keeps `check_on`).
         strict: a monitor that was never logged is an error (`trainer.MonitorError`);
             False: a warning, and no check.
-        verbose: log every improvement and the reason for a stop.
-        log_rank_zero_only: under DDP, only rank 0 logs the stop (Lightning's).
+        verbose: log every improvement (INFO).
+        log_rank_zero_only: accepted for Lightning; the stop is always said once, from rank 0.
+
+    When it stops the run it says so, once, from rank 0, as a warning on logger
+    "trainer.callbacks" (shown without any logging set up): the epoch and the reason.
 
     Lightning's attribute names read the same state: `wait_count` is `wait`, `best_score` is
     `best` as a tensor (inf / -inf before the first check).
@@ -111,6 +114,7 @@ class EarlyStopping(Callback):
         self.stopped_epoch = 0  # the epoch it stopped after (Lightning's 0 while it has not stopped)
         self._fitting = False
         self._checked = self._warned = False
+        self._said_stop = False  # the stop is said once per fit (a stop held by min_epochs repeats it)
 
     @property
     def state_key(self) -> str:
@@ -132,9 +136,17 @@ class EarlyStopping(Callback):
             return torch.tensor(math.inf if self.mode == "min" else -math.inf)
         return torch.tensor(self.best)
 
+    def monitored_metrics(self, trainer: Trainer) -> dict[str, str]:
+        """`monitor`, checked with every other monitor once the run's names are known (strict only;
+        at validation's end only when the run validates)."""
+        if not self.strict or (self.check_on == "validation_end" and sum(trainer.num_val_batches) == 0):
+            return {}
+        return {self.monitor: self.check_on}
+
     # -------------------------------------------------------------------- hooks
     def on_fit_start(self, trainer: Trainer, module: Any) -> None:
         self._fitting = True  # validate()/test() outside fit never count as checks
+        self._said_stop = False
 
     def on_fit_end(self, trainer: Trainer, module: Any) -> None:
         self._fitting = False
@@ -170,8 +182,8 @@ class EarlyStopping(Callback):
                             self.monitor, self.check_on, logged)
                 return
             raise MonitorError(
-                f"EarlyStopping(monitor={self.monitor!r}): no such metric at {self.check_on}. Expected "
-                f"a name logged with self.log. Received these metrics: {logged}."
+                f"{MonitorError.describe(f'EarlyStopping(monitor={self.monitor!r})', self.monitor, metrics)} "
+                f"Checked at {self.check_on}. Expected a name logged with self.log. Received these metrics: {logged}."
             )
         value = float(metrics[self.monitor])
         if self.check_finite and not math.isfinite(value):
@@ -205,8 +217,10 @@ class EarlyStopping(Callback):
 
     def _stop(self, trainer: Trainer, reason: str) -> None:
         self.stopped_epoch = int(trainer.current_epoch)
-        if not self.log_rank_zero_only or trainer.is_global_zero:
-            log.info("EarlyStopping: stopping after epoch %d: %s.", self.stopped_epoch, reason)
+        if trainer.is_global_zero and not self._said_stop:  # once, from rank 0 (every rank decides alike)
+            self._said_stop = True
+            # A warning, so that a script without a logging handler shows it (Lightning's is verbose-only INFO).
+            log.warning("EarlyStopping: stopping after epoch %d: %s.", self.stopped_epoch, reason)
         trainer.request_stop()
 
     # -------------------------------------------------------------------- state

@@ -192,6 +192,13 @@ class ModelCheckpoint(Checkpoint):
     def on_exception(self, trainer: Trainer, module: Any, exception: BaseException) -> None:
         self._fitting = False
 
+    def monitored_metrics(self, trainer: Trainer) -> dict[str, str]:
+        """`monitor`, checked with every other monitor once the run's names are known: only
+        when the run validates (before a validation a missing monitor is a warning, Lightning's rule)."""
+        if self.monitor is None or self.save_top_k == 0 or not _validates(trainer):
+            return {}
+        return {self.monitor: "train_epoch_end" if self._saves_on_train_epoch_end(trainer) else "validation_end"}
+
     # ---------------------------------------------------------------------- decisions
     def _skip(self, trainer: Trainer) -> bool:
         return bool(trainer.fast_dev_run) or trainer.sanity_checking or self._last_saved_step == trainer.global_step
@@ -230,9 +237,9 @@ class ModelCheckpoint(Checkpoint):
             return plan
         if self.monitor is not None and self.monitor not in metrics:
             message = (
-                f"ModelCheckpoint(monitor={self.monitor!r}) found no such metric in trainer.callback_metrics. "
-                f"Received: {sorted(metrics) or 'no metrics'}. Log it with self.log({self.monitor!r}, value), "
-                "or fix monitor."
+                f"{MonitorError.describe(f'ModelCheckpoint(monitor={self.monitor!r})', self.monitor, metrics)} "
+                f"trainer.callback_metrics holds: {sorted(metrics) or 'no metrics'}. Log it with "
+                f"self.log({self.monitor!r}, value), or fix monitor."
             )
             if self._validated:  # Lightning's rule: an error once a validation has run
                 return {**plan, "error": message}

@@ -8,6 +8,9 @@ Example:
 
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 from trainer.callback import Callback, MonitorError
 from trainer.datamodule import DataModule
 from trainer.logging.loggers import TensorBoardLogger
@@ -26,3 +29,11 @@ __all__ = [
     "LightningModule", "LightningDataModule", "seed_everything",
 ]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    """`trainer.callbacks` (Lightning's `L.callbacks` after `import trainer as L`): the callbacks
+    package under Lightning's path, loaded on first use, so `import trainer` never loads it."""
+    if name == "callbacks":
+        return importlib.import_module("trainer.callbacks")
+    raise AttributeError(f"module 'trainer' has no attribute {name!r}")

@@ -230,6 +230,11 @@ EARLY: list[tuple[str, list[str], str]] = [
     ("root_dir under a file", ["--trainer.root_dir", "{ws}/exp.yaml/runs"], "is a file"),
     ("top-k without a monitor", ["--callbacks", "[{class_path: callbacks.ModelCheckpoint, init_args: {save_top_k: 3}}]"], "callbacks.0.init_args"),
     ("ckpt_path not a checkpoint", ["--ckpt_path", "{ws}/exp.yaml"], "is not a torch.save archive"),
+    ("activation checkpointing of a class the model lacks", ["--trainer.activation_checkpointing", "[NoSuchBlock]"],
+     "trainer.activation_checkpointing: Trainer(activation_checkpointing=['NoSuchBlock']): TinyClassifier has no "
+     "submodule of class NoSuchBlock"),
+    ("activation checkpointing of a misspelt class", ["--trainer.activation_checkpointing", "[Encodr]"],
+     "Did you mean 'Encoder' for 'Encodr'?"),
 ]
 if not torch.cuda.is_available():
     EARLY.append(("unavailable device", ["--trainer.device", "cuda"], "no CUDA device is available here"))

@@ -279,3 +279,32 @@ def test_load_experiment_stage_asks_only_for_that_stage_s_loader(tmp_path: Path)
     experiment = load_experiment(config, stage="test")
     results = experiment.test()
     assert set(results) == {"test/loss"} and results["test/loss"] > 0
+
+
+def test_a_class_path_from_the_users_folder_is_named_once_from_rank_zero_and_never_above_its_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from trainer.config import classpath
+
+    for name in ("userfile_bad", "userfile_rank1", "userfile_good"):
+        (tmp_path / f"{name}.py").write_text("class Thing:\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(classpath, "USER_FOLDERS", [str(tmp_path)])
+    monkeypatch.setattr(classpath, "_REPORTED", set())
+    for variable in ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK"):
+        monkeypatch.delenv(variable, raising=False)
+    caplog.set_level("INFO", logger="trainer")
+
+    target, problems = classpath.import_target("userfile_bad.Thng", "model")  # the module imports; the class does not exist
+    assert target is None and "Did you mean 'Thing'?" in problems[0].message
+    assert "imported from" not in caplog.text
+
+    monkeypatch.setenv("RANK", "1")  # another process of the same torchrun job reads the same config
+    assert classpath.import_target("userfile_rank1.Thing", "model")[0] is not None
+    assert "imported from" not in caplog.text
+    monkeypatch.delenv("RANK")
+
+    for _ in range(2):
+        assert classpath.import_target("userfile_good.Thing", "model")[0] is not None
+    assert caplog.text.count("imported from") == 1
+    assert f"class_path userfile_good.Thing: imported from {tmp_path / 'userfile_good.py'}" in caplog.text

@@ -94,12 +94,48 @@ def test_reduce_fx_that_we_do_not_know_is_refused():
         Trainer(max_steps=1, logger=False, **QUIET).fit(Odd(), DataLoader(TensorDataset(torch.ones(4, 1)), batch_size=2))
 
 
-def test_a_run_shorter_than_log_every_n_steps_warns(tmp_path: Path, caplog):
-    """Lightning warns when the logging interval exceeds the training batches."""
+def test_a_run_shorter_than_log_every_n_steps_writes_its_last_step_and_warns_of_nothing(tmp_path: Path, caplog):
+    """Lightning warns that such a run logs no training scalar; here its last step is written
+    (as in the README's first example), so there is nothing to warn about."""
     train = DataLoader(TensorDataset(torch.ones(8, 1)), batch_size=2)
     with caplog.at_level("WARNING", logger="trainer"):
-        Trainer(max_epochs=2, root_dir=tmp_path, **QUIET).fit(Logs(), train)
-    assert "fewer than log_every_n_steps=50" in caplog.text and "8 optimizer step(s)" in caplog.text
+        trainer = Trainer(max_epochs=3, accumulate_grad_batches=2, root_dir=tmp_path, **QUIET)
+        trainer.fit(Logs(), train)
+    assert caplog.records == [], caplog.text
+    events = EventAccumulator(str(trainer.log_dir))
+    events.Reload()
+    assert [e.step for e in events.Scalars("train/loss")] == [6] == [trainer.global_step]
+    assert [e.step for e in events.Scalars("d/a")] == [6]
+
+
+class ManualLogsOnly(Module):
+    """Manual optimization whose training_step logs but returns nothing (common Lightning GAN code)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+        self.net = torch.nn.Linear(1, 1)
+
+    def training_step(self, batch: Any, batch_idx: int) -> None:
+        (x,) = batch
+        opt = self.optimizers()
+        loss = self.net(x).pow(2).mean()
+        opt.zero_grad()
+        self.manual_backward(loss)
+        opt.step()
+        self.log("manual/loss", loss)
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def test_the_last_step_of_a_manual_run_that_returns_nothing_is_written(tmp_path: Path):
+    trainer = Trainer(max_epochs=1, log_every_n_steps=50, root_dir=tmp_path, **QUIET)
+    trainer.fit(ManualLogsOnly(), DataLoader(TensorDataset(torch.ones(8, 1)), batch_size=2))
+    events = EventAccumulator(str(trainer.log_dir))
+    events.Reload()
+    assert [e.step for e in events.Scalars("manual/loss")] == [4] == [trainer.global_step]
+    assert "train/loss" not in events.Tags()["scalars"]  # nothing returned: no automatic loss
 
 
 class Forked(Logs):

@@ -108,15 +108,17 @@ def test_bar_numbers_refresh_every_half_second_and_at_logging_steps(tmp_path: Pa
     trainer = make_trainer(tmp_path, max_epochs=1, callbacks=[Watch()])
     trainer._io._live.clock = lambda: now[0]
     trainer.fit(Net(), DataLoader(data(), batch_size=4))
-    # The loss shows after the first step (0.2 s), then at most every 0.5 s: steps 4 (0.8 s)
-    # and 7 (1.4 s); logging steps 5 and 10 add the prog_bar metrics.
+    # The loss and the prog_bar metrics show after the first step (0.2 s), then at most every
+    # 0.5 s: steps 4 (0.8 s) and 7 (1.4 s); and at logging steps 5 and 10. Each time both are
+    # the same step's (Net logs its loss as train/mse).
     assert seen[0] is None
-    assert seen[1] == seen[2] == seen[3] and set(seen[1] or {}) == {"loss"}
-    assert seen[4] is not None and set(seen[4]) == {"loss"} and seen[4] != seen[3]
-    assert seen[5] == seen[6] and set(seen[5] or {}) == {"loss", "train/mse"}
+    assert seen[1] == seen[2] == seen[3] and set(seen[1] or {}) == {"loss", "train/mse"}
+    assert seen[4] is not None and seen[4] != seen[3]
+    assert seen[5] == seen[6] and seen[5] != seen[4]
     assert seen[7] == seen[8] == seen[9] and seen[7] != seen[6]
-    assert seen[7] is not None and seen[5] is not None and seen[7]["train/mse"] == seen[5]["train/mse"]
-    assert seen[10] is not None and seen[10]["loss"] == seen[10]["train/mse"] != seen[7]["train/mse"]
+    assert seen[10] is not None and seen[10] != seen[9]
+    for shown in (seen[1], seen[4], seen[5], seen[7], seen[10]):
+        assert shown is not None and set(shown) == {"loss", "train/mse"} and shown["loss"] == shown["train/mse"]
 
 
 def test_nothing_printed_when_disabled(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

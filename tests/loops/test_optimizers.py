@@ -125,8 +125,8 @@ def test_reduce_on_plateau_steps_on_a_training_step_metric():
 
 
 def test_reduce_on_plateau_with_a_missing_monitor():
-    with pytest.raises(KeyError, match="'val/nope', which was not logged"):
-        Trainer(max_epochs=1, **QUIET).fit(Plateau("epoch", "val/nope"), loader(make_data()))
+    with pytest.raises(KeyError, match=r"ReduceLROnPlateau \('monitor': 'val/nope'\): 'val/nope' was never logged"):
+        Trainer(max_epochs=1, **QUIET).fit(Plateau("epoch", "val/nope"), loader(make_data()))  # found after one batch
     trainer = Trainer(max_epochs=1, **QUIET)
     with pytest.warns(RuntimeWarning, match="'val/nope', which was not logged"):
         trainer.fit(Plateau("epoch", "val/nope", strict=False), loader(make_data()))

@@ -234,6 +234,21 @@ def _folder_checkpoint(tmp_path: Path) -> Path:
     return folder
 
 
+def test_trainer_export_of_a_folder_says_only_what_it_wrote(tmp_path, capsys):
+    """Reading shards in one process is what export means: torch's warning that torch.distributed
+    is "disabled, unavailable or uninitialized" is not shown (every other warning still is)."""
+    import warnings
+
+    from trainer.config.cli import main
+
+    folder = _folder_checkpoint(tmp_path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert main(["export", str(folder), str(tmp_path / "w.pt")]) == 0
+    assert [str(w.message) for w in caught if "torch.distributed" in str(w.message)] == []
+    assert "Traceback" not in capsys.readouterr().err and (tmp_path / "w.pt").is_file()
+
+
 def test_a_folder_is_checked_before_anything_is_touched(tmp_path):
     from tests.helpers.reference import make_model, weights
 

@@ -26,6 +26,7 @@ import os
 import pickle
 import re
 import shutil
+import warnings
 from pathlib import Path
 from collections.abc import Callable
 from typing import Any
@@ -265,11 +266,9 @@ def restore_sharded_optimizers(module: torch.nn.Module, optimizers: list[torch.o
 def _load_shards(checkpoint: dict[str, Any], wanted: dict[str, Any], *, partial: bool) -> None:
     """DCP-load the entries of `wanted` (in place) from the checkpoint's folder; `partial`:
     the folder may hold more than is asked for."""
-    import torch.distributed.checkpoint as dcp
-
     folder = Path(checkpoint["_folder"])
     try:
-        dcp.load(wanted, storage_reader=_SafeReader(folder), planner=_SafePlanner(allow_partial_load=partial), no_dist=not _distributed())
+        _dcp_load(wanted, _SafeReader(folder), _SafePlanner(allow_partial_load=partial), no_dist=not _distributed())
     except Exception as error:  # noqa: BLE001 - named, with the folder
         raise CheckpointError(f"Checkpoint {checkpoint['_path']!r}: its shards could not be loaded ({type(error).__name__}: {error}).") from None
 
@@ -288,8 +287,6 @@ def export_weights(source: str | os.PathLike[str], target: str | os.PathLike[str
     Example:
         >>> export_weights("runs/fsdp/checkpoints/last.ckpt", "weights.pt")  # doctest: +SKIP
     """
-    import torch.distributed.checkpoint as dcp
-
     named = Path(source)
     if _readable(named) is None:
         weights = load_checkpoint(named)["module"]
@@ -302,8 +299,19 @@ def export_weights(source: str | os.PathLike[str], target: str | os.PathLike[str
         for key, entry in shards.state_dict_metadata.items():
             if key.startswith("module.") and isinstance(entry, TensorStorageMetadata):
                 weights[key[len("module."):]] = torch.empty(entry.size, dtype=entry.properties.dtype)
-        dcp.load({"module": weights}, storage_reader=_SafeReader(Path(checkpoint["_folder"])), planner=_SafePlanner(allow_partial_load=True), no_dist=True)
+        _dcp_load({"module": weights}, _SafeReader(Path(checkpoint["_folder"])), _SafePlanner(allow_partial_load=True), no_dist=True)
     return save_atomic({k: v.detach().clone().contiguous() for k, v in weights.items()}, target)
+
+
+def _dcp_load(state: dict[str, Any], reader: Any, planner: Any, no_dist: bool) -> None:
+    """`dcp.load`; in one process (`no_dist`, asked for on purpose) without torch's warning that
+    torch.distributed is "disabled, unavailable or uninitialized" (only that warning is hidden)."""
+    import torch.distributed.checkpoint as dcp
+
+    with warnings.catch_warnings():
+        if no_dist:
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
+        dcp.load(state, storage_reader=reader, planner=planner, no_dist=no_dist)
 
 
 # ------------------------------------------------------------------- safe DCP readers

@@ -26,6 +26,8 @@ from typing import Any
 import pydantic
 from pydantic import ConfigDict, TypeAdapter
 
+from trainer.utilities.rank_zero import rank_zero_info
+
 __all__ = [
     "Problem", "ConfigError", "ResolvedSpec", "check_spec", "instantiate", "is_spec", "suggest", "USER_FOLDERS",
     "LOGGER_HOMES", "homes_of", "short_name",
@@ -121,7 +123,6 @@ def import_target(class_path: Any, path: str) -> tuple[Any, list[Problem]]:
         hint = f" Did you mean {close[0]!r}?" if close else ""
         return None, [Problem(where, f"cannot import {class_path!r}: no module named {top!r}.{hint} "
                               "Expected an importable module: is its folder on PYTHONPATH (or the package installed)?")]
-    _report_user_file(class_path, module)
     target: Any = module
     for depth, attribute in enumerate(parts[index:]):
         owner = target
@@ -135,6 +136,7 @@ def import_target(class_path: Any, path: str) -> tuple[Any, list[Problem]]:
         target = getattr(owner, attribute)
     if not callable(target):
         return None, [Problem(where, f"Expected a class or callable. Received: {class_path!r}, a {type(target).__name__}.")]
+    _report_user_file(class_path, module)  # only once found: never above the error that says it is not there
     return target, []
 
 
@@ -208,11 +210,12 @@ def _in_user_folder(file: str) -> str | None:
 
 
 def _report_user_file(class_path: str, module: Any) -> None:
-    """A class_path read from the user's own folder: say which file (once per file)."""
+    """A class_path read from the user's own folder: say which file (once per file, from rank 0:
+    every process of a torchrun or SLURM job reads the same config)."""
     file = getattr(module, "__file__", None)
     if file and file not in _REPORTED and _in_user_folder(file) is not None:
         _REPORTED.add(file)
-        log.info("class_path %s: imported from %s", class_path, file)
+        rank_zero_info("class_path %s: imported from %s", class_path, file)
 
 
 def _shadowed(top: str) -> str:

@@ -193,6 +193,22 @@ def _construct(where: str, spec: ResolvedSpec) -> Any:
         )]) from error
 
 
+def _check_activation_checkpointing(model: Any, setting: Any) -> None:
+    """`activation_checkpointing: [Block]` names classes among the model's submodules: checked
+    here, with the config, unless the model makes its layers later (`setup`/`configure_model`)."""
+    from trainer.core.activation_checkpointing import chosen_modules
+    from trainer.module import Module
+
+    if not isinstance(setting, (list, tuple)):
+        return
+    if any(getattr(type(model), hook) is not getattr(Module, hook) for hook in ("setup", "configure_model")):
+        return  # its layers may not exist yet: the Trainer checks when fit prepares the model
+    try:
+        chosen_modules(model, setting)
+    except ValueError as error:
+        raise ConfigError([Problem("trainer.activation_checkpointing", str(error))]) from None
+
+
 def build(
     resolved: ResolvedConfig, *, stage: Stage = "fit", dry_run: bool = False,
     configure_optimizers: Callable[..., Any] | None = None, owner: str = "the config's optimizer: section",
@@ -253,5 +269,6 @@ def build(
         trainer = Trainer(**arguments, precision=precision, logger=logger, callbacks=callbacks)
     except ValueError as error:
         raise ConfigError([Problem("trainer", str(error))]) from None
+    _check_activation_checkpointing(model, trainer.args.activation_checkpointing)
     trainer.experiment_config = resolved.plain
     return Experiment(resolved.plain, model, data, trainer, dry_run=dry_run)

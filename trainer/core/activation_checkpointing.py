@@ -29,6 +29,7 @@ Example:
 
 from __future__ import annotations
 
+import difflib
 import logging
 import types
 from collections.abc import Sequence
@@ -76,10 +77,13 @@ def chosen_modules(module: torch.nn.Module, setting: Any) -> list[tuple[str, tor
         picked = [(name, sub) for name, sub in named if type(sub).__name__ in wanted]
         missing = wanted - {type(sub).__name__ for _, sub in picked}
         if missing:
+            classes = sorted({type(sub).__name__ for _, sub in named})
+            hints = [f" Did you mean {close[0]!r} for {name!r}?" for name in sorted(missing)
+                     if (close := difflib.get_close_matches(name, classes, n=1, cutoff=0.6))]
             raise ValueError(
                 f"Trainer(activation_checkpointing={sorted(wanted)}): {type(module).__name__} has no submodule of "
                 f"class {', '.join(sorted(missing))}. Expected class names among its submodules' "
-                f"({', '.join(sorted({type(sub).__name__ for _, sub in named}))})."
+                f"({', '.join(classes)}).{''.join(hints)}"
             )
     outermost: list[tuple[str, torch.nn.Module]] = []
     for name, sub in picked:

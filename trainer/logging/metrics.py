@@ -27,9 +27,10 @@ evaluation pass).
 
 from __future__ import annotations
 
+import difflib
 import logging
 import numbers
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
@@ -74,6 +75,18 @@ class MonitorError(KeyError, ValueError):
 
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0]) if self.args else ""
+
+    @staticmethod
+    def describe(owner: str, name: str, logged: Iterable[str]) -> str:
+        """One missing monitor: `owner` (e.g. "EarlyStopping(monitor='val_los')") and the closest
+        of the `logged` names, for a message that lists one or several of them.
+
+        Example:
+            >>> MonitorError.describe("EarlyStopping(monitor='val_los')", "val_los", ["val_loss", "train/loss"])
+            "EarlyStopping(monitor='val_los'): 'val_los' was never logged. Did you mean 'val_loss'?"
+        """
+        close = difflib.get_close_matches(name, sorted(set(logged)), n=1, cutoff=0.6)
+        return f"{owner}: {name!r} was never logged.{f' Did you mean {close[0]!r}?' if close else ''}"
 
 
 def _as_tensor(name: str, value: Any) -> torch.Tensor:

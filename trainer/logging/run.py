@@ -7,6 +7,7 @@ Only the global-zero rank writes anything.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,7 +25,7 @@ from trainer.logging.multi import LoggerList
 from trainer.logging.loggers import TensorBoardLogger
 from trainer.logging.runs import DEFAULT_NAME, make_run_dir, planned_run_dir
 from trainer.logging.progress import ProgressBar
-from trainer.logging.live import LineProgress, LiveNumbers, line_settings, wants_lines
+from trainer.logging.live import LineProgress, LiveNumbers, fresh_values, line_settings, ordered, run_progress, wants_lines
 from trainer.logging.throughput import Throughput
 from trainer.logging.summary import summarize
 from trainer.core.weak import WeakAttribute
@@ -86,6 +87,7 @@ class RunIO:
         self.shown: dict[str, float] = {}  # trainer.progress_bar_metrics
         self._live = LiveNumbers()  # the bar's numbers between logging steps (logging/live.py)
         self._last_loss: torch.Tensor | None = None  # the last step's loss, until it is written
+        self._step_unwritten = False  # a step ran since the last write (log_last_step writes it)
         self._logged_step = -1
         self.throughput = Throughput(args.performance_metrics)  # items/s, FLOP/s, MFU, peak memory
 
@@ -260,24 +262,25 @@ class RunIO:
         self._samples, self._samples_known = 0, True
         trainer._metrics.update_latest(floats)
         self.logged.update(floats)
-        self._last_loss, self._logged_step = None, trainer.global_step
+        self._last_loss, self._logged_step, self._step_unwritten = None, trainer.global_step, False
         if self.logger is not None:  # with `epoch`, as Lightning writes it beside every logged value
             self.logger.log_metrics({**floats, "epoch": float(trainer.current_epoch)}, step=trainer.global_step)
         shown.update({k: floats[k] for k in trainer._metrics.prog_bar if k in floats and k != "train/loss"})
         self.shown.update(shown)
         if self._progress is not None:
-            self._progress.set_postfix(self.shown)
+            self._progress.set_postfix(ordered(self.shown))
 
     def step_done(self, window_loss: torch.Tensor | None) -> None:
         """After an optimizer step that wrote nothing: kept for `log_last_step`; the bar's
         loss refreshed every 0.5 s (logging/live.py)."""
-        self._last_loss = window_loss
+        self._last_loss, self._step_unwritten = window_loss, True
         if self._progress is not None:
-            self._live.step(self._progress, self.shown, window_loss, self.trainer.global_step)
+            self._live.step(self._progress, self.shown, window_loss, self.trainer.global_step, self._fresh_values)
 
     def log_last_step(self) -> None:
-        """Fit ends between logging steps: the last step's training scalars are written too."""
-        if self._last_loss is not None and self.trainer.global_step > self._logged_step:
+        """Fit ends between logging steps: the last step's training scalars are written too
+        (also when it returned no loss: what it logged, and the learning rates)."""
+        if self._step_unwritten and self.trainer.global_step > self._logged_step:
             self.log_step(self._last_loss, None)
 
     def close_train_epoch(self) -> None:
@@ -297,7 +300,7 @@ class RunIO:
         if on_bar and self._in_fit and not self.trainer._sanity_checking:
             self.shown.update(on_bar)  # the epoch's bar, kept on screen, shows its validation metrics
             if self._progress is not None:
-                self._progress.set_postfix(self.shown)
+                self._progress.set_postfix(ordered(self.shown))
         if self.logger is not None and written and self.trainer._module is not None:
             self.logger.log_metrics({**written, "epoch": float(self.trainer.current_epoch)}, step=self.trainer.global_step)
             if not self._in_fit:  # standalone validate/test: leave no writer open
@@ -348,7 +351,7 @@ class RunIO:
                 return make()
         if wants_lines(self.trainer.args.progress_lines):  # not a terminal: lines (logging/live.py)
             lines = LineProgress(**line_settings(self.trainer.args.progress_lines))
-            lines.status = self._line_status
+            lines.status, lines.fresh = self._line_status, self._fresh_values
             return lines
         return ProgressBar()
 
@@ -359,9 +362,16 @@ class RunIO:
     def _line_status(self) -> dict[str, Any]:
         trainer = self.trainer
         metrics = self.logged if trainer.state.batches_done == 0 else {}  # at an epoch's end: its values
-        return {"step": trainer.global_step, "epoch": trainer.current_epoch,
-                "total_steps": getattr(trainer, "estimated_stepping_batches", None),
+        return {"step": trainer.global_step, "epoch": trainer.current_epoch, **self._run_progress(),
                 "epoch_metrics": {k: v for k, v in metrics.items() if k.startswith("val")}}
+
+    def _run_progress(self) -> dict[str, Any]:
+        trainer = self.trainer
+        return run_progress(trainer.args, trainer.state, trainer.global_step, getattr(trainer, "num_training_batches", math.inf),
+                            getattr(trainer, "_module", None), lambda: getattr(trainer, "estimated_stepping_batches", None))
+
+    def _fresh_values(self) -> dict[str, float]:
+        return fresh_values(self.trainer._metrics, self._last_loss)
 
     def progress_advance_eval(self) -> None:
         if self._progress is not None:

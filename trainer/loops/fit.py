@@ -34,6 +34,8 @@ from trainer.loops.resume import restore_after_epoch_start
 from trainer.loops.schedule import ValidationSchedule, batch_limit, parse_max_time
 from trainer.logging.profiler import StepProfiler
 from trainer.loops.context import LoopHost, ManualSteps, manual_of, module_of, optimizers_of
+from trainer.loops.monitors import MonitorCheck
+from trainer.logging.metrics import MonitorError
 from trainer.core.weak import WeakAttribute
 
 __all__ = ["FitLoop"]
@@ -79,6 +81,7 @@ class FitLoop:
         self.loaded_epoch = 0  # reload_dataloaders_every_n_epochs: the epoch the loaders were made for
         self._warned_nothing_learned = False
         self.rng_before_validation: dict[str, Any] | None = None  # while a validation is pending
+        self.monitors = MonitorCheck(validates=self.val_loader is not None)  # every monitor, checked early (monitors.py)
 
     # ------------------------------------------------------------------------ epochs
     def finished(self) -> bool:
@@ -111,6 +114,11 @@ class FitLoop:
         trainer.state.start_clock()
         try:
             self._run(train_loader)
+        except MonitorError as error:  # one monitor's own check: reported with every other one missing by now
+            combined = self.monitors.combined(trainer, error)
+            if combined is error:
+                raise
+            raise combined from None
         finally:
             trainer.state.stop_clock()
 
@@ -157,7 +165,6 @@ class FitLoop:
                 args.max_epochs, args.max_steps,
                 repr(str(trainer._io.last_path)) if args.enable_checkpointing else "<a trainer.save_checkpoint(path) file>",
             )
-        self._warn_if_nothing_is_logged()
         self.sanity_check()
         trainer._call("on_train_start")
         if self.profiler is not None and trainer.strategy.is_global_zero:
@@ -180,21 +187,6 @@ class FitLoop:
         trainer._io.save_last()
         trainer._call("on_train_end")
 
-    def _warn_if_nothing_is_logged(self) -> None:
-        """Lightning's warning: an epoch shorter than log_every_n_steps writes no training scalar."""
-        trainer, args = self.trainer, self.trainer.args
-        if self.epoch_batches is None or trainer._io.logger is None or args.fast_dev_run:
-            return
-        steps = -(-self.epoch_batches // (args.accumulate_grad_batches if module_of(trainer).automatic_optimization else 1))
-        epochs = args.max_epochs if args.max_epochs is not None else 1
-        total = min(steps * epochs, args.max_steps) if args.max_steps is not None else steps * epochs
-        if total < args.log_every_n_steps:
-            log.warning(
-                "This run takes %d optimizer step(s), fewer than log_every_n_steps=%d, so no training scalar "
-                "would be written (only epoch-level metrics). Set Trainer(log_every_n_steps=%d) or lower to see them.",
-                total, args.log_every_n_steps, max(total, 1),
-            )
-
     def sanity_check(self) -> None:
         """`num_sanity_val_steps` validation batches before training: nothing is logged, no
         callback acts on them (`trainer.sanity_checking`), no random stream moves."""
@@ -209,10 +201,12 @@ class FitLoop:
             with isolated_rng():
                 trainer._eval.run(self.val_loader, "validation", limit)
             trainer._call("on_sanity_check_end")
+            names = set(trainer._metrics.latest)
         finally:
             trainer._sanity_checking = False
             trainer._metrics.clear_latest()  # training starts a new callback_metrics dict, as Lightning's
             trainer._metrics.latest = latest
+        self.monitors.after_validation(names, trainer)
 
     def validate(self) -> None:
         """Validation inside fit (epoch end, val_check_interval): it draws from the random
@@ -233,6 +227,7 @@ class FitLoop:
             if not isolate:  # from here on a checkpoint holds the streams as validation left them
                 self.rng_before_validation = None
 
+        self.monitors.due.add("validation_end")
         try:
             trainer._eval.run(self.val_loader, "validation", self.val_limit, before_end=complete)
         except BaseException:
@@ -242,6 +237,8 @@ class FitLoop:
         if isolate:
             set_rng_state(self.rng_before_validation)
         self.rng_before_validation = None
+        if not self.monitors.done:
+            self.monitors.after_validation((), trainer)
 
     def rng_for_checkpoint(self) -> dict[str, Any] | None:
         """The random state a checkpoint written now must hold (None: the current one)."""
@@ -274,6 +271,7 @@ class FitLoop:
         finally:
             trainer._metrics.epoch_end_reached = False
         trainer._io.close_train_epoch()
+        self.monitors.due.add("train_epoch_end")
         trainer._dispatch.call_callbacks("on_train_epoch_end", trainer, module_of(trainer))
         optimization = self.optimization
         if optimizers_of(trainer).schedulers and isinstance(optimization, AutomaticOptimization):
@@ -359,6 +357,8 @@ class FitLoop:
             output = optimization.run(batch, batch_idx, size, last)  # advances the bar before a step logs
             if want_end:
                 trainer._call("on_train_batch_end", optimization.batch_end_outputs(output), batch, batch_idx)
+            if not self.monitors.done:
+                self.monitors.after_training_batch(trainer)
             if last:
                 if self.profiler is not None:
                     self.profiler.step()

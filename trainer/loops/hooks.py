@@ -67,6 +67,13 @@ class CallbackBase:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what `state_dict` returned."""
 
+    def monitored_metrics(self, trainer: Any) -> dict[str, str]:
+        """The metrics this callback must find logged, each with the point where it first reads
+        them: "validation_end" or "train_epoch_end". `fit` checks every callback's (with each
+        LR scheduler's `monitor`) together once the run's metric names are known, and reports
+        every missing one at once (trainer/loops/monitors.py). Default: none."""
+        return {}
+
 
 def checkpoint_callbacks_last(callbacks: Sequence[CallbackBase]) -> list[CallbackBase]:
     """`callbacks` with the ones that save checkpoints moved to the end, each group in its
@@ -136,6 +143,13 @@ class Dispatcher:
 
     def wants(self, hook: str) -> bool:
         return bool(self._targets[hook]) or hook in self._module_hooks
+
+    def overriding(self, hook: str) -> list[CallbackBase]:
+        """The callbacks whose class overrides `hook`."""
+        return [cb for cb in self.callbacks if _overrides(cb, hook)]
+
+    def module_defines(self, hook: str) -> bool:
+        return hook in self._module_hooks
 
 
 def _overrides(callback: CallbackBase, hook: str) -> bool:

@@ -1,0 +1,123 @@
+"""Every monitored metric checked at once, as soon as the run's metric names are known.
+
+EarlyStopping, ModelCheckpoint and a ReduceLROnPlateau read a metric by name (`monitor`). A
+name that is never logged would otherwise be found only where each of them first reads it,
+at the end of the first epoch, one at a time. `fit` knows a run's names earlier: validation's
+from the sanity check (or the first validation), training's after the first training batch.
+Then every monitor is checked together, and all the missing ones are reported in one
+`MonitorError`, each with the nearest logged name.
+
+A monitor first read at the training epoch's end (`check_on="train_epoch_end"`, a checkpoint
+saved there, an epoch-interval scheduler) may name a metric logged in an `on_train_epoch_end`
+hook: when the module or a callback other than the monitoring ones defines that hook, such a
+monitor is left to its own check, which names the nearest logged name too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from trainer.logging.metrics import AUTOMATIC, MonitorError
+
+if TYPE_CHECKING:
+    from trainer.loops.context import LoopHost
+
+__all__ = ["MonitorCheck"]
+
+_EARLY = "checked once the validation names and the first training batch's were known"
+
+
+class MonitorCheck:
+    """Collects the names a fit logs until the check is due, then checks once; afterwards,
+    when one monitor's own check fails, `combined` reports every monitor missing by then."""
+
+    def __init__(self, validates: bool) -> None:
+        self.validation_known = not validates  # no validation loader: nothing more to wait for
+        self.trained = False
+        self.done = False
+        self.seen: set[str] = set()  # names logged before they were restored away (the sanity check's)
+        self.due = {"step"}  # the points a monitor is read at that the fit has reached (a step: from the first)
+
+    def after_validation(self, names: Iterable[str], host: LoopHost) -> None:
+        """After the sanity check or a validation inside fit, with the names it logged."""
+        self.seen.update(names)
+        self.validation_known = True
+        self._check_if_due(host)
+
+    def after_training_batch(self, host: LoopHost) -> None:
+        self.trained = True
+        self._check_if_due(host)
+
+    def _check_if_due(self, host: LoopHost) -> None:
+        if self.done or not (self.trained and self.validation_known):
+            return
+        self.done = True
+        error = _error(host, known_names(host) | self.seen, _later_logging(host), None, _EARLY)
+        if error is not None:
+            raise error
+
+    def combined(self, host: LoopHost, error: MonitorError) -> MonitorError:
+        """`error` (one monitor's own check failed) as the list of every monitor missing now, among
+        those read by this point of the fit; `error` itself when it is not about one of them."""
+        if getattr(error, "all_monitors", False):
+            return error
+        if not self.done and self.trained:  # the first validation, without a sanity check before it
+            self.done = True
+            found = _error(host, known_names(host), _later_logging(host), None, _EARLY)
+        else:
+            found = _error(host, known_names(host), False, self.due, "checked when the first of them was read")
+        if found is None or not any(repr(name) in str(error) for name in getattr(found, "names", [])):
+            return error
+        return found
+
+
+def _later_logging(host: LoopHost) -> bool:
+    """Whether code that is not a monitor runs at the training epoch's end (it may log there)."""
+    dispatch = host._dispatch
+    monitoring = {id(cb) for cb in host.callbacks if cb.monitored_metrics(host)}
+    return dispatch.module_defines("on_train_epoch_end") or any(
+        id(cb) not in monitoring for cb in dispatch.overriding("on_train_epoch_end"))
+
+
+def _monitors(host: LoopHost) -> list[tuple[str, str, str]]:
+    """(who, name, when) for every strict monitor of this fit."""
+    found = []
+    for callback in host.callbacks:
+        for name, when in callback.monitored_metrics(host).items():
+            found.append((f"{type(callback).__name__}(monitor={name!r})", name, when))
+    for config in host._opt.schedulers if host._opt is not None else []:
+        if config.monitor is not None and config.strict:
+            when = "train_epoch_end" if config.interval == "epoch" else "step"
+            found.append((f"The LR scheduler {type(config.scheduler).__name__} ('monitor': {config.monitor!r})",
+                          config.monitor, when))
+    return found
+
+
+def known_names(host: LoopHost) -> set[str]:
+    """Every name the run has logged so far or writes by itself, in each spelling a monitor may use."""
+    metrics = host._metrics
+    names = set(metrics.current()) | set(metrics.step) | set(metrics.epoch) | set(AUTOMATIC)
+    names |= {reduction.source for reduction in (*metrics.step.values(), *metrics.epoch.values())}
+    for k, optimizer in enumerate(host._opt.optimizers if host._opt is not None else []):
+        names |= {f"train/lr-{f'opt{k}-' if k else ''}group{i}" for i in range(len(optimizer.param_groups))}
+    return names
+
+
+def _error(host: LoopHost, known: set[str], later: bool, due: set[str] | None, when_checked: str) -> MonitorError | None:
+    """One MonitorError naming every monitor (read by a point in `due`; None: any) whose metric
+    is not in `known`; a monitor read at the epoch's end waits when code may still log there."""
+    missing = [(who, name) for who, name, when in _monitors(host)
+               if name not in known and (due is None or when in due) and not (later and when == "train_epoch_end")]
+    if not missing:
+        return None
+    logged = sorted(n for n in known if n not in AUTOMATIC and not n.startswith("train/lr-"))
+    lines = "\n".join(f"  - {MonitorError.describe(who, name, known)}" for who, name in missing)
+    error = MonitorError(
+        f"{len(missing)} monitored metric{'s are' if len(missing) > 1 else ' is'} not logged ({when_checked}):\n"
+        f"{lines}\nLogged so far: {', '.join(logged) or 'nothing'}. Expected each monitor to name a metric logged "
+        "with self.log (in training_step, validation_step or an epoch-end hook): fix the monitor's name, or log the metric."
+    )
+    error.all_monitors = True  # type: ignore[attr-defined]
+    error.names = [name for _, name in missing]  # type: ignore[attr-defined]
+    return error
