@@ -17,12 +17,13 @@ import torch
 from trainer import checkpoint as ckpt
 from trainer.checkpoint.host import Position, StateHost
 from trainer.checkpoint.sharded import is_sharded, read_sharded
+from trainer.checkpoint.trackers import continue_loggers
 from trainer.checkpoint.writer import CheckpointWriter
 from trainer.logging.last_run import agree_on_last, warn_if_restarting
 from trainer.logging.metrics import MetricStore, SummaryHost, batch_size_of, fit_summary, to_floats
 from trainer.logging.multi import LoggerList
 from trainer.logging.loggers import TensorBoardLogger
-from trainer.logging.runs import DEFAULT_NAME, make_run_dir, planned_run_dir
+from trainer.logging.runs import DEFAULT_NAME, make_run_dir, planned_run_dir, run_folder_of
 from trainer.logging.progress import ProgressBar
 from trainer.logging.live import LineProgress, LiveNumbers, line_settings, wants_lines
 from trainer.logging.throughput import Throughput
@@ -66,6 +67,7 @@ class RunIO:
         args = trainer.args
         self._run_dir: Path | None = None
         self._continued_dir: Path | None = None  # ckpt_path="last" of an unnamed run: that run's folder
+        self._adopted: dict[str, Any] | None = None  # the checkpoint whose logger runs were taken when it was read
         self._files = CheckpointWriter()  # sync or background writes, last.ckpt retention
         self._logger: Any = None
         self._logger_arg = args.logger
@@ -403,10 +405,36 @@ class RunIO:
         """Load and check `ckpt_path` ('last', 'best' or a path) before anything is touched.
         None: ckpt_path='last' for fit and the run has no checkpoint yet (it starts fresh)."""
         if str(ckpt_path) == "last":
-            return self._read_last(weights_only)
-        state = self._read(ckpt_path)
-        ckpt.check_layout(state, weights_only=weights_only)
+            state = self._read_last(weights_only)
+        else:
+            state = self._read(ckpt_path)
+            ckpt.check_layout(state, weights_only=weights_only)
+            if not weights_only and str(ckpt_path) != "best" and self.writes and self._planned_dir() is None:
+                self._continued_dir = self._continued_dir or self._run_folder_holding(ckpt_path)
+        if state is not None and not weights_only:
+            self._adopt_run(state)
         return state
+
+    def _run_folder_holding(self, ckpt_path: str | Path) -> Path | None:
+        """The run folder under root_dir a checkpoint file belongs to (its last.ckpt, or a file in its
+        checkpoints/), which a resume from it continues, as ckpt_path='last' does; else None."""
+        if "://" in str(ckpt_path):
+            return None
+        root = Path(self.trainer.args.root_dir)
+        folder = run_folder_of(ckpt_path, root)
+        inside, base = folder.absolute().resolve(), root.absolute().resolve()
+        return folder if inside != base and inside.is_relative_to(base) else None
+
+    def _adopt_run(self, checkpoint: dict[str, Any]) -> None:
+        """A resume: the loggers take the checkpoint's runs now, before any user code (a `setup`
+        hook reading `trainer.log_dir`) can make a new folder; the restore then finds them taken."""
+        if not self.writes or self._logger_arg is False:
+            return
+        loop = checkpoint.get("loop")
+        step = loop.get("global_step") if isinstance(loop, dict) else None
+        if isinstance(step, int):
+            continue_loggers(self.loggers, checkpoint.get("loggers"), step)
+            self._adopted = checkpoint
 
     def _read_last(self, evaluating: bool) -> dict[str, Any] | None:
         """The newest complete checkpoint of this run (trainer/logging/last_run.py); an unnamed
@@ -419,8 +447,8 @@ class RunIO:
                 "complete checkpoint to evaluate. Expected a previous fit with enable_checkpointing=True there, "
                 "or pass the checkpoint's path."
             )
-        if state is not None and planned is None and folder is not None and isinstance(self._logger_arg, bool):
-            self._continued_dir = folder
+        if state is not None and planned is None and folder is not None:
+            self._continued_dir = folder  # whatever the logger: the Trainer's own files continue there
         return state
 
     def _read(self, ckpt_path: str | Path) -> dict[str, Any]:
@@ -450,7 +478,9 @@ class RunIO:
         )
 
     def restore(self, checkpoint: dict[str, Any]) -> None:
-        ckpt.restore_state(self.trainer, checkpoint)
+        adopted, self._adopted = self._adopted is checkpoint, None
+        # The loggers took the checkpoint's runs when it was read (`_adopt_run`): not twice.
+        ckpt.restore_state(self.trainer, {k: v for k, v in checkpoint.items() if k != "loggers"} if adopted else checkpoint)
         state = self.trainer.state
         self._resumed_inside_epoch = checkpoint if state.batches_done > 0 else None
         log.info(
@@ -467,6 +497,7 @@ class RunIO:
     def forget_resume(self) -> None:
         """Fit ended: a checkpoint kept for `take_resumed_checkpoint` is no longer needed."""
         self._resumed_inside_epoch = None
+        self._adopted = None
 
     def restore_weights(self, checkpoint: dict[str, Any]) -> None:
         path = checkpoint.get("_path")
