@@ -114,3 +114,33 @@ def test_last_continues_and_falls_back_the_same_whatever_the_logger(tmp_path: Pa
         reference, shuffled(make_data()))
     expected, got = weights(reference), weights(model)
     assert expected.keys() == got.keys() and all(torch.equal(expected[k], got[k]) for k in expected)
+
+
+SCRIPT = """
+import sys, torch
+from tests.helpers.checkpoints import shuffled
+from tests.helpers.reference import make_data, make_model
+from trainer import Trainer
+trainer = Trainer(root_dir=sys.argv[1], max_epochs=int(sys.argv[2]), logger=False, enable_progress_bar=False, device="cpu")
+trainer.fit(make_model(lr=0.01), shuffled(make_data()), ckpt_path="last")
+"""
+
+
+def test_a_plain_script_says_once_where_it_resumed_from_without_logging_configured(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+
+    def run(epochs: int) -> str:
+        done = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "runs"), str(epochs)], capture_output=True,
+                              text=True, env=env, timeout=300, cwd=Path(__file__).resolve().parents[2])
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout + done.stderr
+
+    first = run(1)
+    assert "Resumed from" not in first  # the first launch starts fresh
+    again = run(2)
+    last = tmp_path / "runs" / "default" / "version_0" / "last.ckpt"
+    assert again.count("Resumed from") == 1, again
+    assert f"Resumed from {last}: epoch 1, optimizer step 10, batch 0 of the epoch." in again

@@ -483,10 +483,12 @@ class RunIO:
         ckpt.restore_state(self.trainer, {k: v for k, v in checkpoint.items() if k != "loggers"} if adopted else checkpoint)
         state = self.trainer.state
         self._resumed_inside_epoch = checkpoint if state.batches_done > 0 else None
-        log.info(
-            "Resumed from %s: epoch %d, optimizer step %d, batch %d of the epoch.",
-            checkpoint.get("_path", "the checkpoint"), state.epoch, state.global_step, state.batches_done,
-        )
+        if self.writes:  # once, from rank 0; seen in a plain script's output too (a requeued job's log says it)
+            log.log(
+                logging.INFO if log.hasHandlers() else logging.WARNING,  # no handler: Python's last resort prints WARNING up
+                "Resumed from %s: epoch %d, optimizer step %d, batch %d of the epoch.",
+                checkpoint.get("_path", "the checkpoint"), state.epoch, state.global_step, state.batches_done,
+            )
 
     def take_resumed_checkpoint(self) -> dict[str, Any] | None:
         """The checkpoint of a resume inside an epoch, once (then it is let go): the loop
