@@ -74,7 +74,7 @@ def _fit(root: Path, kind: str, epochs: int, ckpt_path: str | None, model: Any =
 def test_a_setup_hook_reading_log_dir_sees_the_resumed_runs_folder(tmp_path: Path, kind: str, how: str) -> None:
     root = tmp_path / "runs"
     torch.manual_seed(1)
-    first = _fit(root, kind, 1, None)
+    first = _fit(root, kind, 1, None, model=ReadsLogDir(lr=0.01))
     folder = root / "default" / "version_0"
     assert first.log_dir == folder
 

@@ -164,6 +164,10 @@ class Experiment:
         if not writes:
             return
         path = Path(self.trainer.log_dir) / self.config_filename if strategy.is_global_zero else None
+        if not writes_checkpoints and strategy.broadcast_object(path is not None and path.exists()):
+            # validate/test/predict in a fit's folder (ckpt_path='last'): that run's config stays as it was
+            log.info("%s is the config of the run that wrote that folder; this evaluation leaves it as it is.", path)
+            return
         if self.config_overwrite is False and strategy.broadcast_object(path is not None and path.exists()):
             raise _exists(path or Path(self.config_filename))
         if path is not None:

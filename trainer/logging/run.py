@@ -19,7 +19,7 @@ from trainer.checkpoint.host import Position, StateHost
 from trainer.checkpoint.sharded import is_sharded, read_sharded
 from trainer.checkpoint.trackers import continue_loggers
 from trainer.checkpoint.writer import CheckpointWriter
-from trainer.logging.last_run import agree_on_last, warn_if_restarting
+from trainer.logging.last_run import agree_on_last, facts_of_run, other_kind_in, warn_if_restarting
 from trainer.logging.metrics import MetricStore, SummaryHost, batch_size_of, fit_summary, to_floats
 from trainer.logging.multi import LoggerList
 from trainer.logging.loggers import TensorBoardLogger
@@ -147,6 +147,18 @@ class RunIO:
     def last_path(self) -> Path:
         return self.run_dir / "last.ckpt"
 
+    def _check_last_kind(self) -> None:
+        """Before training, on every rank: the run folder's last.ckpt, if any, is of the kind this
+        run writes (a file, or FSDP's sharded folder), so no save replaces one with the other."""
+        strategy, problem = self.trainer.strategy, None
+        folder = self._run_dir or self._continued_dir or (self._planned_dir() if self.writes else None)
+        if self.writes and folder is not None:
+            problem = other_kind_in(Path(folder), strategy.sharded_checkpoints)
+        if strategy.world_size > 1:
+            problem = strategy.broadcast_object(problem)
+        if problem is not None:
+            raise ckpt.CheckpointError(problem)
+
     # --------------------------------------------------------------------- lifecycle
     def run_start_actions(self) -> None:
         """What the YAML layer asked to do once a run really starts (write config.yaml)."""
@@ -156,8 +168,10 @@ class RunIO:
 
     def start_run(self, module: Any) -> None:
         """Open the progress bar; once per run: the summary line and the hyperparameters."""
-        self.run_start_actions()
         args = self.trainer.args
+        if args.enable_checkpointing:
+            self._check_last_kind()  # before anything is written in the run's folder (config.yaml)
+        self.run_start_actions()
         self._in_fit = True
         self._epoch_record = {}
         self.trainer._metrics.clock = lambda: self.trainer.global_step  # per-step values: one per optimizer step
@@ -401,11 +415,12 @@ class RunIO:
         if self.writes:
             self._files.remove(path)
 
-    def read_checkpoint(self, ckpt_path: str | Path, *, weights_only: bool = False) -> dict[str, Any] | None:
+    def read_checkpoint(self, ckpt_path: str | Path, *, weights_only: bool = False, module: Any = None) -> dict[str, Any] | None:
         """Load and check `ckpt_path` ('last', 'best' or a path) before anything is touched.
-        None: ckpt_path='last' for fit and the run has no checkpoint yet (it starts fresh)."""
+        None: ckpt_path='last' for fit and the run has no checkpoint yet (it starts fresh).
+        `module`: the module to run, for 'last' to find a run of the same experiment."""
         if str(ckpt_path) == "last":
-            state = self._read_last(weights_only)
+            state = self._read_last(weights_only, facts_of_run(self.trainer, module, weights_only))
         else:
             state = self._read(ckpt_path)
             ckpt.check_layout(state, weights_only=weights_only)
@@ -436,11 +451,11 @@ class RunIO:
             continue_loggers(self.loggers, checkpoint.get("loggers"), step)
             self._adopted = checkpoint
 
-    def _read_last(self, evaluating: bool) -> dict[str, Any] | None:
-        """The newest complete checkpoint of this run (trainer/logging/last_run.py); an unnamed
-        run continues in the folder of the run it resumes."""
+    def _read_last(self, evaluating: bool, facts: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        """The newest complete checkpoint of this run (trainer/logging/last_run.py): a run of the
+        same experiment (`facts`); an unnamed run continues in the folder of the run it resumes."""
         root, planned = self.trainer.args.root_dir, self._planned_dir() if self.writes else None
-        state, folder = agree_on_last(self.trainer.strategy, root, planned, self._read)
+        state, folder = agree_on_last(self.trainer.strategy, root, planned, self._read, facts)
         if state is None and evaluating:
             raise ckpt.CheckpointError(
                 f"ckpt_path='last': {f'run {str(planned)!r}' if planned else f'root_dir {str(root)!r}'} has no "
