@@ -68,6 +68,7 @@ class RunIO:
         self._run_dir: Path | None = None
         self._continued_dir: Path | None = None  # ckpt_path="last" of an unnamed run: that run's folder
         self._adopted: dict[str, Any] | None = None  # the checkpoint whose logger runs were taken when it was read
+        self._resumed_at: int | None = None  # the step a resumed fit started at (values there may be written already)
         self._files = CheckpointWriter()  # sync or background writes, last.ckpt retention
         self._logger: Any = None
         self._logger_arg = args.logger
@@ -308,10 +309,25 @@ class RunIO:
             if self._progress is not None:
                 self._progress.set_postfix(self.shown)
         if self.logger is not None and written and self.trainer._module is not None:
-            self.logger.log_metrics({**written, "epoch": float(self.trainer.current_epoch)}, step=self.trainer.global_step)
+            step = self.trainer.global_step
+            if self._in_fit and step == self._resumed_at:
+                self._log_once_at(step, {**written, "epoch": float(self.trainer.current_epoch)})
+            else:
+                self.logger.log_metrics({**written, "epoch": float(self.trainer.current_epoch)}, step=step)
             if not self._in_fit:  # standalone validate/test: leave no writer open
                 self.logger.flush()
                 self.logger.close()
+
+    def _log_once_at(self, step: int, values: dict[str, float]) -> None:
+        """Epoch-level values at the step a run resumed at (a validation the checkpoint was cut
+        before, run again): a tracker that already holds one of them (the run it continues got
+        past that point before it stopped) is not given it twice. CSV rewrites its row in place."""
+        for logger in self.loggers:
+            held = getattr(logger, "written_at", None)
+            known = held(step, [k for k in values if k != "epoch"]) if callable(held) else set()
+            fresh = {k: v for k, v in values.items() if k not in known}
+            if set(fresh) - {"epoch"}:
+                logger.log_metrics(fresh, step=step)
 
     # --------------------------------------------------------------------- progress
     def progress_start_epoch(self, total: int | None) -> None:
@@ -497,6 +513,7 @@ class RunIO:
         # The loggers took the checkpoint's runs when it was read (`_adopt_run`): not twice.
         ckpt.restore_state(self.trainer, {k: v for k, v in checkpoint.items() if k != "loggers"} if adopted else checkpoint)
         state = self.trainer.state
+        self._resumed_at = state.global_step
         self._resumed_inside_epoch = checkpoint if state.batches_done > 0 else None
         if self.writes:  # once, from rank 0; seen in a plain script's output too (a requeued job's log says it)
             log.log(
