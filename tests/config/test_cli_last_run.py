@@ -61,6 +61,8 @@ def test_last_after_the_fsdp_example_resumes_this_experiments_run_and_test_keeps
     assert (fsdp / "last.ckpt").is_dir() and (single / "last.ckpt").is_file()
     fsdp_files = {p: p.read_bytes() for p in fsdp.rglob("*") if p.is_file()}
 
+    dry = _trainer_command(tmp_path, "fit", "exp.yaml", "--ckpt_path", "last", "--dry_run")  # picks the same run
+    assert dry.returncode == 0 and f"Resumed from {Path('runs/default/version_0/last.ckpt')}:" in dry.stderr, dry.stderr[-3000:]
     resumed = _trainer_command(tmp_path, "fit", "exp.yaml", "--ckpt_path", "last", "--trainer.max_epochs", "2")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"Resumed from {Path('runs/default/version_0/last.ckpt')}: epoch 1, optimizer step 4" in resumed.stderr
