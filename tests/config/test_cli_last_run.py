@@ -124,3 +124,15 @@ def test_a_failed_write_gives_the_advice_of_its_cause(tmp_path: Path, monkeypatc
     assert "Free space" not in message and "full" not in message
     assert "is in the way" in message and "Remove or rename what is at that path" in message
     assert not list(tmp_path.iterdir())  # no temporary left
+
+
+def test_a_newer_run_with_only_weights_files_is_passed_over(tmp_path: Path) -> None:
+    import callbacks
+
+    _fit(tmp_path)  # version_0: last.ckpt
+    weights = Trainer(root_dir=tmp_path, max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                      device="cpu", callbacks=[callbacks.ModelCheckpoint(save_weights_only=True)])
+    weights.fit(make_model(lr=0.01), shuffled(make_data()))
+    assert [p.name for p in (tmp_path / "default" / "version_1").rglob("*.ckpt")]  # weights only: can't resume
+    run = _fit(tmp_path, "last", max_epochs=2)
+    assert run.global_step == 20 and run._io.last_path == tmp_path / "default" / "version_0" / "last.ckpt"

@@ -105,7 +105,10 @@ def _newest_run_of_experiment(everything: list[Path], root: str | os.PathLike[st
         return order[0]
     passed: list[str] = []
     for run in order:
-        readable = [c for c in (peek(p) for p in runs[run]) if c.problem is None and c.resumable and c.run is not None]
+        candidates = [c for c in (peek(p) for p in runs[run]) if c.resumable]
+        readable = [c for c in candidates if c.problem is None and c.run is not None]
+        if not candidates:
+            continue  # weights-only files or other formats: nothing there resumes
         if not readable:
             return run  # damaged only: load_newest says so, naming every file
         newest = max(readable, key=lambda c: (c.mtime_ns, c.step if c.step is not None else -1))
