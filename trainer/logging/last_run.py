@@ -66,8 +66,8 @@ def find_last_of_run(root: str | os.PathLike[str], planned: Path | None,
             raise CheckpointError(
                 f"ckpt_path='last': {where} holds {str(state.get('_path'))!r}, written by another experiment: "
                 f"{differs}. Continuing it would mix two experiments in one run. Expected the settings it was "
-                "written with; or start this experiment in another run folder (another run_name, or ckpt_path=None "
-                "in a new one), or pass that checkpoint's path explicitly to continue it with the new settings."
+                "written with. To start this experiment instead, give it another run_name; to continue that run "
+                "with the new settings anyway, pass the checkpoint's path as ckpt_path."
             )
     return state, folder
 
@@ -119,6 +119,10 @@ def _newest_run_of_experiment(everything: list[Path], root: str | os.PathLike[st
                          str(run), "; ".join(passed))
             return run
         passed.append(f"{str(run)!r} ({differs})")
+    if not passed:
+        log.info("ckpt_path='last': root_dir %r has no checkpoint to resume yet, so the run starts from the "
+                 "beginning.", str(root))
+        return None
     note(logging.INFO, "ckpt_path='last': no run under root_dir %r is of this experiment, so the run starts from the "
          "beginning in a new folder (the runs there differ: %s). To continue one of them anyway, pass its "
          "checkpoint's path.", str(root), "; ".join(passed))

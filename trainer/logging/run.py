@@ -19,7 +19,7 @@ from trainer.checkpoint.host import Position, StateHost
 from trainer.checkpoint.sharded import is_sharded, read_sharded
 from trainer.checkpoint.trackers import continue_loggers
 from trainer.checkpoint.writer import CheckpointWriter
-from trainer.logging.last_run import agree_on_last, facts_of_run, other_kind_in, warn_if_restarting
+from trainer.logging.last_run import agree_on_last, facts_of_run, note, other_kind_in, warn_if_restarting
 from trainer.logging.metrics import MetricStore, SummaryHost, batch_size_of, fit_summary, to_floats
 from trainer.logging.multi import LoggerList
 from trainer.logging.loggers import TensorBoardLogger
@@ -516,9 +516,8 @@ class RunIO:
         self._resumed_at = state.global_step
         self._resumed_inside_epoch = checkpoint if state.batches_done > 0 else None
         if self.writes:  # once, from rank 0; seen in a plain script's output too (a requeued job's log says it)
-            log.log(
-                logging.INFO if log.hasHandlers() else logging.WARNING,  # no handler: Python's last resort prints WARNING up
-                "Resumed from %s: epoch %d, optimizer step %d, batch %d of the epoch.",
+            note(
+                logging.INFO, "Resumed from %s: epoch %d, optimizer step %d, batch %d of the epoch.",
                 checkpoint.get("_path", "the checkpoint"), state.epoch, state.global_step, state.batches_done,
             )
 
@@ -531,7 +530,7 @@ class RunIO:
     def forget_resume(self) -> None:
         """Fit ended: a checkpoint kept for `take_resumed_checkpoint` is no longer needed."""
         self._resumed_inside_epoch = None
-        self._adopted = None
+        self._adopted, self._resumed_at = None, None
 
     def restore_weights(self, checkpoint: dict[str, Any]) -> None:
         path = checkpoint.get("_path")
