@@ -269,7 +269,7 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
         if train_loader is not None:
             check_loader(train_loader, "train_loader")
         check_manual_arguments(model, self.args)
-        checkpoint = self._io.read_checkpoint(ckpt_path) if ckpt_path is not None else None
+        checkpoint = self._io.read_checkpoint(ckpt_path, module=model) if ckpt_path is not None else None
         if checkpoint is not None:
             self._ckpt_path = checkpoint.get("_path")
         if self.args.seed is not None and self._starts_run(model):  # a continued run keeps its random streams

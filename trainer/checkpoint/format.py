@@ -123,6 +123,8 @@ def save_atomic(state: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     A temporary left by a save that was killed is removed by the next save to `path`.
     """
     target = Path(path)
+    if target.is_dir() and not target.is_symlink():
+        raise other_kind_at(target, sharded=False)
     target.parent.mkdir(parents=True, exist_ok=True)
     _clear_stale_temporaries(target)
     temporary = _temporary_name(target)
@@ -192,13 +194,35 @@ def _write_failed(target: Path, error: BaseException) -> OSError:
         free = f"; {shutil.disk_usage(target.parent).free / 2**20:.0f} MiB free there once the partial file was removed"
     except OSError:
         free = ""
-    reason = ("the disk is full (ENOSPC)" if code == errno.ENOSPC else "the disk quota is exceeded (EDQUOT)"
-              if code is not None and code == getattr(errno, "EDQUOT", None) else "the write failed, most likely a full disk" if full else "the write failed")
+    if code == errno.ENOSPC or full or (code is not None and code == getattr(errno, "EDQUOT", None)):
+        reason = ("the disk is full (ENOSPC)" if code == errno.ENOSPC else "the disk quota is exceeded (EDQUOT)"
+                  if code is not None and code == getattr(errno, "EDQUOT", None) else "the write failed, most likely a full disk")
+        advice = "Free space or choose another root_dir / dirpath, then save again."
+    elif code in (errno.EACCES, errno.EPERM, errno.EROFS):
+        reason, free = "this process may not write there", ""
+        advice = "Make the folder writable or choose another root_dir / dirpath, then save again."
+    elif code in (errno.EISDIR, errno.ENOTDIR, errno.ENOTEMPTY, errno.EEXIST):
+        reason, free = "the path, or a folder on it, is in the way", ""
+        advice = "Remove or rename what is at that path, or choose another root_dir / dirpath, then save again."
+    else:
+        reason, free = "the write failed", ""
+        advice = "Fix the cause named above or choose another root_dir / dirpath, then save again."
     return OSError(
         code or errno.EIO,
         f"Checkpoint {str(target)!r} could not be written: {reason} ({text}{free}). The previous file "
-        "at that path, if any, is intact and no partial file was left. Free space or choose another "
-        "root_dir / dirpath, then save again.",
+        f"at that path, if any, is intact and no partial file was left. {advice}",
+    )
+
+
+def other_kind_at(target: Path, *, sharded: bool) -> CheckpointError:
+    """A save that would put a single file where a sharded folder is (or the reverse): refused,
+    so one checkpoint never silently replaces a checkpoint of another strategy."""
+    there, this = ("a single file", "a sharded folder (strategy='fsdp')") if sharded else (
+        "a sharded checkpoint folder (written under strategy='fsdp')", "a single file")
+    return CheckpointError(
+        f"Checkpoint {str(target)!r} is {there}, and this save writes {this}: it would replace a checkpoint "
+        "written under another strategy. Nothing was written. Expected the strategy (and number of processes) "
+        "that wrote it, or another path: another run folder (Trainer(run_name=...)), or move that checkpoint away."
     )
 
 

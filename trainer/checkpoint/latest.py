@@ -38,7 +38,7 @@ import torch
 from trainer.checkpoint.format import FORMAT, CheckpointError, check_layout, load_checkpoint
 from trainer.checkpoint.sharded import STATE_FILE, read_sharded
 
-__all__ = ["Candidate", "checkpoints_in", "load_newest", "recorded_step", "user_stacklevel", "written_at"]
+__all__ = ["Candidate", "checkpoints_in", "load_newest", "peek", "recorded_step", "run_facts", "user_stacklevel", "written_at"]
 
 log = logging.getLogger("trainer")
 
@@ -54,6 +54,27 @@ class Candidate:
     step: int | None = None
     problem: str | None = None  # damaged: why; None: readable so far
     resumable: bool = True  # False: weights only, or not this trainer's format (skipped quietly)
+    run: dict[str, Any] | None = None  # what the run was (`run_facts`), once peeked
+
+
+def run_facts(state: dict[str, Any], path: Path) -> dict[str, Any]:
+    """What a checkpoint says of the run that wrote it, as far as "the same experiment" goes:
+    the module's class and hyperparameters, a YAML run's data class, the precision, the number
+    of processes and whether it is a sharded folder. Small entries only (no tensor is read)."""
+    experiment = state.get("experiment")
+    data = experiment.get("data") if isinstance(experiment, dict) else None
+    precision = state.get("precision")
+    rng = state.get("rng")
+    sharded = state.get("sharded")
+    world = sharded.get("world_size") if isinstance(sharded, dict) else len(rng) if isinstance(rng, list) else None
+    return {
+        "model class": state.get("module_class"),
+        "hyperparameters": state.get("hparams"),
+        "data class": data.get("class_path") if isinstance(data, dict) else None,
+        "precision": precision.get("name") if isinstance(precision, dict) else None,
+        "processes": world,
+        "checkpoint kind": "sharded folder" if path.is_dir() else "single file",
+    }
 
 
 def checkpoints_in(folder: str | os.PathLike[str]) -> list[Path]:
@@ -114,7 +135,13 @@ def _peek(candidate: Candidate) -> Candidate:
     loop = state.get("loop")
     step = loop.get("global_step") if isinstance(loop, dict) else None
     candidate.step = step if isinstance(step, int) else None
+    candidate.run = run_facts(state, path)
     return candidate
+
+
+def peek(path: Path) -> Candidate:
+    """A checkpoint's step and `run_facts`, read cheaply; `problem` set when it is damaged."""
+    return _peek(Candidate(path, written_at(path)))
 
 
 def _load(path: Path) -> dict[str, Any]:

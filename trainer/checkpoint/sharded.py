@@ -33,7 +33,8 @@ from typing import Any
 
 import torch
 
-from trainer.checkpoint.format import CheckpointError, _alive, _fsync_directory, load_checkpoint, remove_checkpoint, save_atomic
+from trainer.checkpoint.format import (CheckpointError, _alive, _fsync_directory, load_checkpoint, other_kind_at,
+                                       remove_checkpoint, save_atomic)
 from trainer.checkpoint.host import ShardHost, module_of
 
 __all__ = ["STATE_FILE", "is_sharded", "save_sharded", "read_sharded", "restore_sharded", "restore_sharded_optimizers",
@@ -77,14 +78,16 @@ def save_sharded(state: dict[str, Any], target: Path, trainer: ShardHost, *,
         meta["optimizer_states"] = [entry["state"] for entry in entries]  # Lightning's key: the same objects
     token = strategy.broadcast_object(os.getpid())
     temporary = target.with_name(f".{target.name}.{token}.tmp")
-    prepared: OSError | None = None
+    prepared: Exception | None = None
     if strategy.is_global_zero:
         try:
+            if target.is_file():
+                raise other_kind_at(target, sharded=True)
             target.parent.mkdir(parents=True, exist_ok=True)
             _tidy(target)
             shutil.rmtree(temporary, ignore_errors=True)
             temporary.mkdir()
-        except OSError as error:
+        except (OSError, CheckpointError) as error:
             prepared = error
     if not strategy.all_agree(prepared is None):  # also the barrier before any rank writes
         if prepared is not None:

@@ -120,7 +120,8 @@ class Experiment:
                 self.trainer._at_run_start.append(self._save_config)
             try:
                 quiet = {} if stage == "predict" else {"verbose": False}  # the command prints its own JSON line
-                return getattr(self.trainer, stage)(self.model, loader, ckpt_path=self._dry_run_ckpt(ckpt_path), **quiet)
+                return getattr(self.trainer, stage)(self.model, loader, ckpt_path=self._dry_run_ckpt(ckpt_path, evaluating=True),
+                                                 **quiet)
             finally:
                 self.trainer._at_run_start.clear()
 
@@ -133,16 +134,18 @@ class Experiment:
             if self.dry_run:
                 shutil.rmtree(self.trainer.args.root_dir, ignore_errors=True)
 
-    def _dry_run_ckpt(self, ckpt_path: str | Path | None) -> str | Path | None:
+    def _dry_run_ckpt(self, ckpt_path: str | Path | None, evaluating: bool = False) -> str | Path | None:
         """`last` means the run's newest checkpoint under the config's root_dir, not the scratch
-        folder (none yet: the dry run starts fresh, as the real one would)."""
-        from trainer.logging.last_run import find_last_of_run
+        folder (none yet: the dry run starts fresh, as the real one would); the same run of this
+        experiment the real command would pick."""
+        from trainer.logging.last_run import facts_of_run, find_last_of_run
         from trainer.logging.runs import DEFAULT_NAME, planned_run_dir
 
         if not self.dry_run or str(ckpt_path) != "last":
             return ckpt_path
         root = self.config["trainer"]["root_dir"]
-        state, _ = find_last_of_run(root, planned_run_dir(root, DEFAULT_NAME, self.config["trainer"].get("run_name")))
+        planned = planned_run_dir(root, DEFAULT_NAME, self.config["trainer"].get("run_name"))
+        state, _ = find_last_of_run(root, planned, facts_of_run(self.trainer, self.model, evaluating))
         if state is None:
             log.info("ckpt_path='last': no checkpoint under root_dir %r yet, so the run starts from the beginning.", root)
             return None
@@ -164,6 +167,10 @@ class Experiment:
         if not writes:
             return
         path = Path(self.trainer.log_dir) / self.config_filename if strategy.is_global_zero else None
+        if not writes_checkpoints and strategy.broadcast_object(path is not None and path.exists()):
+            # validate/test/predict in a fit's folder (ckpt_path='last'): that run's config stays as it was
+            log.info("%s is the config of the run that wrote that folder; this evaluation leaves it as it is.", path)
+            return
         if self.config_overwrite is False and strategy.broadcast_object(path is not None and path.exists()):
             raise _exists(path or Path(self.config_filename))
         if path is not None:

@@ -130,7 +130,7 @@ class TrainerEvaluation:
         try:
             (loader,) = self._loaders(verb, model, datamodule, loader if loader is not None else dataloaders)
             self._evaluation_loader(model, stage, loader, call=False)  # no loader at all: an error before any work
-            checkpoint = self._io.read_checkpoint(ckpt_path, weights_only=True) if ckpt_path is not None else None
+            checkpoint = self._io.read_checkpoint(ckpt_path, weights_only=True, module=model) if ckpt_path is not None else None
             if checkpoint is not None:
                 self._ckpt_path = checkpoint.get("_path")
             with torch_flags(self.args):

@@ -22,23 +22,29 @@ from __future__ import annotations
 import logging
 import os
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from trainer.checkpoint.latest import checkpoints_in, load_newest, written_at
+from trainer.checkpoint.format import CheckpointError, plain_state
+from trainer.checkpoint.latest import checkpoints_in, load_newest, peek, run_facts, written_at
 from trainer.logging.runs import run_folder_of
 
-__all__ = ["find_last_of_run", "agree_on_last", "warn_if_restarting"]
+__all__ = ["find_last_of_run", "agree_on_last", "differences", "facts_of_run", "note", "other_kind_in", "warn_if_restarting"]
 
 log = logging.getLogger("trainer")
 
 
-def find_last_of_run(root: str | os.PathLike[str], planned: Path | None) -> tuple[dict[str, Any] | None, Path | None]:
+def find_last_of_run(root: str | os.PathLike[str], planned: Path | None,
+                     expected: Mapping[str, Any] | None = None) -> tuple[dict[str, Any] | None, Path | None]:
     """The newest complete checkpoint of the run and the run's folder; (None, None) when the
-    run has no checkpoint yet. `planned`: the run's folder when it is named.
+    run has no checkpoint yet. `planned`: the run's folder when it is named. `expected`: this
+    run's `run_facts` (None: any run): an unnamed run continues the newest run of the same
+    experiment only, a named run's checkpoint of another experiment is refused.
 
     Raises:
-        CheckpointError: the run has checkpoints but none of them loads.
+        CheckpointError: the run has checkpoints but none of them loads, or a named run's
+            checkpoint is of another experiment.
     """
     if planned is not None:
         folder, where = planned, f"run {str(planned)!r}"
@@ -46,25 +52,134 @@ def find_last_of_run(root: str | os.PathLike[str], planned: Path | None) -> tupl
         everything = checkpoints_in(root)
         if not everything:
             return None, None
-        newest = max(everything, key=written_at)
-        folder = run_folder_of(newest, root)
-        where = f"the newest run under root_dir, {str(folder)!r}"
+        chosen = _newest_run_of_experiment(everything, root, expected)
+        if chosen is None:
+            return None, None
+        folder = chosen
+        where = f"the newest run of this experiment under root_dir, {str(folder)!r}"
     state = load_newest(checkpoints_in(folder), where)
-    return (state, folder) if state is not None else (None, None)
+    if state is None:
+        return None, None
+    if expected is not None:
+        differs = differences(run_facts(state, Path(state.get("_path", folder))), expected)
+        if differs:
+            raise CheckpointError(
+                f"ckpt_path='last': {where} holds {str(state.get('_path'))!r}, written by another experiment: "
+                f"{differs}. Continuing it would mix two experiments in one run. Expected the settings it was "
+                "written with. To start this experiment instead, give it another run_name; to continue that run "
+                "with the new settings anyway, pass the checkpoint's path as ckpt_path."
+            )
+    return state, folder
+
+
+def differences(saved: Mapping[str, Any], expected: Mapping[str, Any]) -> str:
+    """What differs between a checkpoint's `run_facts` and this run's ('' when nothing does);
+    a fact that either side does not know is not compared."""
+    found = []
+    for name, value in expected.items():
+        there = saved.get(name)
+        if value is None or there is None or there == value:
+            continue
+        if isinstance(there, Mapping) and isinstance(value, Mapping):  # hyperparameters: the keys that differ
+            keys = sorted(k for k in set(there) | set(value) if there.get(k, _UNSET) != value.get(k, _UNSET))
+            found.append(f"{name}: " + ", ".join(
+                f"{k} {there.get(k, '(unset)')!r} there, {value.get(k, '(unset)')!r} here" for k in keys))
+        else:
+            found.append(f"{name} {there!r} there, {value!r} here")
+    return "; ".join(found)
+
+
+_UNSET = object()
+
+
+def _newest_run_of_experiment(everything: list[Path], root: str | os.PathLike[str],
+                              expected: Mapping[str, Any] | None) -> Path | None:
+    """The folder of the newest run under `root` whose newest readable checkpoint is of this
+    experiment; runs of other experiments are passed over (said in one INFO line), and None
+    when no run is of this experiment."""
+    runs: dict[Path, list[Path]] = {}
+    for path in everything:
+        runs.setdefault(run_folder_of(path, root), []).append(path)
+    order = sorted(runs, key=lambda run: max(written_at(p) for p in runs[run]), reverse=True)
+    if expected is None:
+        return order[0]
+    passed: list[str] = []
+    for run in order:
+        candidates = [c for c in (peek(p) for p in runs[run]) if c.resumable]
+        readable = [c for c in candidates if c.problem is None and c.run is not None]
+        if not candidates:
+            continue  # weights-only files or other formats: nothing there resumes
+        if not readable:
+            return run  # damaged only: load_newest says so, naming every file
+        newest = max(readable, key=lambda c: (c.mtime_ns, c.step if c.step is not None else -1))
+        differs = differences(newest.run or {}, expected)
+        if not differs:
+            if passed:
+                log.info("ckpt_path='last': continuing %s; passed over newer runs of other experiments: %s.",
+                         str(run), "; ".join(passed))
+            return run
+        passed.append(f"{str(run)!r} ({differs})")
+    if not passed:
+        log.info("ckpt_path='last': root_dir %r has no checkpoint to resume yet, so the run starts from the "
+                 "beginning.", str(root))
+        return None
+    note(logging.INFO, "ckpt_path='last': no run under root_dir %r is of this experiment, so the run starts from the "
+         "beginning in a new folder (the runs there differ: %s). To continue one of them anyway, pass its "
+         "checkpoint's path.", str(root), "; ".join(passed))
+    return None
+
+
+def facts_of_run(trainer: Any, module: Any, evaluating: bool) -> dict[str, Any] | None:
+    """This run as `run_facts` describes a checkpoint's (None without a module); what an
+    evaluation reads (the weights) does not depend on the precision, the processes or the kind."""
+    if module is None:
+        return None
+    experiment = getattr(trainer, "experiment_config", None)
+    data = experiment.get("data") if isinstance(experiment, dict) else None
+    facts: dict[str, Any] = {
+        "model class": f"{type(module).__module__}.{type(module).__qualname__}",
+        "hyperparameters": plain_state(dict(getattr(module, "hparams", {}) or {}), as_text=True),
+        "data class": data.get("class_path") if isinstance(data, dict) else None,
+    }
+    if not evaluating:
+        strategy = trainer.strategy
+        facts.update({"precision": getattr(trainer.precision, "name", None), "processes": strategy.world_size,
+                      "checkpoint kind": "sharded folder" if strategy.sharded_checkpoints else "single file"})
+    return facts
+
+
+def other_kind_in(folder: Path, sharded: bool) -> str | None:
+    """Why a run writing sharded folders (`sharded`) or single files can't go on in `folder`:
+    its last.ckpt is of the other kind, and the first save would replace it. None: it can."""
+    last = folder / "last.ckpt"
+    if not ((last.is_dir() and not sharded) or (last.is_file() and sharded)):
+        return None
+    there, here = ("a sharded folder (strategy='fsdp')", "single files") if last.is_dir() else (
+        "a single file", "sharded folders (strategy='fsdp')")
+    return (
+        f"Run folder {str(folder)!r} holds last.ckpt as {there}, and this run writes {here}: its first save would "
+        "replace that run's checkpoint with one of another kind. Nothing was trained. Expected the strategy and "
+        "number of processes that run used (to continue it), or another run folder (Trainer(run_name=...), "
+        "another root_dir)."
+    )
+
+
+def note(level: int, message: str, *args: Any) -> None:
+    """A line a plain script shows with no logging configured (Python's last-resort handler
+    prints warnings only): at `level` through the user's handlers, else as a warning."""
+    log.log(level if log.hasHandlers() else max(level, logging.WARNING), message, *args)
 
 
 def agree_on_last(strategy: Any, root: str | os.PathLike[str], planned: Path | None,
-                  load: Any) -> tuple[dict[str, Any] | None, Path | None]:
+                  load: Any, expected: Mapping[str, Any] | None = None) -> tuple[dict[str, Any] | None, Path | None]:
     """`find_last_of_run` on rank 0; the other ranks load the file it chose with `load(path)`.
     A failure on rank 0 is raised on every rank (nobody is left waiting)."""
-    from trainer.checkpoint.format import CheckpointError
-
     state: dict[str, Any] | None = None
     folder: Path | None = None
     problem: str | None = None
     if strategy.is_global_zero:
         try:
-            state, folder = find_last_of_run(root, planned)
+            state, folder = find_last_of_run(root, planned, expected)
         except CheckpointError as error:
             problem = str(error)
     if strategy.world_size > 1:
@@ -76,7 +191,7 @@ def agree_on_last(strategy: Any, root: str | os.PathLike[str], planned: Path | N
     if problem is not None:
         raise CheckpointError(problem)
     if strategy.is_global_zero:
-        if state is None:
+        if state is None and (planned is not None or expected is None or not checkpoints_in(root)):  # else: said above
             log.info("ckpt_path='last': %s has no checkpoint yet, so the run starts from the beginning.",
                      f"run {str(planned)!r}" if planned is not None else f"root_dir {str(root)!r}")
     return state, folder

@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -203,6 +203,23 @@ class TensorBoardLogger(RunFolder):
 
         summary = Summary(value=[Summary.Value(tag=name, simple_value=float(value)) for name, value in metrics.items()])
         self.writer.file_writer.add_summary(summary, int(step))
+
+    def written_at(self, step: int, names: Iterable[str]) -> set[str]:
+        """Which of `names` the run's event files already hold at `step` (a resumed run's
+        first values, when the run it continues got further before it stopped)."""
+        wanted = {f"{self.prefix}-{name}" if self.prefix else name: name for name in names}
+        if self._log_dir is None or not wanted:
+            return set()
+        from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+        self.flush()
+        folder = self._log_dir / self.sub_dir if self.sub_dir is not None else self._log_dir
+        found: set[str] = set()
+        for path in sorted(folder.glob("*tfevents*")):
+            for event in EventFileLoader(str(path)).Load():
+                if event.step == step and event.HasField("summary"):
+                    found.update(wanted[v.tag] for v in event.summary.value if v.tag in wanted)
+        return found
 
     def log_hyperparams(self, params: Mapping[str, Any], metrics: Mapping[str, float] | None = None) -> None:
         """Record hyperparameters once per run (nested dicts become `a/b` names).

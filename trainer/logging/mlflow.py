@@ -30,7 +30,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -149,6 +149,17 @@ class MLflowLogger:
         options = {} if self.synchronous is None else {"synchronous": self.synchronous}
         for start in range(0, len(entries), _METRICS_PER_CALL):
             client.log_batch(self._run_id, metrics=entries[start:start + _METRICS_PER_CALL], **options)
+
+    def written_at(self, step: int, names: Iterable[str]) -> set[str]:
+        """Which of `names` the run already holds at `step` (MLflow keeps every value logged)."""
+        if self._run_id is None:
+            return set()
+        client, found = self.experiment, set()
+        for name in names:
+            key = _name(f"{self.prefix}-{name}" if self.prefix else name)
+            if any(m.step == step for m in client.get_metric_history(self._run_id, key)):
+                found.add(name)
+        return found
 
     def log_hyperparams(self, params: Mapping[str, Any], metrics: Mapping[str, float] | None = None) -> None:
         """New keys as params; changed values as `changed_on_resume/<key>` tags."""

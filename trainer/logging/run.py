@@ -18,12 +18,13 @@ import torch
 from trainer import checkpoint as ckpt
 from trainer.checkpoint.host import Position, StateHost
 from trainer.checkpoint.sharded import is_sharded, read_sharded
+from trainer.checkpoint.trackers import continue_loggers
 from trainer.checkpoint.writer import CheckpointWriter
-from trainer.logging.last_run import agree_on_last, warn_if_restarting
+from trainer.logging.last_run import agree_on_last, facts_of_run, note, other_kind_in, warn_if_restarting
 from trainer.logging.metrics import MetricStore, SummaryHost, batch_size_of, fit_summary, to_floats
 from trainer.logging.multi import LoggerList
 from trainer.logging.loggers import TensorBoardLogger
-from trainer.logging.runs import DEFAULT_NAME, make_run_dir, planned_run_dir
+from trainer.logging.runs import DEFAULT_NAME, make_run_dir, planned_run_dir, run_folder_of
 from trainer.logging.progress import ProgressBar
 from trainer.logging.live import LineProgress, LiveNumbers, fresh_values, line_settings, ordered, run_progress, wants_lines
 from trainer.logging.throughput import Throughput
@@ -67,6 +68,8 @@ class RunIO:
         args = trainer.args
         self._run_dir: Path | None = None
         self._continued_dir: Path | None = None  # ckpt_path="last" of an unnamed run: that run's folder
+        self._adopted: dict[str, Any] | None = None  # the checkpoint whose logger runs were taken when it was read
+        self._resumed_at: int | None = None  # the step a resumed fit started at (values there may be written already)
         self._files = CheckpointWriter()  # sync or background writes, last.ckpt retention
         self._logger: Any = None
         self._logger_arg = args.logger
@@ -148,6 +151,18 @@ class RunIO:
     def last_path(self) -> Path:
         return self.run_dir / "last.ckpt"
 
+    def _check_last_kind(self) -> None:
+        """Before training, on every rank: the run folder's last.ckpt, if any, is of the kind this
+        run writes (a file, or FSDP's sharded folder), so no save replaces one with the other."""
+        strategy, problem = self.trainer.strategy, None
+        folder = self._run_dir or self._continued_dir or (self._planned_dir() if self.writes else None)
+        if self.writes and folder is not None:
+            problem = other_kind_in(Path(folder), strategy.sharded_checkpoints)
+        if strategy.world_size > 1:
+            problem = strategy.broadcast_object(problem)
+        if problem is not None:
+            raise ckpt.CheckpointError(problem)
+
     # --------------------------------------------------------------------- lifecycle
     def run_start_actions(self) -> None:
         """What the YAML layer asked to do once a run really starts (write config.yaml)."""
@@ -157,8 +172,10 @@ class RunIO:
 
     def start_run(self, module: Any) -> None:
         """Open the progress bar; once per run: the summary line and the hyperparameters."""
-        self.run_start_actions()
         args = self.trainer.args
+        if args.enable_checkpointing:
+            self._check_last_kind()  # before anything is written in the run's folder (config.yaml)
+        self.run_start_actions()
         self._in_fit = True
         self._epoch_record = {}
         self.trainer._metrics.clock = lambda: self.trainer.global_step  # per-step values: one per optimizer step
@@ -302,10 +319,25 @@ class RunIO:
             if self._progress is not None:
                 self._progress.set_postfix(ordered(self.shown))
         if self.logger is not None and written and self.trainer._module is not None:
-            self.logger.log_metrics({**written, "epoch": float(self.trainer.current_epoch)}, step=self.trainer.global_step)
+            step = self.trainer.global_step
+            if self._in_fit and step == self._resumed_at:
+                self._log_once_at(step, {**written, "epoch": float(self.trainer.current_epoch)})
+            else:
+                self.logger.log_metrics({**written, "epoch": float(self.trainer.current_epoch)}, step=step)
             if not self._in_fit:  # standalone validate/test: leave no writer open
                 self.logger.flush()
                 self.logger.close()
+
+    def _log_once_at(self, step: int, values: dict[str, float]) -> None:
+        """Epoch-level values at the step a run resumed at (a validation the checkpoint was cut
+        before, run again): a tracker that already holds one of them (the run it continues got
+        past that point before it stopped) is not given it twice. CSV rewrites its row in place."""
+        for logger in self.loggers:
+            held = getattr(logger, "written_at", None)
+            known = held(step, [k for k in values if k != "epoch"]) if callable(held) else set()
+            fresh = {k: v for k, v in values.items() if k not in known}
+            if set(fresh) - {"epoch"}:
+                logger.log_metrics(fresh, step=step)
 
     # --------------------------------------------------------------------- progress
     def progress_start_epoch(self, total: int | None) -> None:
@@ -416,28 +448,55 @@ class RunIO:
         if self.writes:
             self._files.remove(path)
 
-    def read_checkpoint(self, ckpt_path: str | Path, *, weights_only: bool = False) -> dict[str, Any] | None:
+    def read_checkpoint(self, ckpt_path: str | Path, *, weights_only: bool = False, module: Any = None) -> dict[str, Any] | None:
         """Load and check `ckpt_path` ('last', 'best' or a path) before anything is touched.
-        None: ckpt_path='last' for fit and the run has no checkpoint yet (it starts fresh)."""
+        None: ckpt_path='last' for fit and the run has no checkpoint yet (it starts fresh).
+        `module`: the module to run, for 'last' to find a run of the same experiment."""
         if str(ckpt_path) == "last":
-            return self._read_last(weights_only)
-        state = self._read(ckpt_path)
-        ckpt.check_layout(state, weights_only=weights_only)
+            state = self._read_last(weights_only, facts_of_run(self.trainer, module, weights_only))
+        else:
+            state = self._read(ckpt_path)
+            ckpt.check_layout(state, weights_only=weights_only)
+            if not weights_only and str(ckpt_path) != "best" and self.writes and self._planned_dir() is None:
+                self._continued_dir = self._continued_dir or self._run_folder_holding(ckpt_path)
+        if state is not None and not weights_only:
+            self._adopt_run(state)
         return state
 
-    def _read_last(self, evaluating: bool) -> dict[str, Any] | None:
-        """The newest complete checkpoint of this run (trainer/logging/last_run.py); an unnamed
-        run continues in the folder of the run it resumes."""
+    def _run_folder_holding(self, ckpt_path: str | Path) -> Path | None:
+        """The run folder under root_dir a checkpoint file belongs to (its last.ckpt, or a file in its
+        checkpoints/), which a resume from it continues, as ckpt_path='last' does; else None."""
+        if "://" in str(ckpt_path):
+            return None
+        root = Path(self.trainer.args.root_dir)
+        folder = run_folder_of(ckpt_path, root)
+        inside, base = folder.absolute().resolve(), root.absolute().resolve()
+        return folder if inside != base and inside.is_relative_to(base) else None
+
+    def _adopt_run(self, checkpoint: dict[str, Any]) -> None:
+        """A resume: the loggers take the checkpoint's runs now, before any user code (a `setup`
+        hook reading `trainer.log_dir`) can make a new folder; the restore then finds them taken."""
+        if not self.writes or self._logger_arg is False:
+            return
+        loop = checkpoint.get("loop")
+        step = loop.get("global_step") if isinstance(loop, dict) else None
+        if isinstance(step, int):
+            continue_loggers(self.loggers, checkpoint.get("loggers"), step)
+            self._adopted = checkpoint
+
+    def _read_last(self, evaluating: bool, facts: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        """The newest complete checkpoint of this run (trainer/logging/last_run.py): a run of the
+        same experiment (`facts`); an unnamed run continues in the folder of the run it resumes."""
         root, planned = self.trainer.args.root_dir, self._planned_dir() if self.writes else None
-        state, folder = agree_on_last(self.trainer.strategy, root, planned, self._read)
+        state, folder = agree_on_last(self.trainer.strategy, root, planned, self._read, facts)
         if state is None and evaluating:
             raise ckpt.CheckpointError(
                 f"ckpt_path='last': {f'run {str(planned)!r}' if planned else f'root_dir {str(root)!r}'} has no "
                 "complete checkpoint to evaluate. Expected a previous fit with enable_checkpointing=True there, "
                 "or pass the checkpoint's path."
             )
-        if state is not None and planned is None and folder is not None and isinstance(self._logger_arg, bool):
-            self._continued_dir = folder
+        if state is not None and planned is None and folder is not None:
+            self._continued_dir = folder  # whatever the logger: the Trainer's own files continue there
         return state
 
     def _read(self, ckpt_path: str | Path) -> dict[str, Any]:
@@ -467,13 +526,17 @@ class RunIO:
         )
 
     def restore(self, checkpoint: dict[str, Any]) -> None:
-        ckpt.restore_state(self.trainer, checkpoint)
+        adopted, self._adopted = self._adopted is checkpoint, None
+        # The loggers took the checkpoint's runs when it was read (`_adopt_run`): not twice.
+        ckpt.restore_state(self.trainer, {k: v for k, v in checkpoint.items() if k != "loggers"} if adopted else checkpoint)
         state = self.trainer.state
+        self._resumed_at = state.global_step
         self._resumed_inside_epoch = checkpoint if state.batches_done > 0 else None
-        log.info(
-            "Resumed from %s: epoch %d, optimizer step %d, batch %d of the epoch.",
-            checkpoint.get("_path", "the checkpoint"), state.epoch, state.global_step, state.batches_done,
-        )
+        if self.writes:  # once, from rank 0; seen in a plain script's output too (a requeued job's log says it)
+            note(
+                logging.INFO, "Resumed from %s: epoch %d, optimizer step %d, batch %d of the epoch.",
+                checkpoint.get("_path", "the checkpoint"), state.epoch, state.global_step, state.batches_done,
+            )
 
     def take_resumed_checkpoint(self) -> dict[str, Any] | None:
         """The checkpoint of a resume inside an epoch, once (then it is let go): the loop
@@ -484,6 +547,7 @@ class RunIO:
     def forget_resume(self) -> None:
         """Fit ended: a checkpoint kept for `take_resumed_checkpoint` is no longer needed."""
         self._resumed_inside_epoch = None
+        self._adopted, self._resumed_at = None, None
 
     def restore_weights(self, checkpoint: dict[str, Any]) -> None:
         path = checkpoint.get("_path")
