@@ -131,6 +131,8 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any] | None, str, bool]] = {
     "max_steps_at_limited_epoch_end": ({"max_steps": 4, "limit_train_batches": 2}, None, "fit", False),
     "should_stop_inside_epoch": ({}, {"at": 3}, "fit", False),
     "should_stop_at_limited_epoch_end": ({"limit_train_batches": 2, "max_epochs": 3}, {"at": 4}, "fit", False),
+    "should_stop_at_limited_epoch_end_validating": ({"limit_train_batches": 2, "limit_val_batches": 1, "max_epochs": 3},
+                                                    {"at": 4}, "fit", True),
     "max_time": ({"max_time": "00:00:00:01", "max_epochs": 5}, {"at": 3, "sleep": 1.1}, "fit", False),
     "fast_dev_run": ({"fast_dev_run": True}, None, "fit", True),
     "fast_dev_run_3": ({"fast_dev_run": 3}, None, "fit", True),

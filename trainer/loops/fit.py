@@ -376,8 +376,9 @@ class FitLoop:
                     trainer._agree_stop()  # DDP: no per-step collective, only at logging steps
                 if stop or self.stop_now():
                     complete = total is not None and state.batches_done >= total
-                    if complete and total == length:  # leave the loader as the uninterrupted run's loop does
-                        trainer._data_order.finish_epoch(iterator)
+                    if complete:
+                        if total == length:  # leave the loader as the uninterrupted run's loop does
+                            trainer._data_order.finish_epoch(iterator)
                     elif not stop and not validated and not trainer._preempted and validating \
                             and schedule.epoch_validates(state.epoch):
                         self.validate()  # a requested stop (should_stop) validates once more, as Lightning
