@@ -29,7 +29,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,14 +106,17 @@ class StateRegistry:
             state[part.key] = gather(value) if part.per_rank else value  # gather: every rank takes part
         return state
 
-    def restore(self, checkpoint: dict[str, Any], rank: int, source: str = "The checkpoint") -> None:
-        """Load every part from `checkpoint`, in restore order; a per-rank part loads the
-        entry of `rank` (or the last one, when fewer processes wrote the file).
+    def restore(
+        self, checkpoint: dict[str, Any], rank: int, source: str = "The checkpoint", only: Collection[str] | None = None
+    ) -> None:
+        """Load every part from `checkpoint` (or the parts named in `only`), in restore order; a
+        per-rank part loads the entry of `rank` (or the last one, when fewer processes wrote the file).
 
         Raises:
             CheckpointError: a required part's entry is missing (named, with `source`).
         """
-        missing = [p.key for p in self if p.load is not None and not p.optional and p.key not in checkpoint]
+        chosen = [p for p in self if p.load is not None and (only is None or p.key in only)]
+        missing = [p.key for p in chosen if not p.optional and p.key not in checkpoint]
         if missing:
             raise CheckpointError(
                 f"{source} has no {', '.join(map(repr, missing))} entry, which this run restores. Expected a "
@@ -121,9 +124,8 @@ class StateRegistry:
             )
         self.restoring = Restoring(source, checkpoint)
         try:
-            for part in self:
-                if part.load is None:
-                    continue
+            for part in chosen:
+                assert part.load is not None
                 value = checkpoint.get(part.key)
                 if part.per_rank:
                     values = list(value or [None])

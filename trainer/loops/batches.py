@@ -33,8 +33,10 @@ def micro_batches(
 ) -> Iterator[tuple[int, int, bool, Any]]:
     """Yield `(batch_idx, window_size, last_in_window, batch)` from `start` on.
 
-    With a known epoch length the window sizes are arithmetic and batches are fetched one
-    at a time, exactly when a hand-written loop would fetch them. Without one, each window's
+    With a known epoch length (`len()`, or an int limit) the window sizes are arithmetic and
+    batches are fetched one at a time, exactly when a hand-written loop would fetch them, and
+    never past `total`: a batch the epoch will not train on is not asked for (its random
+    augmentation would move the random streams). Without one, each window's
     batches are fetched before its first forward, so a short last window is known (and its
     loss divided by its own length) before any backward. Under DDP `fewest` makes every
     rank take the same window: the smallest any rank could fill, so when one rank runs out
@@ -43,8 +45,10 @@ def micro_batches(
     """
     batch_idx = start
     if total is not None:
-        for batch in iterator:
-            if batch_idx >= total:  # a loader that yields more than its len(): the epoch ends at len()
+        while batch_idx < total:  # a loader that yields more than its len(): the epoch ends at len()
+            try:
+                batch = next(iterator)
+            except StopIteration:  # one that yields fewer: the caller closes the short window
                 return
             window_start = start + (batch_idx - start) // k * k
             size = min(k, total - window_start)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from trainer._args import TrainerArgs
+    from trainer.checkpoint.registry import StateRegistry
     from trainer.logging.metrics import MetricStore
     from trainer.logging.profiler import SimpleProfiler
     from trainer.logging.run import RunIO
@@ -97,6 +98,8 @@ class LoopHost(Protocol):
     def _preempted(self) -> bool: ...
     @property
     def _timer(self) -> SimpleProfiler | None: ...
+    @property
+    def _state_parts(self) -> StateRegistry: ...
 
     # what they call
     def _call(self, hook: str, *args: Any) -> None:

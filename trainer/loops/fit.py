@@ -377,14 +377,19 @@ class FitLoop:
                     trainer._agree_stop()  # DDP: no per-step collective, only at logging steps
                 if stop or self.stop_now():
                     complete = total is not None and state.batches_done >= total
-                    if complete:  # leave the loader as the uninterrupted run's loop does
-                        trainer._data_order.finish_epoch(iterator)
+                    if complete:
+                        if total == length:  # leave the loader as the uninterrupted run's loop does
+                            trainer._data_order.finish_epoch(iterator)
                     elif not stop and not validated and not trainer._preempted and validating \
                             and schedule.epoch_validates(state.epoch):
                         self.validate()  # a requested stop (should_stop) validates once more, as Lightning
                     return complete
         if batch_idx + 1 > state.batches_done:  # the loader ended inside a window (len() overstated it)
             optimization.end_window(batch_idx + 1)
+        elif total is not None and total == length:
+            # The whole loader: ask once past its end, as a `for` loop over it does (a sampler's
+            # last draw). A limited epoch asks for nothing beyond its last batch.
+            trainer._data_order.finish_epoch(iterator)
         if total is None and state.epoch == 0 and state.batches_done == 0:
             raise ValueError(empty_loader_message(loader))
         return True

@@ -73,6 +73,7 @@ class OverrideSteps:
         held: Any
         window_loss: torch.Tensor | None
         device_guard: bool
+        learning_windows: int
 
         def _micro_batch(self, batch: Any, batch_idx: int, size: int, last: bool) -> Any: ...
         def _hold(self, output: dict[str, Any], loss: torch.Tensor, batch_idx: int, synced: bool) -> None: ...
@@ -118,6 +119,7 @@ class OverrideSteps:
             if window_loss is None:  # every micro-batch was skipped (training_step returned None)
                 trainer.state.batches_done = batch_idx + 1
                 return hooked["output"]
+            self.learning_windows += 1  # a loss was backpropagated: this window learned
             if hooked["stepped"] is None:  # the override skipped the step: Lightning still counts it
                 norm, stepped, schedulers = None, True, True
                 signals_of(trainer).in_critical = True

@@ -5,8 +5,9 @@
   repeat samples; the position is converted where that is exact and refused otherwise, and a
   changed accumulation is said.
 * What the checkpoint restores wins over what the epoch-start hooks reset: after the resumed
-  epoch's `on_train_epoch_start`, the callbacks' states, the random streams and
-  `on_load_checkpoint` are applied once more.
+  epoch's `on_train_epoch_start`, the module's state dict (a recurrent state in buffers), the
+  callbacks', optimizers' and schedulers' states, the random streams and `on_load_checkpoint`
+  are applied once more (once per resume, from the checkpoint already in memory).
 """
 
 from __future__ import annotations
@@ -15,8 +16,7 @@ import warnings
 from collections.abc import Sized
 from typing import Any
 
-from trainer._utils import set_rng_state
-from trainer.checkpoint import CheckpointError, callback_keys
+from trainer.checkpoint import CheckpointError
 from trainer.loops.context import LoopHost
 from trainer.loops.data import loader_batch_size, rebatch_problem
 
@@ -87,16 +87,42 @@ def _check_position(host: LoopHost, checkpoint: dict[str, Any], loader: Any) -> 
 
 def restore_after_epoch_start(host: LoopHost) -> None:
     """On a resume inside an epoch, after that epoch's `on_train_epoch_start` hooks ran
-    again: what the checkpoint restores wins over what they reset. The callbacks' states,
-    the random streams and `on_load_checkpoint` (module, then callbacks) once more, with
-    the same checkpoint dict; then the dict is let go. Only the first resumed epoch."""
+    again: what the checkpoint restores wins over what they reset. Once more, with the same
+    checkpoint dict (then it is let go; only the first resumed epoch), in the checkpoint's
+    restore order: the module's state dict (weights and buffers such as a recurrent state,
+    through the strategy; a sharded folder from its shards), the callbacks' states (before the
+    optimizers: one may reshape them), the optimizers' and schedulers' states where they are
+    still the objects the checkpoint describes (a callback that swapped one in at the epoch's
+    start, as StochasticWeightAveraging swaps in its SWALR, restores that one from its own
+    state), the random streams last, then `on_load_checkpoint` (module, then callbacks).
+    Not the loop position, the loggers, the data order or the precision, which no epoch-start
+    hook resets. A resume costs one more copy of these states; a step costs nothing."""
     checkpoint = host._io.take_resumed_checkpoint()
     if checkpoint is None:
         return
-    saved = dict(checkpoint.get("callbacks", {}))
-    for key, callback in zip(callback_keys(host.callbacks), host.callbacks):
-        if key in saved:
-            callback.load_state_dict(saved[key])
-    rngs = checkpoint["rng"]
-    set_rng_state(rngs[min(host.strategy.rank, len(rngs) - 1)])
+    path = checkpoint.get("_path")
+    source = f"Checkpoint {path!r}" if path else "The checkpoint"
+    parts = ["module", "callbacks"]
+    opt = host._opt
+    if opt is not None and _still_fits(opt.optimizers, checkpoint.get("optimizers")):
+        parts.append("optimizers")
+    if opt is not None and _still_fits([config.scheduler for config in opt.schedulers], checkpoint.get("schedulers")):
+        parts.append("schedulers")
+    host._state_parts.restore(checkpoint, host.strategy.rank, source, only=(*parts, "rng"))
     host._dispatch.call("on_load_checkpoint", host, host._module, checkpoint)
+
+
+def _still_fits(targets: list[Any], saved: Any) -> bool:
+    """Whether the saved optimizer (or scheduler) entries describe `targets` as they are now:
+    as many, of the same classes, an optimizer with as many parameter groups of the same sizes."""
+    entries = list(saved or [])
+    if len(entries) != len(targets):
+        return False
+    for target, entry in zip(targets, entries):
+        if not isinstance(entry, dict) or entry.get("class") not in (None, type(target).__qualname__):
+            return False
+        groups = (entry.get("state") or {}).get("param_groups") if isinstance(entry.get("state"), dict) else None
+        own = getattr(target, "param_groups", None)
+        if groups is not None and own is not None and [len(g["params"]) for g in groups] != [len(g["params"]) for g in own]:
+            return False
+    return True
