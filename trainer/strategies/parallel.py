@@ -20,6 +20,7 @@ from trainer.strategies.cluster import ClusterEnvironment
 from trainer.strategies.collectives import CollectiveGuard, parse_timeout
 from trainer.strategies.devices import group_backend, has_cpu_backend, local_cuda_index
 from trainer.strategies.sampler import _with_distributed_sampler
+from trainer.utilities.rank_zero import rank_zero_only
 
 __all__ = ["ProcessGroupStrategy", "unequal_counts"]
 
@@ -76,6 +77,7 @@ class ProcessGroupStrategy(Strategy):
                 "with a process group already initialised. Received none of them. Launch with `torchrun "
                 "--nproc_per_node=N script.py` or `srun python script.py`, pass devices=N, or use strategy='auto'."
             )
+        rank_zero_only.rank = self.rank  # type: ignore[attr-defined]  # Lightning's: the global rank once known
         self.device = self._local_device(device)
         if self.device.type == "cuda":  # always (a group the user made too): kernels and RNG go to this rank's GPU
             torch.cuda.set_device(self.device)

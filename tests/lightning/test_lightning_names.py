@@ -1,0 +1,97 @@
+"""Lightning's names that projects import, answering as Lightning's do: the rank-zero
+helpers (`rank_zero_only.rank` fixed at import, set to the global rank by a multi-process
+strategy, `rank_prefixed_message`) and the strategy classes for `isinstance` checks. Each
+check runs Lightning's own object beside ours."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+pytest.importorskip("lightning")
+
+ROOT = Path(__file__).resolve().parents[2]
+_RANK_VARIABLES = ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
+                   "SLURM_NTASKS", "SLURM_JOB_ID", "MASTER_ADDR", "MASTER_PORT")
+
+RANK_AT_IMPORT = """
+import json, os, sys
+from {package} import rank_zero_only
+seen = [rank_zero_only.rank]
+os.environ["RANK"] = "0"  # too late: the rank was fixed at import, as Lightning's
+calls = []
+rank_zero_only(calls.append)(1)
+print(json.dumps({{"rank": seen[0], "after": rank_zero_only.rank, "calls": calls}}))
+"""
+
+
+def _python(code: str, **env: str) -> Any:
+    clean = {k: v for k, v in os.environ.items() if k not in _RANK_VARIABLES}
+    clean.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", **env)
+    done = subprocess.run([sys.executable, "-c", code], env=clean, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("env", [{"RANK": "1"}, {"LOCAL_RANK": "3", "SLURM_PROCID": "0"}])
+def test_rank_zero_only_rank_is_set_on_import_as_lightning(env: dict[str, str]) -> None:
+    """Lightning: fabric/utilities/rank_zero.py sets `rank_zero_only.rank` when imported
+    (RANK, LOCAL_RANK, SLURM_PROCID, JSM_NAMESPACE_RANK; else 0); later changes to the
+    environment don't move it."""
+    ours = _python(RANK_AT_IMPORT.format(package="trainer.utilities.rank_zero"), **env)
+    theirs = _python(RANK_AT_IMPORT.format(package="lightning.pytorch.utilities.rank_zero"), **env)
+    assert ours == theirs
+    assert ours["rank"] == int(next(iter(env.values()), "0"))
+
+
+def test_rank_prefixed_message_and_the_other_rank_zero_names() -> None:
+    from lightning.pytorch.utilities import rank_zero as theirs
+
+    from trainer.utilities import rank_zero as ours
+
+    for rank in (None, 0, 3):
+        assert ours.rank_prefixed_message("saving", rank) == theirs.rank_prefixed_message("saving", rank)
+    cache = ours.WarningCache()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cache.warn("once")
+        cache.warn("once")
+        ours.rank_zero_deprecation("old")
+    assert [str(w.message) for w in caught] == ["once", "old"]
+    assert issubclass(caught[1].category, DeprecationWarning)
+    assert caught[1].category.__name__ == theirs.LightningDeprecationWarning.__name__
+
+
+GLOBAL_RANK = """
+import json, os
+import torch.distributed as dist
+from trainer.utilities.rank_zero import rank_zero_only
+imported = rank_zero_only.rank
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ["PORT"])
+dist.init_process_group(backend="gloo", rank=0, world_size=1)
+import trainer
+t = trainer.Trainer(strategy="ddp", accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False)
+print(json.dumps({"imported": imported, "global": t.global_rank, "now": rank_zero_only.rank}))
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="needs torch.distributed")
+def test_a_multi_process_strategy_sets_rank_zero_only_to_the_global_rank() -> None:
+    """Lightning's DDP/FSDP strategies set `rank_zero_only.rank = self.global_rank` once the
+    ranks are known. Here the environment says rank 5 (a stray SLURM_PROCID), the process group
+    says rank 0: the group wins once the Trainer is built."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    seen = _python(GLOBAL_RANK, SLURM_PROCID="5", PORT=str(port))
+    assert seen == {"imported": 5, "global": 0, "now": 0}
