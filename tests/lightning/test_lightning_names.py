@@ -95,3 +95,87 @@ def test_a_multi_process_strategy_sets_rank_zero_only_to_the_global_rank() -> No
         port = probe.getsockname()[1]
     seen = _python(GLOBAL_RANK, SLURM_PROCID="5", PORT=str(port))
     assert seen == {"imported": 5, "global": 0, "now": 0}
+
+
+def _strategy_answers(strategy: Any, names: Any) -> dict[str, Any]:
+    """What a project asks of `trainer.strategy`: isinstance against every public base name, and
+    the attributes Lightning code reads."""
+    import lightning.pytorch.strategies as lightning_names
+
+    kinds = {name: isinstance(strategy, getattr(names, name)) for name in lightning_names.__all__}
+    attributes = {name: str(getattr(strategy, name)) for name in ("root_device", "is_global_zero")}
+    if kinds["ParallelStrategy"]:
+        attributes.update({name: getattr(strategy, name) for name in ("world_size", "global_rank", "local_rank", "node_rank")})
+    return {"kinds": kinds, "attributes": attributes}
+
+
+def test_every_public_strategy_name_of_lightning_is_importable() -> None:
+    import lightning.pytorch.strategies as theirs
+
+    import trainer.strategies as ours
+
+    missing = [name for name in theirs.__all__ if not isinstance(getattr(ours, name, None), type)]
+    assert not missing, f"not importable from trainer.strategies as classes: {missing}"
+
+
+def test_a_one_device_trainer_strategy_answers_as_lightnings() -> None:
+    import lightning.pytorch as pl
+    import lightning.pytorch.strategies as theirs
+
+    import trainer
+    import trainer.strategies as ours
+
+    quiet = {"logger": False, "enable_checkpointing": False, "enable_progress_bar": False, "enable_model_summary": False}
+    mine = trainer.Trainer(accelerator="cpu", devices=1, **quiet).strategy
+    other = pl.Trainer(accelerator="cpu", devices=1, **quiet).strategy
+    assert _strategy_answers(mine, ours) == _strategy_answers(other, theirs)
+    assert isinstance(ours.SingleDeviceStrategy("cpu"), ours.SingleDeviceStrategy)
+    assert mine.reduce(torch.tensor(3.0)) == other.reduce(torch.tensor(3.0))
+    assert mine.broadcast({"a": 1}) == other.broadcast({"a": 1})
+    assert torch.equal(mine.all_gather(torch.ones(2)), other.all_gather(torch.ones(2)))
+    assert mine.reduce_boolean_decision(False) == other.reduce_boolean_decision(False)
+    mine.barrier("named")
+
+
+def test_multi_process_strategy_classes_answer_isinstance_as_lightnings() -> None:
+    """Built but not yet bound to a process group (Lightning's are bound in fit): the class
+    hierarchy is Lightning's, and the not-offered ones refuse with what to use."""
+    import lightning.pytorch.strategies as theirs
+
+    import trainer.strategies as ours
+
+    pairs = [(ours.DDPStrategy(), theirs.DDPStrategy()), (ours.FSDPStrategy(), theirs.FSDPStrategy()),
+             (ours.DDP(), theirs.DDPStrategy()), (ours.FSDP(), theirs.FSDPStrategy())]  # strategy="ddp" / "fsdp"
+    for mine, other in pairs:
+        assert {n: isinstance(mine, getattr(ours, n)) for n in theirs.__all__} == \
+               {n: isinstance(other, getattr(theirs, n)) for n in theirs.__all__}, mine
+    assert issubclass(ours.DeepSpeedStrategy, ours.DDPStrategy) and issubclass(ours.ModelParallelStrategy, ours.ParallelStrategy)
+    for name, hint in (("DeepSpeedStrategy", "strategy='fsdp'"), ("ModelParallelStrategy", "strategy='fsdp'")):
+        with pytest.raises(ValueError, match=hint):
+            getattr(ours, name)()
+
+
+DDP_ANSWERS = """
+import json, os
+import torch.distributed as dist
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ["PORT"])
+dist.init_process_group(backend="gloo", rank=0, world_size=1)
+import lightning.pytorch as pl, lightning.pytorch.strategies as theirs
+import trainer, trainer.strategies as ours
+from tests.lightning.test_lightning_names import _strategy_answers
+quiet = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+mine = trainer.Trainer(strategy="ddp", accelerator="cpu", **quiet).strategy
+other = pl.Trainer(strategy="ddp", accelerator="cpu", devices=1, **quiet).strategy
+print(json.dumps({"ours": _strategy_answers(mine, ours), "theirs": _strategy_answers(other, theirs)}))
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="needs torch.distributed")
+def test_a_ddp_trainer_strategy_answers_as_lightnings() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    seen = _python(DDP_ANSWERS, PORT=str(port))
+    assert seen["ours"] == seen["theirs"]
+    assert seen["ours"]["kinds"]["ParallelStrategy"] and seen["ours"]["attributes"]["world_size"] == 1

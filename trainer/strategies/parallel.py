@@ -63,13 +63,13 @@ class ProcessGroupStrategy(Strategy):
         from torch import distributed as dist
 
         self._cluster = ClusterEnvironment.detect()
-        self.local_rank: int | None
+        self._known_local_rank: int | None  # None: no launcher said (a group the user made)
         if dist.is_initialized():  # a group the user made: the launcher's local rank if there is one
             self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
-            self.local_rank = self._cluster.local_rank if self._cluster.kind != "none" else _env_int("LOCAL_RANK")
+            self._known_local_rank = self._cluster.local_rank if self._cluster.kind != "none" else _env_int("LOCAL_RANK")
         elif self._cluster.kind != "none":
             self.rank, self.world_size = self._cluster.rank, self._cluster.world_size
-            self.local_rank = self._cluster.local_rank
+            self._known_local_rank = self._cluster.local_rank
         else:
             raise ValueError(
                 f"Trainer(strategy={self.name!r}) expected to run under torchrun (RANK, WORLD_SIZE and "
@@ -77,6 +77,7 @@ class ProcessGroupStrategy(Strategy):
                 "with a process group already initialised. Received none of them. Launch with `torchrun "
                 "--nproc_per_node=N script.py` or `srun python script.py`, pass devices=N, or use strategy='auto'."
             )
+        self.local_rank = self._known_local_rank or 0  # Lightning's: 0 when no launcher says
         rank_zero_only.rank = self.rank  # type: ignore[attr-defined]  # Lightning's: the global rank once known
         self.device = self._local_device(device)
         if self.device.type == "cuda":  # always (a group the user made too): kernels and RNG go to this rank's GPU
@@ -118,7 +119,7 @@ class ProcessGroupStrategy(Strategy):
             device_id = getattr(dist.distributed_c10d._get_default_group(), "bound_device_id", None)
             bound = device_id.index if device_id is not None and device_id.type == "cuda" else None
         try:
-            return local_cuda_index(local_rank=self.local_rank, rank=self.rank, visible=torch.cuda.device_count(),
+            return local_cuda_index(local_rank=self._known_local_rank, rank=self.rank, visible=torch.cuda.device_count(),
                                     local_world_size=self._cluster.local_world_size, launcher=self._cluster.kind,
                                     bound=bound)
         except ValueError as error:
@@ -312,7 +313,7 @@ class ProcessGroupStrategy(Strategy):
             out[name] = torch.tensor(result, dtype=torch.float32, device=like.device if like is not None else self.device)
         return out
 
-    def barrier(self) -> None:
+    def barrier(self, name: str | None = None) -> None:
         from torch import distributed as dist
 
         self._collective("barrier", dist.barrier, group=self._group())
