@@ -108,6 +108,11 @@ class CSVLogger(RunFolder):
 
     # ------------------------------------------------------------------ the run's folder
     @property
+    def save_dir(self) -> Path:
+        """Lightning's name of `root_dir`."""
+        return self.root_dir
+
+    @property
     def metrics_path(self) -> Path:
         return self.log_dir / "metrics.csv"
 
