@@ -104,8 +104,8 @@ def test_csv_continue_run_drops_rows_after_the_step_and_keeps_the_header(tmp_pat
 
 
 def test_csv_logger_arguments_are_checked() -> None:
-    with pytest.raises(ValueError, match="plain folder name"):
-        CSVLogger("runs", name="a/b")
+    with pytest.raises(ValueError, match="expected a folder name"):
+        CSVLogger("runs", name=3)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="flush_every"):
         CSVLogger("runs", flush_every=0)
     with pytest.raises(ValueError, match="not both"):

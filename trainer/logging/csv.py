@@ -90,8 +90,9 @@ class CSVLogger(RunFolder):
             flush_every = flush_logs_every_n_steps
         if name is None or name == "":  # Lightning: no experiment sub-folder
             name = ""
-        elif not isinstance(name, str) or Path(name).name != name or name in (".", ".."):
-            raise ValueError(f"CSVLogger(name=...) expected a plain folder name such as 'mlp'. Received: {name!r}.")
+        elif not isinstance(name, str):  # "csv/" or "exp/run" are sub-folders, as in Lightning
+            raise ValueError(f"CSVLogger(name=...) expected a folder name such as 'mlp' (or 'exp/mlp'), or None. "
+                             f"Received: {name!r} of type {type(name).__name__}.")
         if not isinstance(prefix, str):
             raise ValueError(f"CSVLogger(prefix=...) expected a string. Received: {prefix!r}.")
         if isinstance(flush_every, bool) or not isinstance(flush_every, int) or flush_every < 1:
