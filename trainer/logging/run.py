@@ -80,6 +80,11 @@ class RunIO:
         self._summary_logged = False
         self._in_fit = False
         self._epoch_record: dict[str, float] = {}
+        # The training epoch's means, written as one row once the epoch's end hooks ran (after
+        # its validation, as Lightning writes them), with the epoch they belong to.
+        self._epoch_row: dict[str, float] = {}
+        self._epoch_row_epoch = 0
+        self._last_step_epoch = 0  # the epoch of the step `log_last_step` may write
         self.history: list[dict[str, float]] = []
         self.logged: dict[str, float] = {}  # trainer.logged_metrics
         self.shown: dict[str, float] = {}  # trainer.progress_bar_metrics
@@ -198,6 +203,7 @@ class RunIO:
         """Close the bars and the logger; runs in `fit`'s finally, so also after an error."""
         self._in_fit = False
         try:
+            self._write_epoch_row()  # an epoch's end that failed after its means were taken
             if self._progress is not None:
                 self._progress.close()
         finally:
@@ -210,6 +216,7 @@ class RunIO:
     def end_epoch(self) -> None:
         """After a finished epoch: one `history` row, flush the event file, write last.ckpt."""
         self.close_train_epoch()  # what epoch-end hooks logged with on_epoch=True: this epoch's, not the next's
+        self._write_epoch_row()
         self.trainer._metrics.end_train_epoch()  # metric objects logged in training are reset, as Lightning does
         if self._in_fit:
             row = {"epoch": float(self.trainer.current_epoch - 1), "step": float(self.trainer.global_step)}
@@ -221,7 +228,7 @@ class RunIO:
         self.save_last()
 
     # ---------------------------------------------------------------------- logging
-    def log_step(self, window_loss: torch.Tensor | None, grad_norm: torch.Tensor | None) -> None:
+    def log_step(self, window_loss: torch.Tensor | None, grad_norm: torch.Tensor | None, epoch: int | None = None) -> None:
         trainer = self.trainer
         values: dict[str, Any] = {"train/loss": window_loss} if window_loss is not None else {}
         if grad_norm is not None:
@@ -253,8 +260,9 @@ class RunIO:
         trainer._metrics.update_latest(floats)
         self.logged.update(floats)
         self._last_loss, self._logged_step = None, trainer.global_step
-        if self.logger is not None:  # with `epoch`, as Lightning writes it beside every logged value
-            self.logger.log_metrics({**floats, "epoch": float(trainer.current_epoch)}, step=trainer.global_step)
+        if self.logger is not None:  # with `epoch` (an int), as Lightning writes it beside every logged value
+            self.logger.log_metrics({**floats, "epoch": trainer.current_epoch if epoch is None else epoch},
+                                    step=trainer.global_step)
         shown = {"loss": floats["train/loss"]} if "train/loss" in floats else {}
         shown.update({k: floats[k] for k in trainer._metrics.prog_bar if k in floats and k != "train/loss"})
         self.shown.update(shown)
@@ -264,23 +272,32 @@ class RunIO:
     def step_done(self, window_loss: torch.Tensor | None) -> None:
         """After an optimizer step that wrote nothing: kept for `log_last_step`; the bar's
         loss refreshed every 0.5 s (logging/live.py)."""
-        self._last_loss = window_loss
+        self._last_loss, self._last_step_epoch = window_loss, self.trainer.current_epoch
         if self._progress is not None:
             self._live.step(self._progress, self.shown, window_loss, self.trainer.global_step)
 
     def log_last_step(self) -> None:
         """Fit ends between logging steps: the last step's training scalars are written too."""
         if self._last_loss is not None and self.trainer.global_step > self._logged_step:
-            self.log_step(self._last_loss, None)
+            self.log_step(self._last_loss, None, epoch=self._last_step_epoch)  # the epoch the step was in
 
     def close_train_epoch(self) -> None:
         """Reduce what training_step logged with on_epoch=True and write it."""
         values = self.trainer._metrics.close_epoch(self.trainer.strategy.reduce_epoch)
         if values:
-            self.log_eval(to_floats(values))
+            if not self._epoch_row:
+                self._epoch_row_epoch = self.trainer.current_epoch
+            self.log_eval(to_floats(values), training_epoch=True)
 
-    def log_eval(self, results: dict[str, float]) -> None:
-        """Write epoch-level results at `global_step`; inside fit they join the epoch's `history` row."""
+    def _write_epoch_row(self) -> None:
+        """The training epoch's means as one row, at the step the epoch ended on."""
+        row, self._epoch_row = self._epoch_row, {}
+        if row and self.logger is not None:
+            self.logger.log_metrics({**row, "epoch": self._epoch_row_epoch}, step=self.trainer.global_step)
+
+    def log_eval(self, results: dict[str, float], training_epoch: bool = False) -> None:
+        """Write epoch-level results at `global_step`; inside fit they join the epoch's `history` row.
+        A training epoch's means (`training_epoch`) are written once its end hooks ran."""
         if self._in_fit:
             self._epoch_record.update(results)
         hidden = self.trainer._metrics.hidden
@@ -291,8 +308,10 @@ class RunIO:
             self.shown.update(on_bar)  # the epoch's bar, kept on screen, shows its validation metrics
             if self._progress is not None:
                 self._progress.set_postfix(self.shown)
-        if self.logger is not None and written and self.trainer._module is not None:
-            self.logger.log_metrics({**written, "epoch": float(self.trainer.current_epoch)}, step=self.trainer.global_step)
+        if training_epoch and self._in_fit:
+            self._epoch_row.update(written)
+        elif self.logger is not None and written and self.trainer._module is not None:
+            self.logger.log_metrics({**written, "epoch": self.trainer.current_epoch}, step=self.trainer.global_step)
             if not self._in_fit:  # standalone validate/test: leave no writer open
                 self.logger.flush()
                 self.logger.close()
