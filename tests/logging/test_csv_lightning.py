@@ -3,11 +3,11 @@ both in this process: one row per write (a logging step's training values, the v
 results, the epoch's training means after them, a test's), sorted columns with `epoch` and
 `step`, the same values. Two documented differences (docs/lightning.md) are mapped: the
 `step` of rows written during `fit` is `global_step` here, the step's 0-based index (one
-less) in Lightning; and the Trainer's own `train/...` columns are extra here."""
+less) in Lightning; and the Trainer's own `train/...` columns are extra here
+(tests/helpers/csv_compare.py)."""
 
 from __future__ import annotations
 
-import csv
 import io
 from pathlib import Path
 from typing import Any
@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
+
+from tests.helpers.csv_compare import as_lightning_writes
 
 pytest.importorskip("lightning")
 pd = pytest.importorskip("pandas")
@@ -70,33 +72,12 @@ def _run(framework: str, root: Path, log_every_n_steps: int) -> str:
     return (Path(trainer.logger.log_dir) / "metrics.csv").read_text()
 
 
-def _ours_as_lightning_writes(ours: str, theirs: str) -> tuple[str, str]:
-    """Ours on Lightning's columns (rows holding none of them dropped: the Trainer's own
-    scalars); Lightning's with its fit-time steps counted as `global_step`."""
-    their_rows = list(csv.DictReader(io.StringIO(theirs)))
-    columns = list(their_rows[0])
-    fit_rows = [row for row in their_rows if not any(row.get(k) for k in ("test_loss",)) and row["epoch"] != "3"]
-    for row in fit_rows:  # during fit Lightning writes the step's index; after it, global_step as here
-        row["step"] = str(int(row["step"]) + 1)
-    mine = [{k: row.get(k, "") for k in columns} for row in csv.DictReader(io.StringIO(ours))]
-    mine = [row for row in mine if any(row[k] for k in columns if k not in ("epoch", "step"))]
-
-    def text(rows: list[dict[str, str]]) -> str:
-        out = io.StringIO()
-        writer = csv.DictWriter(out, columns, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
-        return out.getvalue()
-
-    return text(mine), text(their_rows)
-
-
 def test_metrics_csv_rows_and_columns_are_lightnings(tmp_path: Path) -> None:
     ours = _run("ours", tmp_path / "ours", log_every_n_steps=5)  # 5 batches an epoch: every epoch's last step logs
     theirs = _run("lightning", tmp_path / "theirs", log_every_n_steps=5)
     header = ours.splitlines()[0].split(",")
     assert header == sorted(header) and {"epoch", "step"} <= set(header)
-    mine, other = _ours_as_lightning_writes(ours, theirs)
+    mine, other = as_lightning_writes(ours, theirs, epochs_fitted=3)
     assert mine == other
     assert other.count("\n") > 10  # step rows, validation rows, epoch rows, validate() and test() rows
 
