@@ -55,7 +55,8 @@ class ModelCheckpoint(Checkpoint):
         mode: "min" or "max": which direction of `monitor` is better.
         save_top_k: how many files to keep; -1 keeps all, 0 none. Without `monitor`
             only 1 (the latest), 0 or -1 are meaningful.
-        save_last: also keep `last.ckpt` in `dirpath`: after every step-triggered save, after
+        save_last: also keep `last.ckpt` in `dirpath` (`"link"`: as a symlink to the newest
+            file this callback wrote, Lightning's): after every step-triggered save, after
             every epoch save that wrote a file, and at the end of training if nothing was saved.
         every_n_train_steps: save after every n optimizer steps (None or 0: never by steps).
         every_n_epochs: save after every n epochs (0: never by epochs). None: 1 when
@@ -99,7 +100,7 @@ class ModelCheckpoint(Checkpoint):
         monitor: str | None = None,
         mode: Literal["min", "max"] = "min",
         save_top_k: int = 1,
-        save_last: bool | None = False,
+        save_last: bool | Literal["link"] | None = False,
         every_n_train_steps: int | None = None,
         every_n_epochs: int | None = None,
         auto_insert_metric_name: bool = True,
@@ -354,8 +355,11 @@ class ModelCheckpoint(Checkpoint):
             if plan.get("last", self.save_last):
                 previous = self.last_model_path
                 self.last_model_path = str(self.dirpath / f"{self._versioned(self.CHECKPOINT_NAME_LAST, previous)}.ckpt")
-                trainer.save_checkpoint(self.last_model_path, weights_only=self.save_weights_only)
-                self._written = self.last_model_path
+                if self.save_last == "link" and self._written and self._written != self.last_model_path and self.save_top_k != 0:
+                    _link(trainer, self._written, self.last_model_path)  # Lightning's: a symlink to the newest file
+                else:
+                    trainer.save_checkpoint(self.last_model_path, weights_only=self.save_weights_only)
+                    self._written = self.last_model_path
                 stale.append(previous)
         except BaseException:
             self.load_state_dict(before)  # the bookkeeping never names a file that isn't there
@@ -421,6 +425,17 @@ class ModelCheckpoint(Checkpoint):
         self._pending = dict(pending) if pending is not None else None
 
 
+def _link(trainer: Trainer, target: str, link: str) -> None:
+    """`link` becomes a relative symlink to `target` (rank 0; replaced atomically)."""
+    if trainer.strategy.is_global_zero:
+        temporary = f"{link}.link.tmp"
+        if os.path.lexists(temporary):
+            os.remove(temporary)
+        os.symlink(os.path.relpath(target, os.path.dirname(link)), temporary)
+        os.replace(temporary, link)
+    trainer.strategy.barrier()
+
+
 def _validates(trainer: Trainer) -> bool:
     """Whether this fit validates at all (Lightning: `num_val_batches > 0`)."""
     return sum(trainer.num_val_batches) > 0
@@ -464,10 +479,9 @@ def _validate(filename: str, monitor: str | None, mode: str, save_top_k: int, sa
             f"ModelCheckpoint(save_top_k={save_top_k}) needs monitor=... to rank files. Expected "
             "save_top_k in (-1, 0, 1) without a monitor, or pass monitor='val/loss' (for example)."
         )
-    if save_last not in (None, True, False):  # Lightning's "link" (a symlink to the newest file) is not offered
-        raise ValueError(f"ModelCheckpoint(save_last=...) expected True, False or None. Received: {save_last!r}"
-                         + (" (Lightning's symlink to the newest file is not offered: save_last=True writes last.ckpt "
-                            "as a full checkpoint)." if save_last == "link" else "."))
+    if save_last not in (None, True, False, "link"):
+        raise ValueError(f"ModelCheckpoint(save_last=...) expected True, False, None or 'link' (last.ckpt as a symlink "
+                         f"to the newest file). Received: {save_last!r}.")
     if monitor is not None and (not isinstance(monitor, str) or not monitor):
         raise ValueError(f"ModelCheckpoint(monitor=...) expected a metric name or None. Received: {monitor!r}.")
     for name, value in (("every_n_train_steps", every_n_train_steps), ("every_n_epochs", every_n_epochs)):

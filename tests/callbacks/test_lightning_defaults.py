@@ -152,3 +152,26 @@ def test_lambda_callback_hooks_given_as_none_are_no_hooks() -> None:
     seen: list[int] = []
     callback = callbacks.LambdaCallback(**{**hooks, "on_train_epoch_end": lambda trainer, module: seen.append(1)})
     assert callback.hooks.keys() == {"on_train_epoch_end"}
+
+
+@pytest.mark.parametrize("options", [{"save_top_k": -1, "every_n_train_steps": 2}, {}, {"save_top_k": 0}])
+def test_model_checkpoint_save_last_link_makes_lightnings_symlink(options: dict[str, Any], tmp_path: Path) -> None:
+    """save_last="link": last.ckpt is a relative symlink to the newest top-k file, as Lightning's."""
+    import os
+
+    import lightning.pytorch as pl
+    from lightning.pytorch.demos.boring_classes import BoringModel as TheirBoring
+
+    import trainer
+    from trainer.demos.boring_classes import BoringModel as OurBoring
+
+    seen = []
+    for framework, checkpoint_class, module, folder in ((trainer, callbacks.ModelCheckpoint, OurBoring(), tmp_path / "ours"),
+                                                       (pl, their_callbacks.ModelCheckpoint, TheirBoring(), tmp_path / "theirs")):
+        checkpoint = checkpoint_class(dirpath=folder / "files", save_last="link", **options)
+        framework.Trainer(max_epochs=2, limit_train_batches=3, limit_val_batches=0, callbacks=[checkpoint],
+                          default_root_dir=folder, **QUIET).fit(module)
+        link = folder / "files" / "last.ckpt"
+        seen.append((sorted(p.name for p in (folder / "files").iterdir()), link.is_symlink(),
+                     os.readlink(link) if link.is_symlink() else None))
+    assert seen[0] == seen[1] and seen[0][1] == (options.get("save_top_k") != 0)

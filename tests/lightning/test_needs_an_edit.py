@@ -63,7 +63,6 @@ RAISES: dict[str, Callable[[], None]] = {
     '`"64-true"`': _trainer(precision="64-true"),
     "`Trainer(num_nodes=...": _trainer(num_nodes=2),
     "`BatchSizeFinder`": _construct("callbacks", "BatchSizeFinder"),
-    '`ModelCheckpoint(save_last="link")`': _construct("callbacks", "ModelCheckpoint", save_last="link"),
 }
 
 
