@@ -44,6 +44,8 @@ class ProcessGroupStrategy(Strategy):
     #: `init_process_group(timeout=...)` and the bound on the Trainer's collectives; None: the backend's.
     timeout: datetime.timedelta | None = None
     _guard: CollectiveGuard | None = None
+    #: The local rank a launcher gave (None: not known, e.g. a group the user made); picks the GPU.
+    _known_local_rank: int | None = None
 
     def _set_timeout(self, timeout: Any) -> None:
         """Validate and keep `DDP(timeout=...)` / `FSDP(timeout=...)`."""
@@ -63,7 +65,6 @@ class ProcessGroupStrategy(Strategy):
         from torch import distributed as dist
 
         self._cluster = ClusterEnvironment.detect()
-        self._known_local_rank: int | None  # None: no launcher said (a group the user made)
         if dist.is_initialized():  # a group the user made: the launcher's local rank if there is one
             self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
             self._known_local_rank = self._cluster.local_rank if self._cluster.kind != "none" else _env_int("LOCAL_RANK")
