@@ -355,8 +355,9 @@ class ModelCheckpoint(Checkpoint):
             if plan.get("last", self.save_last):
                 previous = self.last_model_path
                 self.last_model_path = str(self.dirpath / f"{self._versioned(self.CHECKPOINT_NAME_LAST, previous)}.ckpt")
-                if self.save_last == "link" and self._written and self._written != self.last_model_path and self.save_top_k != 0:
-                    _link(trainer, self._written, self.last_model_path)  # Lightning's: a symlink to the newest file
+                newest = self._written if self._written != self.last_model_path else ""
+                if self.save_last == "link" and newest and self.save_top_k != 0:
+                    _link(trainer, newest, self.last_model_path)  # Lightning's: a symlink to the newest file
                 else:
                     trainer.save_checkpoint(self.last_model_path, weights_only=self.save_weights_only)
                     self._written = self.last_model_path

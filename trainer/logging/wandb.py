@@ -87,7 +87,8 @@ class WandbLogger:
                 "logger.experiment.log_model(path=trainer.checkpoint_callback.best_model_path)."
             )
         if add_file_policy not in ("mutable", "immutable"):
-            raise ValueError(f"WandbLogger(add_file_policy=...) expected 'mutable' or 'immutable'. Received: {add_file_policy!r}.")
+            raise ValueError("WandbLogger(add_file_policy=...) expected 'mutable' or 'immutable'. "
+                             f"Received: {add_file_policy!r}.")
         # Lightning's: both only shape the model artifacts log_model uploads (never here); kept as given
         self.checkpoint_name, self.add_file_policy = checkpoint_name, add_file_policy
         if offline and mode not in (None, "offline"):
