@@ -95,21 +95,21 @@ class ModelCheckpoint(Checkpoint):
 
     def __init__(
         self,
-        dirpath: str | os.PathLike[str] | None = None,
+        dirpath: str | os.PathLike[str] | None = None,  # Lightning's order of the arguments
         filename: str | None = None,
         monitor: str | None = None,
-        mode: Literal["min", "max"] = "min",
-        save_top_k: int = 1,
-        save_last: bool | Literal["link"] | None = False,
-        every_n_train_steps: int | None = None,
-        every_n_epochs: int | None = None,
-        auto_insert_metric_name: bool = True,
-        save_weights_only: bool = False,
         verbose: bool = False,
+        save_last: bool | Literal["link"] | None = False,
+        save_top_k: int = 1,
+        save_on_exception: bool = False,
+        save_weights_only: bool = False,
+        mode: Literal["min", "max"] = "min",
+        auto_insert_metric_name: bool = True,
+        every_n_train_steps: int | None = None,
+        train_time_interval: datetime.timedelta | None = None,
+        every_n_epochs: int | None = None,
         save_on_train_epoch_end: bool | None = None,
         enable_version_counter: bool = True,
-        train_time_interval: datetime.timedelta | None = None,
-        save_on_exception: bool = False,
     ) -> None:
         if every_n_train_steps is None and every_n_epochs is None and train_time_interval is None:
             every_n_epochs = 1  # Lightning's default trigger

@@ -175,3 +175,17 @@ def test_model_checkpoint_save_last_link_makes_lightnings_symlink(options: dict[
         seen.append((sorted(p.name for p in (folder / "files").iterdir()), link.is_symlink(),
                      os.readlink(link) if link.is_symlink() else None))
     assert seen[0] == seen[1] and seen[0][1] == (options.get("save_top_k") != 0)
+
+
+@pytest.mark.parametrize("name,ours,theirs", _pairs(), ids=[pair[0] for pair in _pairs()])
+def test_positional_arguments_mean_what_they_mean_in_lightning(name: str, ours: type, theirs: type) -> None:
+    """`WandbLogger("run")` names the run in Lightning; a positional argument Lightning takes
+    must land on the same parameter here."""
+    def positional(cls: type) -> list[str]:
+        kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        return [n for n, p in list(inspect.signature(cls.__init__).parameters.items())[1:] if p.kind in kinds]
+
+    same = {"root_dir": "save_dir"}  # our name of Lightning's first argument: the same folder
+    mine, other = [same.get(n, n) for n in positional(ours)], positional(theirs)
+    shared = min(len(mine), len(other))
+    assert mine[:shared] == other[:shared], f"{name}: ours {mine}, Lightning's {other}"

@@ -60,23 +60,23 @@ class WandbLogger:
         **init_kwargs: passed to `wandb.init` as they are (`entity`, `tags`, `group`, ...).
     """
 
-    def __init__(
+    def __init__(  # Lightning's order of the arguments, so positional calls mean the same
         self,
-        project: str | None = None,
         name: str | None = None,
-        *,
-        id: str | None = None,
         save_dir: str | os.PathLike[str] | None = None,
-        mode: str | None = None,
         version: str | None = None,
         offline: bool = False,
         dir: str | os.PathLike[str] | None = None,  # noqa: A002 - Lightning's name
+        id: str | None = None,  # noqa: A002 - Lightning's name
         anonymous: bool | None = None,
-        prefix: str = "",
-        experiment: Any = None,
+        project: str | None = None,
         log_model: bool | str = False,
+        experiment: Any = None,
+        prefix: str = "",
         checkpoint_name: str | None = None,
         add_file_policy: str = "mutable",
+        *,
+        mode: str | None = None,
         **init_kwargs: Any,
     ) -> None:
         require("wandb", "WandbLogger")
