@@ -68,18 +68,19 @@ class EarlyStopping(Callback):
 
     def __init__(
         self,
-        monitor: str,
-        mode: Literal["min", "max"] = "min",
-        patience: int = 3,
+        monitor: str,  # Lightning's order of the arguments, so positional calls mean the same
         min_delta: float = 0.0,
-        check_on: Literal["validation_end", "train_epoch_end"] = "validation_end",
+        patience: int = 3,
+        verbose: bool = False,
+        mode: Literal["min", "max"] = "min",
+        strict: bool = True,
         check_finite: bool = True,
         stopping_threshold: float | None = None,
         divergence_threshold: float | None = None,
         check_on_train_epoch_end: bool | None = None,
-        strict: bool = True,
-        verbose: bool = False,
         log_rank_zero_only: bool = False,
+        *,
+        check_on: Literal["validation_end", "train_epoch_end"] = "validation_end",
     ) -> None:
         if check_on_train_epoch_end is not None:
             check_on = "train_epoch_end" if check_on_train_epoch_end else "validation_end"

@@ -29,7 +29,8 @@ class LambdaCallback(Callback):
         ['on_train_epoch_end']
     """
 
-    def __new__(cls, **hooks: Callable[..., Any]) -> LambdaCallback:
+    def __new__(cls, **hooks: Callable[..., Any] | None) -> LambdaCallback:
+        given = {name: fn for name, fn in hooks.items() if fn is not None}  # Lightning's: None is no hook
         for name, fn in hooks.items():
             if name not in HOOKS:
                 close = difflib.get_close_matches(name, HOOKS, n=1)
@@ -37,18 +38,18 @@ class LambdaCallback(Callback):
                 raise ValueError(
                     f"LambdaCallback({name}=...): unknown hook.{hint} Expected one of: {', '.join(HOOKS)}."
                 )
-            if not callable(fn):
+            if fn is not None and not callable(fn):
                 raise ValueError(
                     f"LambdaCallback({name}=...) expected a callable. Received: {fn!r} of type {type(fn).__name__}."
                 )
         # The Trainer calls only hooks a callback's class overrides, so each instance gets
         # its own subclass holding exactly the hooks passed in.
-        methods = {name: _as_method(fn) for name, fn in hooks.items()}
+        methods = {name: _as_method(fn) for name, fn in given.items()}
         subclass = type(cls.__name__, (cls,), {**methods, "__module__": cls.__module__, "__qualname__": cls.__qualname__})
         return super().__new__(subclass)
 
-    def __init__(self, **hooks: Callable[..., Any]) -> None:
-        self.hooks: dict[str, Callable[..., Any]] = dict(hooks)
+    def __init__(self, **hooks: Callable[..., Any] | None) -> None:
+        self.hooks: dict[str, Callable[..., Any]] = {name: fn for name, fn in hooks.items() if fn is not None}
 
     def __repr__(self) -> str:
         return f"LambdaCallback({', '.join(sorted(self.hooks))})"

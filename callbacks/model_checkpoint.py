@@ -17,9 +17,11 @@ the saved loop state, so every file resumes exactly.
 from __future__ import annotations
 
 import logging
+import datetime
 import math
 import os
 import re
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -35,6 +37,7 @@ log = logging.getLogger("trainer")
 
 _PLACEHOLDER = re.compile(r"\{([^{}:]+)(?::([^{}]*))?\}")
 _BUILTIN = ("epoch", "step")
+_DEFAULT_NAME = "{epoch}-{step}"
 
 
 class ModelCheckpoint(Checkpoint):
@@ -52,11 +55,19 @@ class ModelCheckpoint(Checkpoint):
         mode: "min" or "max": which direction of `monitor` is better.
         save_top_k: how many files to keep; -1 keeps all, 0 none. Without `monitor`
             only 1 (the latest), 0 or -1 are meaningful.
-        save_last: also keep `last.ckpt` in `dirpath`: after every step-triggered save, after
+        save_last: also keep `last.ckpt` in `dirpath` (`"link"`: as a symlink to the newest
+            file this callback wrote, Lightning's): after every step-triggered save, after
             every epoch save that wrote a file, and at the end of training if nothing was saved.
         every_n_train_steps: save after every n optimizer steps (None or 0: never by steps).
         every_n_epochs: save after every n epochs (0: never by epochs). None: 1 when
-            `every_n_train_steps` is not given, else 0 (Lightning's defaults).
+            neither `every_n_train_steps` nor `train_time_interval` is given, else 0
+            (Lightning's defaults).
+        train_time_interval: a `datetime.timedelta`: save at the first optimizer step after
+            this much training time since the last such save (or since training started),
+            as Lightning's; rank 0's clock decides for every rank.
+        save_on_exception: when fit fails, save `filename` (rendered with the metrics of that
+            moment) and, with `save_last`, `last.ckpt`, as Lightning's; a failure inside an
+            accumulation window saves the last completed step (see `OnExceptionCheckpoint`).
         auto_insert_metric_name: write `{name}` as `name=value` (Lightning's default).
         save_weights_only: files hold only the module's weights (load them with
             `module.load_state_dict(torch.load(path, weights_only=True)["module"])`, or
@@ -84,29 +95,36 @@ class ModelCheckpoint(Checkpoint):
 
     def __init__(
         self,
-        dirpath: str | os.PathLike[str] | None = None,
-        filename: str | None = "{epoch}-{step}",
+        dirpath: str | os.PathLike[str] | None = None,  # Lightning's order of the arguments
+        filename: str | None = None,
         monitor: str | None = None,
-        mode: Literal["min", "max"] = "min",
-        save_top_k: int = 1,
-        save_last: bool | None = False,
-        every_n_train_steps: int | None = None,
-        every_n_epochs: int | None = None,
-        auto_insert_metric_name: bool = True,
-        save_weights_only: bool = False,
         verbose: bool = False,
+        save_last: bool | Literal["link"] | None = False,
+        save_top_k: int = 1,
+        save_on_exception: bool = False,
+        save_weights_only: bool = False,
+        mode: Literal["min", "max"] = "min",
+        auto_insert_metric_name: bool = True,
+        every_n_train_steps: int | None = None,
+        train_time_interval: datetime.timedelta | None = None,
+        every_n_epochs: int | None = None,
         save_on_train_epoch_end: bool | None = None,
         enable_version_counter: bool = True,
     ) -> None:
-        filename = "{epoch}-{step}" if filename is None else filename
-        if every_n_train_steps is None and every_n_epochs is None:
+        if every_n_train_steps is None and every_n_epochs is None and train_time_interval is None:
             every_n_epochs = 1  # Lightning's default trigger
-        _validate(filename, monitor, mode, save_top_k, save_last, every_n_train_steps, every_n_epochs)
+        _validate(_DEFAULT_NAME if filename is None else filename, monitor, mode, save_top_k, save_last,
+                  every_n_train_steps, every_n_epochs)
+        if train_time_interval is not None and not isinstance(train_time_interval, datetime.timedelta):
+            raise ValueError("ModelCheckpoint(train_time_interval=...) expected a datetime.timedelta (e.g. "
+                             f"timedelta(minutes=30)) or None. Received: {train_time_interval!r}.")
+        self.train_time_interval, self.save_on_exception = train_time_interval, bool(save_on_exception)
+        self._last_time_checked: float | None = None
         self.auto_insert_metric_name, self.save_weights_only, self.verbose = auto_insert_metric_name, save_weights_only, verbose
         self.save_on_train_epoch_end, self.enable_version_counter = save_on_train_epoch_end, enable_version_counter
         self.dirpath = Path(dirpath) if dirpath is not None else None
         self.filename, self.monitor, self.mode = filename, monitor, mode
-        self.save_top_k, self.save_last = save_top_k, bool(save_last)
+        self.save_top_k, self.save_last = save_top_k, save_last  # as given (Lightning's): None and False alike
         self.every_n_train_steps = every_n_train_steps or None  # None: never by steps
         self.every_n_epochs = every_n_epochs or None  # None: never by epochs
         self.best_k_models: dict[str, float] = {}  # path -> score (with a monitor)
@@ -138,13 +156,16 @@ class ModelCheckpoint(Checkpoint):
             log_dir = str(trainer.log_dir) if strategy.is_global_zero else None
             self.dirpath = Path(strategy.broadcast_object(log_dir)) / "checkpoints"
 
+    def on_train_start(self, trainer: Trainer, module: Any) -> None:
+        self._last_time_checked = time.monotonic()  # Lightning's: the interval counts from here
+
     def on_train_step_end(self, trainer: Trainer, module: Any, stepped: bool) -> None:
         self._stepped = True  # this batch's on_train_batch_end is a clean cut
 
     def on_train_batch_end(self, trainer: Trainer, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         stepped, self._stepped = self._stepped, False
         n = self.every_n_train_steps
-        if not stepped or n is None or trainer.global_step % n != 0:
+        if not stepped or not (n is not None and trainer.global_step % n == 0 or self._time_is_due(trainer)):
             return
         if self.monitor is not None and (
             self.monitor not in trainer.callback_metrics  # a validation metric not logged yet
@@ -190,7 +211,22 @@ class ModelCheckpoint(Checkpoint):
         self._fitting = False
 
     def on_exception(self, trainer: Trainer, module: Any, exception: BaseException) -> None:
-        self._fitting = False
+        fitting, self._fitting = self._fitting, False
+        if not (self.save_on_exception and fitting and self.dirpath is not None) or self._skip(trainer):
+            return
+        metrics = dict(trainer.callback_metrics)
+        values = {m.group(1): 0 for m in _PLACEHOLDER.finditer(self._pattern)} | metrics
+        values["epoch"], values["step"] = trainer.current_epoch, trainer.global_step
+        path = str(self.dirpath / f"{_render(self._pattern, values, self.auto_insert_metric_name)}.ckpt")
+        try:  # Lightning's: the file is not ranked among the top k
+            trainer.save_checkpoint(path, weights_only=self.save_weights_only)
+            if self.save_last:
+                self.last_model_path = str(self.dirpath / f"{self.CHECKPOINT_NAME_LAST}.ckpt")
+                trainer.save_checkpoint(self.last_model_path, weights_only=self.save_weights_only)
+        except Exception as error:  # noqa: BLE001 - the run's own error is the one to raise
+            log.warning("ModelCheckpoint(save_on_exception=True) could not write %s: %s", path, error)
+            return
+        log.info("%s was raised (%s); saved checkpoint to %s", type(exception).__name__, exception, path)
 
     def monitored_metrics(self, trainer: Trainer) -> dict[str, str]:
         """`monitor`, checked with every other monitor once the run's names are known: only
@@ -200,6 +236,22 @@ class ModelCheckpoint(Checkpoint):
         return {self.monitor: "train_epoch_end" if self._saves_on_train_epoch_end(trainer) else "validation_end"}
 
     # ---------------------------------------------------------------------- decisions
+    @property
+    def _pattern(self) -> str:
+        """The file name pattern (`filename`, Lightning's `{epoch}-{step}` when None)."""
+        return _DEFAULT_NAME if self.filename is None else self.filename
+
+    def _time_is_due(self, trainer: Trainer) -> bool:
+        """`train_time_interval` has passed since the last time it was (rank 0's clock)."""
+        interval, since = self.train_time_interval, self._last_time_checked
+        if interval is None:
+            return False
+        now = time.monotonic()
+        due = bool(trainer.strategy.broadcast_object(since is not None and now - since >= interval.total_seconds()))
+        if due:
+            self._last_time_checked = now
+        return due
+
     def _skip(self, trainer: Trainer) -> bool:
         return bool(trainer.fast_dev_run) or trainer.sanity_checking or self._last_saved_step == trainer.global_step
 
@@ -224,7 +276,7 @@ class ModelCheckpoint(Checkpoint):
         plan: dict[str, Any] = strategy.broadcast_object(local)
         if plan.get("error"):
             raise MonitorError(plan["error"])
-        plan["last"] = self.save_last and (last == "always" or plan["name"] is not None)
+        plan["last"] = bool(self.save_last) and (last == "always" or plan["name"] is not None)
         if plan["name"] is not None or plan["last"]:
             self._last_saved_step = trainer.global_step
         return plan
@@ -245,14 +297,14 @@ class ModelCheckpoint(Checkpoint):
                 return {**plan, "error": message}
             self._warn(message + " No file is saved until it is logged.")
             return plan
-        missing = sorted({n for n in (m.group(1) for m in _PLACEHOLDER.finditer(self.filename)) if n not in metrics and n not in _BUILTIN})
+        missing = sorted({n for n in (m.group(1) for m in _PLACEHOLDER.finditer(self._pattern)) if n not in metrics and n not in _BUILTIN})
         if missing:
             self._warn(f"ModelCheckpoint(filename={self.filename!r}): {', '.join(map(repr, missing))} not in "
                        f"trainer.callback_metrics ({sorted(metrics)}); written as 0, as Lightning does.")
         values = {name: 0 for name in missing} | metrics
         values["epoch"] = int(metrics["epoch"]) if "epoch" in metrics else trainer.current_epoch
         values["step"] = int(metrics["step"]) if "step" in metrics else trainer.global_step
-        name = _render(self.filename, values, self.auto_insert_metric_name)
+        name = _render(self._pattern, values, self.auto_insert_metric_name)
         if self.monitor is None:
             return {**plan, "name": self._versioned(name, self.best_model_path)}
         score = float(metrics[self.monitor])
@@ -310,8 +362,12 @@ class ModelCheckpoint(Checkpoint):
             if plan.get("last", self.save_last):
                 previous = self.last_model_path
                 self.last_model_path = str(self.dirpath / f"{self._versioned(self.CHECKPOINT_NAME_LAST, previous)}.ckpt")
-                trainer.save_checkpoint(self.last_model_path, weights_only=self.save_weights_only)
-                self._written = self.last_model_path
+                newest = self._written if self._written != self.last_model_path else ""
+                if self.save_last == "link" and newest and self.save_top_k != 0:
+                    _link(trainer, newest, self.last_model_path)  # Lightning's: a symlink to the newest file
+                else:
+                    trainer.save_checkpoint(self.last_model_path, weights_only=self.save_weights_only)
+                    self._written = self.last_model_path
                 stale.append(previous)
         except BaseException:
             self.load_state_dict(before)  # the bookkeeping never names a file that isn't there
@@ -377,6 +433,17 @@ class ModelCheckpoint(Checkpoint):
         self._pending = dict(pending) if pending is not None else None
 
 
+def _link(trainer: Trainer, target: str, link: str) -> None:
+    """`link` becomes a relative symlink to `target` (rank 0; replaced atomically)."""
+    if trainer.strategy.is_global_zero:
+        temporary = f"{link}.link.tmp"
+        if os.path.lexists(temporary):
+            os.remove(temporary)
+        os.symlink(os.path.relpath(target, os.path.dirname(link)), temporary)
+        os.replace(temporary, link)
+    trainer.strategy.barrier()
+
+
 def _validates(trainer: Trainer) -> bool:
     """Whether this fit validates at all (Lightning: `num_val_batches > 0`)."""
     return sum(trainer.num_val_batches) > 0
@@ -420,8 +487,9 @@ def _validate(filename: str, monitor: str | None, mode: str, save_top_k: int, sa
             f"ModelCheckpoint(save_top_k={save_top_k}) needs monitor=... to rank files. Expected "
             "save_top_k in (-1, 0, 1) without a monitor, or pass monitor='val/loss' (for example)."
         )
-    if save_last not in (None, True, False):  # Lightning's "link" (a symlink to the newest file) is not offered
-        raise ValueError(f"ModelCheckpoint(save_last=...) expected True or False. Received: {save_last!r}.")
+    if save_last not in (None, True, False, "link"):
+        raise ValueError(f"ModelCheckpoint(save_last=...) expected True, False, None or 'link' (last.ckpt as a symlink "
+                         f"to the newest file). Received: {save_last!r}.")
     if monitor is not None and (not isinstance(monitor, str) or not monitor):
         raise ValueError(f"ModelCheckpoint(monitor=...) expected a metric name or None. Received: {monitor!r}.")
     for name, value in (("every_n_train_steps", every_n_train_steps), ("every_n_epochs", every_n_epochs)):

@@ -38,20 +38,21 @@ def test_lightning_names_exist() -> None:
         L.seed_everything(-1)
 
 
-def test_rank_zero_only_reads_the_rank_like_lightning(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    """Lightning: fabric/utilities/rank_zero.py::_get_rank (RANK, LOCAL_RANK, SLURM_PROCID, in that order)."""
+def test_rank_zero_only_follows_its_rank(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Lightning: `rank_zero_only.rank` (set at import, tests/lightning/test_lightning_names.py)
+    decides; the environment is read again only when it is set to None."""
     from trainer.utilities import rank_zero_info, rank_zero_only, rank_zero_warn
 
     calls: list[int] = []
     record = rank_zero_only(calls.append)
     for name in ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK"):
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(rank_zero_only, "rank", 0)
     record(1)
-    monkeypatch.setenv("SLURM_PROCID", "1")
+    monkeypatch.setenv("RANK", "1")  # the rank was fixed at import: the environment no longer counts
     record(2)
-    monkeypatch.setenv("RANK", "0")  # torchrun's variable wins over SLURM's
+    monkeypatch.setattr(rank_zero_only, "rank", 1)
     record(3)
-    monkeypatch.setenv("RANK", "1")
     with caplog.at_level(logging.INFO, logger="trainer"):
         rank_zero_info("not from rank 1")
     import warnings
@@ -59,10 +60,12 @@ def test_rank_zero_only_reads_the_rank_like_lightning(monkeypatch: pytest.Monkey
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         rank_zero_warn("not from rank 1 either")
-    assert calls == [1, 3] and "rank 1" not in caplog.text and not caught
-    monkeypatch.setattr(rank_zero_only, "rank", 0, raising=False)  # set explicitly (Lightning's Trainer does): wins
+    assert calls == [1, 2] and "rank 1" not in caplog.text and not caught
+    monkeypatch.setattr(rank_zero_only, "rank", None)  # None: read the environment at each call
     record(4)
-    assert calls == [1, 3, 4]
+    monkeypatch.setenv("RANK", "0")
+    record(5)
+    assert calls == [1, 2, 5]
 
 
 def test_module_attributes_inside_and_outside_a_trainer(tmp_path: Path) -> None:

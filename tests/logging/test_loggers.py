@@ -58,27 +58,28 @@ def test_csv_header_widens_by_rewriting_the_file_and_rows_are_appended_otherwise
     logger.log_metrics({"a": 2.0}, step=2)
     logger.log_metrics({"a": 3.0}, step=3)  # a third step: the first two are written
     path = logger.metrics_path
-    assert rows(path) == [["step", "a"], ["1", "1.0"], ["2", "2.0"]]
+    assert rows(path) == [["a", "step"], ["1.0", "1"], ["2.0", "2"]]  # Lightning's sorted columns
     logger.log_metrics({"a": 4.0}, step=4)
     logger.flush()
-    assert rows(path) == [["step", "a"], ["1", "1.0"], ["2", "2.0"], ["3", "3.0"], ["4", "4.0"]]
+    assert rows(path) == [["a", "step"], ["1.0", "1"], ["2.0", "2"], ["3.0", "3"], ["4.0", "4"]]
     logger.log_metrics({"b": 0.5}, step=5)  # a new column: the whole file gets the wider header
     logger.close()
-    assert rows(path) == [["step", "a", "b"], ["1", "1.0", ""], ["2", "2.0", ""], ["3", "3.0", ""], ["4", "4.0", ""], ["5", "", "0.5"]]
+    assert rows(path) == [["a", "b", "step"], ["1.0", "", "1"], ["2.0", "", "2"], ["3.0", "", "3"], ["4.0", "", "4"], ["", "0.5", "5"]]
     assert sorted(p.name for p in path.parent.iterdir()) == ["metrics.csv"]  # no temporary file left
     assert b"\r" not in path.read_bytes()  # appended and rewritten rows end the same way
 
 
-def test_csv_values_logged_later_at_the_same_step_join_its_row(tmp_path: Path) -> None:
+def test_csv_values_logged_later_at_the_same_step_get_their_own_row(tmp_path: Path) -> None:
+    """Lightning's layout: a validate() after fit writes its own row at the same step."""
     trainer = quiet(tmp_path, max_steps=4, logger=CSVLogger(tmp_path))
     model = Line()
     trainer.fit(model, loader())
     trainer.validate(model, loader())  # at step 4 again, after fit flushed and closed the file
-    table = rows(trainer.log_dir / "metrics.csv")
-    steps = [r[0] for r in table[1:]]
-    assert steps == ["1", "2", "3", "4"]
-    last = dict(zip(table[0], table[-1]))
-    assert last["train/loss"] and last["val/loss"]
+    with open(trainer.log_dir / "metrics.csv", newline="") as handle:
+        table = list(csv.DictReader(handle))
+    assert [r["step"] for r in table] == ["1", "2", "3", "4", "4"]
+    assert table[-2]["train/loss"] and not table[-2]["val/loss"]
+    assert table[-1]["val/loss"] and not table[-1]["train/loss"] and table[-1]["epoch"] == str(trainer.current_epoch)
 
 
 def test_csv_hparams_yaml_holds_the_modules_and_trainers_arguments(tmp_path: Path) -> None:
@@ -100,12 +101,12 @@ def test_csv_continue_run_drops_rows_after_the_step_and_keeps_the_header(tmp_pat
     second.log_metrics({"a": 40.0}, step=4)
     second.close()
     assert second.log_dir == first.log_dir
-    assert rows(first.metrics_path) == [["step", "a", "b"], ["1", "1.0", ""], ["2", "2.0", ""], ["3", "3.0", ""], ["4", "40.0", ""]]
+    assert rows(first.metrics_path) == [["a", "b", "step"], ["1.0", "", "1"], ["2.0", "", "2"], ["3.0", "", "3"], ["40.0", "", "4"]]
 
 
 def test_csv_logger_arguments_are_checked() -> None:
-    with pytest.raises(ValueError, match="plain folder name"):
-        CSVLogger("runs", name="a/b")
+    with pytest.raises(ValueError, match="expected a folder name"):
+        CSVLogger("runs", name=3)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="flush_every"):
         CSVLogger("runs", flush_every=0)
     with pytest.raises(ValueError, match="not both"):
@@ -190,7 +191,8 @@ def test_a_moved_runs_folder_is_found_again(tmp_path: Path) -> None:
     moved = quiet(tmp_path / "new", max_steps=4, logger=CSVLogger(tmp_path / "new"))
     moved.fit(Line(), loader(), ckpt_path=str(tmp_path / "new" / "default" / "version_0" / "last.ckpt"))
     assert moved.log_dir == tmp_path / "new" / "default" / "version_0"
-    assert [r[0] for r in rows(moved.log_dir / "metrics.csv")[1:]] == ["1", "2", "3", "4"]
+    table = rows(moved.log_dir / "metrics.csv")
+    assert [r[table[0].index("step")] for r in table[1:]] == ["1", "2", "3", "4"]
 
 
 # ----------------------------------------------------------------------- optional trackers

@@ -1,15 +1,18 @@
 """`CSVLogger`: scalars in a `metrics.csv` a person can open, no extra dependency.
 
-One row per optimizer step that logged anything (`step` first, then every metric in the
-order it first appeared); what is logged at one step by several calls (the training
-scalars, then the validation metrics at the epoch's last step) is one row. When a metric
+Lightning's layout: one row per write (the training values of a logging step; an epoch's
+training means; a validation's results; a test's), each with its `step` and, from the
+Trainer, its `epoch`; the columns in sorted order, `step` among them. A validation and the
+epoch's training means written at one step stay two rows (each with its own epoch), as in
+Lightning, so `pandas.read_csv(...).set_index("epoch")` keeps every epoch. When a metric
 appears that the file has no column for, the file is rewritten with the wider header
 (a new file renamed over the old one: a reader never sees half a file); otherwise rows are
-appended. Hyperparameters go to `hparams.yaml` beside it.
+appended. Values are written as Python writes them (`repr` of a float, an int as an int).
+Hyperparameters go to `hparams.yaml` beside it.
 
 Rows are written every `flush_every` rows, at every epoch's end, before every checkpoint
 and when `fit` ends; a resumed run drops the rows its folder holds for steps after the
-checkpoint's (written by a run that was killed after it), so every step has one row.
+checkpoint's (written by a run that was killed after it), so no step is written twice.
 
 Example:
     >>> import csv, tempfile
@@ -21,7 +24,7 @@ Example:
     >>> logger.close()
     >>> with open(logger.log_dir / "metrics.csv", newline="") as f:
     ...     print(list(csv.reader(f)))
-    [['step', 'train/loss', 'val/loss'], ['1', '0.5', ''], ['2', '0.25', '0.3']]
+    [['step', 'train/loss', 'val/loss'], ['1', '0.5', ''], ['2', '0.25', ''], ['2', '', '0.3']]
 """
 
 from __future__ import annotations
@@ -90,8 +93,9 @@ class CSVLogger(RunFolder):
             flush_every = flush_logs_every_n_steps
         if name is None or name == "":  # Lightning: no experiment sub-folder
             name = ""
-        elif not isinstance(name, str) or Path(name).name != name or name in (".", ".."):
-            raise ValueError(f"CSVLogger(name=...) expected a plain folder name such as 'mlp'. Received: {name!r}.")
+        elif not isinstance(name, str):  # "csv/" or "exp/run" are sub-folders, as in Lightning
+            raise ValueError(f"CSVLogger(name=...) expected a folder name such as 'mlp' (or 'exp/mlp'), or None. "
+                             f"Received: {name!r} of type {type(name).__name__}.")
         if not isinstance(prefix, str):
             raise ValueError(f"CSVLogger(prefix=...) expected a string. Received: {prefix!r}.")
         if isinstance(flush_every, bool) or not isinstance(flush_every, int) or flush_every < 1:
@@ -99,14 +103,18 @@ class CSVLogger(RunFolder):
         self._set_folder(root_dir, name, version, version_dir, "CSVLogger")
         self.flush_every = flush_every
         self.prefix = prefix
-        self._columns: list[str] = ["step"]  # the file's header once `_written` rows exist
-        self._file_columns = 0  # how many of `_columns` the file's header has
+        self._columns: list[str] = []  # every column so far, sorted (Lightning's order)
+        self._file_columns: list[str] = []  # the header of the file on disk
         self._pending: list[dict[str, Any]] = []
-        self._last_written_step: int | None = None
         self._drop_after: int | None = None  # a resume: rows above this step go on first write
         self._opened = False
 
     # ------------------------------------------------------------------ the run's folder
+    @property
+    def save_dir(self) -> Path:
+        """Lightning's name of `root_dir`."""
+        return self.root_dir
+
     @property
     def metrics_path(self) -> Path:
         return self.log_dir / "metrics.csv"
@@ -127,21 +135,14 @@ class CSVLogger(RunFolder):
 
     # ------------------------------------------------------------------------ writing
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
-        """Add `metrics` to the row of `step` (a new row when the step changed)."""
+        """One row: `metrics` at `step`."""
         if not metrics:
             return
-        step, metrics = int(step), with_prefix(metrics, self.prefix)
-        if self._pending and self._pending[-1]["step"] == step:
-            row = self._pending[-1]
-        else:
-            if len(self._pending) >= self.flush_every:
-                self.flush()
-            row = {"step": step}
-            self._pending.append(row)
-        for name, value in metrics.items():
-            if name not in self._columns:
-                self._columns.append(name)
-            row[name] = float(value)
+        if len(self._pending) >= self.flush_every:
+            self.flush()
+        row: dict[str, Any] = {name: _value(value) for name, value in with_prefix(metrics, self.prefix).items()}
+        row["step"] = int(step)
+        self._pending.append(row)
 
     def log_hyperparams(self, params: Mapping[str, Any], metrics: Mapping[str, float] | None = None) -> None:
         """Write `hparams.yaml` (nested as given; values YAML can't hold become text)."""
@@ -152,22 +153,20 @@ class CSVLogger(RunFolder):
 
     def flush(self) -> None:
         """Write the pending rows: appended, or the whole file rewritten when its header
-        must widen (or a row continues the file's last step)."""
+        must widen."""
         if not self._pending and self._drop_after is None:
             return
         path = self.metrics_path
         if not self._opened:
             self._open(path)
         rows, self._pending = self._pending, []
-        if self._drop_after is not None or len(self._columns) > self._file_columns or (
-            rows and rows[0]["step"] == self._last_written_step
-        ):
+        new = {name for row in rows for name in row} - set(self._columns)
+        self._columns = sorted([*self._columns, *new])
+        if self._drop_after is not None or self._columns != self._file_columns:
             self._rewrite(path, rows)
         elif rows:
             with open(path, "a", newline="", encoding="utf-8") as handle:
                 csv.DictWriter(handle, self._columns, restval="", lineterminator="\n").writerows(_formatted(r) for r in rows)
-        if rows:
-            self._last_written_step = rows[-1]["step"]
 
     def close(self) -> None:
         self.flush()
@@ -178,16 +177,15 @@ class CSVLogger(RunFolder):
 
     # ------------------------------------------------------------------------ helpers
     def _open(self, path: Path) -> None:
-        """First write of this logger: take over the header and last step of a file that is
-        already there (a continued run), so rows are added to it, never over it."""
+        """First write of this logger: take over the header of a file that is already there
+        (a continued run), so rows are added to it, never over it."""
         self._opened = True
         existing = _read(path)
         if existing is None:
             return
-        header, rows = existing
-        self._columns = header + [c for c in self._columns if c not in header]
-        self._file_columns = len(header)
-        self._last_written_step = int(float(rows[-1]["step"])) if rows else None
+        header, _ = existing
+        self._columns = sorted({*header, *self._columns})
+        self._file_columns = header
 
     def _rewrite(self, path: Path, rows: list[dict[str, Any]]) -> None:
         existing = _read(path)
@@ -198,14 +196,17 @@ class CSVLogger(RunFolder):
                 log.info("CSVLogger: dropped %d row(s) after step %d from %s (written after the checkpoint "
                          "this run resumed from).", len(old) - len(kept), self._drop_after, path)
             old, self._drop_after = kept, None
-            self._last_written_step = int(float(old[-1]["step"])) if old else None
-        if old and rows and int(float(old[-1]["step"])) == rows[0]["step"]:
-            merged = {k: v for k, v in old.pop().items() if v not in ("", None)}
-            merged.update(_formatted(rows[0]))
-            rows = [merged] + rows[1:]
         text = _to_csv(self._columns, old + [_formatted(r) for r in rows])
         _write_atomic(path, text)
-        self._file_columns = len(self._columns)
+        self._file_columns = list(self._columns)
+
+
+def _value(value: Any) -> Any:
+    """A value as Lightning writes it: a tensor's or NumPy scalar's Python number, an int as
+    an int, anything else as a float."""
+    if not isinstance(value, (int, float)) and callable(getattr(value, "item", None)):
+        value = value.item()
+    return value if isinstance(value, (int, float)) else float(value)
 
 
 def _formatted(row: Mapping[str, Any]) -> dict[str, Any]:

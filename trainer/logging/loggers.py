@@ -61,7 +61,8 @@ class TensorBoardLogger(RunFolder):
 
     Args:
         root_dir: the folder runs go under.
-        name: a sub-folder for this experiment; each run gets `root_dir/name/version_N`.
+        name: a sub-folder for this experiment; each run gets `root_dir/name/version_N` (a name
+            with `/` is a nested folder, as in Lightning).
         version: name the run's folder, so that running the same command again continues
             it (`root_dir/name/<version>`; an int `n` gives `version_n`, as in Lightning).
             None: a new `version_N`, or `slurm-<job id>` inside a SLURM batch job.
@@ -114,9 +115,10 @@ class TensorBoardLogger(RunFolder):
             )
         if name is None or name == "":  # Lightning: no experiment sub-folder, runs go in save_dir/version_N
             name = ""
-        elif not isinstance(name, str) or Path(name).name != name or name in (".", ".."):
+        elif not isinstance(name, str):  # "tb/" or "exp/run" are sub-folders, as in Lightning
             raise ValueError(
-                f"TensorBoardLogger(name=...) expected a plain folder name such as 'mlp'. Received: {name!r}."
+                f"TensorBoardLogger(name=...) expected a folder name such as 'mlp' (or 'exp/mlp'), or None. "
+                f"Received: {name!r} of type {type(name).__name__}."
             )
         self._set_folder(root_dir, name, version, version_dir, "TensorBoardLogger")
         self.flush_secs = flush_secs

@@ -96,7 +96,8 @@ class MLflowLogger:
         self.experiment_name = experiment_name
         self.run_name = run_name
         self.tracking_uri = tracking_uri
-        self.tags = {str(k): str(v) for k, v in (tags or {}).items()}
+        self.tags = tags  # as given (Lightning's); text when the run is made
+        self.save_dir = str(Path(save_dir).resolve()) if save_dir is not None else None
         self.artifact_location = artifact_location
         self._run_id = run_id
         self._client: Any = None
@@ -212,7 +213,8 @@ class MLflowLogger:
             found = client.get_experiment_by_name(self.experiment_name)
             experiment_id = (found.experiment_id if found is not None
                              else client.create_experiment(self.experiment_name, artifact_location=self.artifact_location))
-            self._run_id = client.create_run(experiment_id, run_name=self.run_name, tags=self.tags).info.run_id
+            self._run_id = client.create_run(experiment_id, run_name=self.run_name,
+                                           tags={str(k): str(v) for k, v in (self.tags or {}).items()}).info.run_id
         self._active = True
 
 

@@ -84,6 +84,11 @@ class RunIO:
         self._summary_logged = False
         self._in_fit = False
         self._epoch_record: dict[str, float] = {}
+        # The training epoch's means, written as one row once the epoch's end hooks ran (after
+        # its validation, as Lightning writes them), with the epoch they belong to.
+        self._epoch_row: dict[str, float] = {}
+        self._epoch_row_epoch = 0
+        self._last_step_epoch = 0  # the epoch of the step `log_last_step` may write
         self.history: list[dict[str, float]] = []
         self.logged: dict[str, float] = {}  # trainer.logged_metrics
         self.train_loss: float | None = None  # the loss of the last logging step (the learning-rate finder reads it)
@@ -218,6 +223,7 @@ class RunIO:
         """Close the bars and the logger; runs in `fit`'s finally, so also after an error."""
         self._in_fit = False
         try:
+            self._write_epoch_row()  # an epoch's end that failed after its means were taken
             if self._progress is not None:
                 self._progress.close()
         finally:
@@ -230,6 +236,7 @@ class RunIO:
     def end_epoch(self) -> None:
         """After a finished epoch: one `history` row, flush the event file, write last.ckpt."""
         self.close_train_epoch()  # what epoch-end hooks logged with on_epoch=True: this epoch's, not the next's
+        self._write_epoch_row()
         self.trainer._metrics.end_train_epoch()  # metric objects logged in training are reset, as Lightning does
         if self._in_fit:
             row = {"epoch": float(self.trainer.current_epoch - 1), "step": float(self.trainer.global_step)}
@@ -241,7 +248,7 @@ class RunIO:
         self.save_last()
 
     # ---------------------------------------------------------------------- logging
-    def log_step(self, window_loss: torch.Tensor | None, grad_norm: torch.Tensor | None) -> None:
+    def log_step(self, window_loss: torch.Tensor | None, grad_norm: torch.Tensor | None, epoch: int | None = None) -> None:
         trainer = self.trainer
         values: dict[str, Any] = {"train/loss": window_loss} if window_loss is not None else {}
         if grad_norm is not None:
@@ -280,8 +287,9 @@ class RunIO:
         trainer._metrics.update_latest(floats)
         self.logged.update(floats)
         self._last_loss, self._logged_step, self._step_unwritten = None, trainer.global_step, False
-        if self.logger is not None:  # with `epoch`, as Lightning writes it beside every logged value
-            self.logger.log_metrics({**floats, "epoch": float(trainer.current_epoch)}, step=trainer.global_step)
+        if self.logger is not None:  # with `epoch` (an int), as Lightning writes it beside every logged value
+            self.logger.log_metrics({**floats, "epoch": trainer.current_epoch if epoch is None else epoch},
+                                    step=trainer.global_step)
         shown.update({k: floats[k] for k in trainer._metrics.prog_bar if k in floats and k != "train/loss"})
         self.shown.update(shown)
         if self._progress is not None:
@@ -291,6 +299,7 @@ class RunIO:
         """After an optimizer step that wrote nothing: kept for `log_last_step`; the bar's
         loss refreshed every 0.5 s (logging/live.py)."""
         self._last_loss, self._step_unwritten = window_loss, True
+        self._last_step_epoch = self.trainer.current_epoch
         if self._progress is not None:
             self._live.step(self._progress, self.shown, window_loss, self.trainer.global_step, self._fresh_values)
 
@@ -298,16 +307,29 @@ class RunIO:
         """Fit ends between logging steps: the last step's training scalars are written too
         (also when it returned no loss: what it logged, and the learning rates)."""
         if self._step_unwritten and self.trainer.global_step > self._logged_step:
-            self.log_step(self._last_loss, None)
+            self.log_step(self._last_loss, None, epoch=self._last_step_epoch)  # the epoch the step was in
 
     def close_train_epoch(self) -> None:
         """Reduce what training_step logged with on_epoch=True and write it."""
         values = self.trainer._metrics.close_epoch(self.trainer.strategy.reduce_epoch)
         if values:
-            self.log_eval(to_floats(values))
+            if not self._epoch_row:
+                self._epoch_row_epoch = self.trainer.current_epoch
+            self.log_eval(to_floats(values), training_epoch=True)
 
-    def log_eval(self, results: dict[str, float]) -> None:
-        """Write epoch-level results at `global_step`; inside fit they join the epoch's `history` row."""
+    def _write_epoch_row(self) -> None:
+        """The training epoch's means as one row, at the step the epoch ended on."""
+        row, self._epoch_row = self._epoch_row, {}
+        if row and self.logger is not None:
+            step = self.trainer.global_step
+            if step == self._resumed_at:  # a resumed run: a point the tracker already holds is not written twice
+                self._log_once_at(step, {**row, "epoch": self._epoch_row_epoch})
+            else:
+                self.logger.log_metrics({**row, "epoch": self._epoch_row_epoch}, step=step)
+
+    def log_eval(self, results: dict[str, float], training_epoch: bool = False) -> None:
+        """Write epoch-level results at `global_step`; inside fit they join the epoch's `history` row.
+        A training epoch's means (`training_epoch`) are written once its end hooks ran."""
         if self._in_fit:
             self._epoch_record.update(results)
         hidden = self.trainer._metrics.hidden
@@ -318,12 +340,14 @@ class RunIO:
             self.shown.update(on_bar)  # the epoch's bar, kept on screen, shows its validation metrics
             if self._progress is not None:
                 self._progress.set_postfix(ordered(self.shown))
-        if self.logger is not None and written and self.trainer._module is not None:
+        if training_epoch and self._in_fit:
+            self._epoch_row.update(written)
+        elif self.logger is not None and written and self.trainer._module is not None:
             step = self.trainer.global_step
             if self._in_fit and step == self._resumed_at:
-                self._log_once_at(step, {**written, "epoch": float(self.trainer.current_epoch)})
+                self._log_once_at(step, {**written, "epoch": self.trainer.current_epoch})
             else:
-                self.logger.log_metrics({**written, "epoch": float(self.trainer.current_epoch)}, step=step)
+                self.logger.log_metrics({**written, "epoch": self.trainer.current_epoch}, step=step)
             if not self._in_fit:  # standalone validate/test: leave no writer open
                 self.logger.flush()
                 self.logger.close()

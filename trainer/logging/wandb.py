@@ -55,25 +55,28 @@ class WandbLogger:
             `WandbLogger` arguments: `version` is `id`, `offline=True` is `mode="offline"`,
             `dir` is `save_dir`, `anonymous=True` is `wandb.init(anonymous="allow")`,
             `prefix` makes names `<prefix>-<name>`, `experiment` is a run already started
-            (used as it is). `log_model` must stay False: checkpoints are not uploaded here.
+            (used as it is). `log_model` must stay False: checkpoints are not uploaded here
+            (so `checkpoint_name` and `add_file_policy`, which shape those uploads, change nothing).
         **init_kwargs: passed to `wandb.init` as they are (`entity`, `tags`, `group`, ...).
     """
 
-    def __init__(
+    def __init__(  # Lightning's order of the arguments, so positional calls mean the same
         self,
-        project: str | None = None,
         name: str | None = None,
-        *,
-        id: str | None = None,
         save_dir: str | os.PathLike[str] | None = None,
-        mode: str | None = None,
         version: str | None = None,
         offline: bool = False,
         dir: str | os.PathLike[str] | None = None,  # noqa: A002 - Lightning's name
+        id: str | None = None,  # noqa: A002 - Lightning's name
         anonymous: bool | None = None,
-        prefix: str = "",
-        experiment: Any = None,
+        project: str | None = None,
         log_model: bool | str = False,
+        experiment: Any = None,
+        prefix: str = "",
+        checkpoint_name: str | None = None,
+        add_file_policy: str = "mutable",
+        *,
+        mode: str | None = None,
         **init_kwargs: Any,
     ) -> None:
         require("wandb", "WandbLogger")
@@ -83,6 +86,11 @@ class WandbLogger:
                 "log_model=False; to keep a checkpoint in W&B, log it yourself after fit: "
                 "logger.experiment.log_model(path=trainer.checkpoint_callback.best_model_path)."
             )
+        if add_file_policy not in ("mutable", "immutable"):
+            raise ValueError("WandbLogger(add_file_policy=...) expected 'mutable' or 'immutable'. "
+                             f"Received: {add_file_policy!r}.")
+        # Lightning's: both only shape the model artifacts log_model uploads (never here); kept as given
+        self.checkpoint_name, self.add_file_policy = checkpoint_name, add_file_policy
         if offline and mode not in (None, "offline"):
             raise ValueError(f"WandbLogger(offline=True, mode={mode!r}) disagree. Expected one of them.")
         id = id if id is not None else version
@@ -110,6 +118,11 @@ class WandbLogger:
             self._id = experiment.id
         self._skip_below = 0  # W&B refuses steps below the resumed run's current step
         self._skipped = 0
+
+    @property
+    def version(self) -> str | None:
+        """The run's id (Lightning's `version`): the started run's, else the one given."""
+        return self._run.id if self._run is not None else self._id
 
     @property
     def experiment(self) -> Any:

@@ -10,7 +10,9 @@
 - `sampler.py`: each rank's share of a DataLoader;
 - `resolve.py`: `Trainer(strategy=...)` from a name or an instance;
 - `launch.py`: `devices=N` without torchrun or srun (this process is rank 0, it starts the others);
-- `lightning.py`: Lightning's `DDPStrategy`, `FSDPStrategy`, `SingleDeviceStrategy` onto ours.
+- `lightning.py`: Lightning's `DDPStrategy`, `FSDPStrategy`, `SingleDeviceStrategy` onto ours, and its
+  base names (`ParallelStrategy`, ...) for `isinstance` checks;
+- `_lightning_attributes.py`: what Lightning code reads from `trainer.strategy` (`root_device`, `reduce`, ...).
 
 The loop only talks to the `Strategy` interface, so it knows nothing of torch.distributed.
 `trainer.distributed` re-exports the public names (YAML configs use
@@ -29,10 +31,13 @@ from trainer.strategies.cluster import ClusterEnvironment
 from trainer.strategies.collectives import CollectiveError
 from trainer.strategies.ddp import DDP
 from trainer.strategies.fsdp import FSDP
-from trainer.strategies.lightning import DDPStrategy, FSDPStrategy, SingleDeviceStrategy
+from trainer.strategies.lightning import (
+    DDPStrategy, DeepSpeedStrategy, FSDPStrategy, ModelParallelStrategy, ParallelStrategy, SingleDeviceStrategy,
+)
 from trainer.strategies.resolve import resolve_strategy
 
 __all__ = [
     "Strategy", "SingleDevice", "DDP", "FSDP", "resolve_device", "resolve_strategy", "launched_by_torchrun",
-    "ClusterEnvironment", "CollectiveError", "DDPStrategy", "FSDPStrategy", "SingleDeviceStrategy",
+    "ClusterEnvironment", "CollectiveError", "DDPStrategy", "FSDPStrategy", "SingleDeviceStrategy", "ParallelStrategy",
+    "DeepSpeedStrategy", "ModelParallelStrategy",
 ]

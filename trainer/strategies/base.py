@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from trainer.module import step_caller
+from trainer.strategies._lightning_attributes import LightningAttributes
 
 __all__ = ["Strategy", "SingleDevice", "resolve_device", "launched_by_torchrun"]
 
@@ -67,7 +68,7 @@ def use_device(device: torch.device) -> None:
         torch.cuda.set_device(device)
 
 
-class Strategy:
+class Strategy(LightningAttributes):
     """One process, one device: every method is the trivial case of its DDP meaning."""
 
     world_size: int = 1
@@ -183,8 +184,8 @@ class Strategy:
         """Combine epoch metrics over ranks: weighted mean, sum, max or min (one process: as is)."""
         return values
 
-    def barrier(self) -> None:
-        """Wait for every rank."""
+    def barrier(self, name: str | None = None) -> None:
+        """Wait for every rank (`name`: Lightning's label, unused)."""
 
     def all_gather_object(self, obj: Any) -> list[Any]:
         return [obj]

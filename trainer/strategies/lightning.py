@@ -3,7 +3,10 @@
 
 Each is our strategy with Lightning's arguments mapped onto its options; an argument that
 has no meaning here raises a `ValueError` saying what to write instead (never silently
-ignored).
+ignored). `isinstance` answers as Lightning's: `ParallelStrategy` is the base of `DDP` and
+`FSDP` (`DDPStrategy`, `FSDPStrategy`), `SingleDeviceStrategy` matches the one-process
+strategy, and `DeepSpeedStrategy` / `ModelParallelStrategy` (not offered: constructing one
+says what to use) match nothing here.
 
 Example:
     >>> DDPStrategy(find_unused_parameters=True, static_graph=False)
@@ -19,8 +22,14 @@ from typing import Any
 from trainer.strategies.base import Strategy
 from trainer.strategies.ddp import DDP
 from trainer.strategies.fsdp import FSDP
+from trainer.strategies.parallel import ProcessGroupStrategy
 
-__all__ = ["DDPStrategy", "FSDPStrategy", "SingleDeviceStrategy"]
+__all__ = [
+    "DDPStrategy", "FSDPStrategy", "SingleDeviceStrategy", "ParallelStrategy", "DeepSpeedStrategy", "ModelParallelStrategy",
+]
+
+#: Lightning's base of every multi-process strategy: here DDP's and FSDP's base.
+ParallelStrategy = ProcessGroupStrategy
 
 # Lightning's plug-ins this Trainer chooses itself; passing one is refused with this reason.
 _CHOSEN_HERE = {
@@ -46,7 +55,17 @@ def _refuse(strategy: str, given: dict[str, Any]) -> None:
         raise ValueError(f"{strategy}(...) can't take " + "; ".join(problems) + ". Remove them.")
 
 
-class DDPStrategy(DDP):
+class _SameAs(type):
+    """`isinstance(strategy, DDPStrategy)` is true of every `DDP` (what `Trainer(strategy="ddp")`
+    builds), as Lightning's is of the strategy its "ddp" builds; subclasses (DeepSpeedStrategy)
+    keep the plain check."""
+
+    def __instancecheck__(cls, instance: Any) -> bool:
+        same_as = cls.__dict__.get("_same_as")
+        return isinstance(instance, same_as) if same_as is not None else super().__instancecheck__(instance)
+
+
+class DDPStrategy(DDP, metaclass=_SameAs):
     """Lightning's `DDPStrategy`: `DDP` with Lightning's arguments (the keyword arguments it
     passes to `DistributedDataParallel`, `timeout`, `ddp_comm_hook`)."""
 
@@ -75,10 +94,12 @@ class DDPStrategy(DDP):
                          comm_hook=ddp_comm_hook, timeout=timeout)
 
 
+DDPStrategy._same_as = DDP  # type: ignore[attr-defined]
+
 _SHARDING = {"FULL_SHARD": True, "SHARD_GRAD_OP": False}
 
 
-class FSDPStrategy(FSDP):
+class FSDPStrategy(FSDP, metaclass=_SameAs):
     """Lightning's `FSDPStrategy` onto FSDP2: `auto_wrap_policy` given as a set of module
     classes becomes `shard_modules`, `sharding_strategy` "FULL_SHARD" / "SHARD_GRAD_OP" becomes
     `reshard_after_forward` True / False, `cpu_offload` and `timeout` carry over. Checkpoints
@@ -120,10 +141,48 @@ class FSDPStrategy(FSDP):
                          timeout=timeout)
 
 
-def SingleDeviceStrategy(device: Any = "cpu", **others: Any) -> Strategy:  # noqa: N802 - Lightning's class name
+FSDPStrategy._same_as = FSDP  # type: ignore[attr-defined]
+
+
+class _OneProcess(type):
+    """`isinstance(strategy, SingleDeviceStrategy)`: any one-process strategy (Lightning's
+    answer for `Trainer(devices=1)`), never a multi-process one."""
+
+    def __instancecheck__(cls, instance: Any) -> bool:
+        return isinstance(instance, Strategy) and not isinstance(instance, ProcessGroupStrategy)
+
+    def __subclasscheck__(cls, subclass: type) -> bool:
+        return issubclass(subclass, Strategy) and not issubclass(subclass, ProcessGroupStrategy)
+
+
+class SingleDeviceStrategy(Strategy, metaclass=_OneProcess):
     """Lightning's `SingleDeviceStrategy(device=...)`: one process on `device`."""
-    _refuse("SingleDeviceStrategy", others)
-    return Strategy(str(device))
+
+    def __init__(self, device: Any = "cpu", **others: Any) -> None:
+        _refuse("SingleDeviceStrategy", others)
+        super().__init__(str(device))
+
+
+class DeepSpeedStrategy(DDPStrategy):
+    """Lightning's `DeepSpeedStrategy`, for `isinstance` checks (nothing here is one):
+    DeepSpeed is not integrated, and constructing it says what to use instead."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise ValueError(
+            "DeepSpeedStrategy is not offered: DeepSpeed is not integrated. Use strategy='fsdp' (or FSDPStrategy(...)), "
+            "which shards parameters, gradients and optimizer state as ZeRO stage 3 does (docs/distributed.md)."
+        )
+
+
+class ModelParallelStrategy(ProcessGroupStrategy):
+    """Lightning's `ModelParallelStrategy`, for `isinstance` checks (nothing here is one):
+    constructing it says what to use instead."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise ValueError(
+            "ModelParallelStrategy is not offered (no tensor parallelism, no device mesh). For data-parallel sharding "
+            "use strategy='fsdp' (FSDP2 over all ranks), with FSDP(shard_modules=[...]) naming the blocks to shard."
+        )
 
 
 def _check_backend(backend: str | None) -> None:

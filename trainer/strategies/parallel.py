@@ -20,6 +20,7 @@ from trainer.strategies.cluster import ClusterEnvironment
 from trainer.strategies.collectives import CollectiveError, CollectiveGuard, parse_timeout
 from trainer.strategies.devices import group_backend, has_cpu_backend, local_cuda_index
 from trainer.strategies.sampler import _with_distributed_sampler
+from trainer.utilities.rank_zero import rank_zero_only
 
 __all__ = ["ProcessGroupStrategy", "unequal_counts"]
 
@@ -43,6 +44,8 @@ class ProcessGroupStrategy(Strategy):
     #: `init_process_group(timeout=...)` and the bound on the Trainer's collectives; None: the backend's.
     timeout: datetime.timedelta | None = None
     _guard: CollectiveGuard | None = None
+    #: The local rank a launcher gave (None: not known, e.g. a group the user made); picks the GPU.
+    _known_local_rank: int | None = None
 
     def _set_timeout(self, timeout: Any) -> None:
         """Validate and keep `DDP(timeout=...)` / `FSDP(timeout=...)`."""
@@ -62,13 +65,12 @@ class ProcessGroupStrategy(Strategy):
         from torch import distributed as dist
 
         self._cluster = ClusterEnvironment.detect()
-        self.local_rank: int | None
         if dist.is_initialized():  # a group the user made: the launcher's local rank if there is one
             self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
-            self.local_rank = self._cluster.local_rank if self._cluster.kind != "none" else _env_int("LOCAL_RANK")
+            self._known_local_rank = self._cluster.local_rank if self._cluster.kind != "none" else _env_int("LOCAL_RANK")
         elif self._cluster.kind != "none":
             self.rank, self.world_size = self._cluster.rank, self._cluster.world_size
-            self.local_rank = self._cluster.local_rank
+            self._known_local_rank = self._cluster.local_rank
         else:
             raise ValueError(
                 f"Trainer(strategy={self.name!r}) expected to run under torchrun (RANK, WORLD_SIZE and "
@@ -76,6 +78,8 @@ class ProcessGroupStrategy(Strategy):
                 "with a process group already initialised. Received none of them. Launch with `torchrun "
                 "--nproc_per_node=N script.py` or `srun python script.py`, pass devices=N, or use strategy='auto'."
             )
+        self.local_rank = self._known_local_rank or 0  # Lightning's: 0 when no launcher says
+        rank_zero_only.rank = self.rank  # type: ignore[attr-defined]  # Lightning's: the global rank once known
         self.device = self._local_device(device)
         if self.device.type == "cuda":  # always (a group the user made too): kernels and RNG go to this rank's GPU
             torch.cuda.set_device(self.device)
@@ -116,7 +120,7 @@ class ProcessGroupStrategy(Strategy):
             device_id = getattr(dist.distributed_c10d._get_default_group(), "bound_device_id", None)
             bound = device_id.index if device_id is not None and device_id.type == "cuda" else None
         try:
-            return local_cuda_index(local_rank=self.local_rank, rank=self.rank, visible=torch.cuda.device_count(),
+            return local_cuda_index(local_rank=self._known_local_rank, rank=self.rank, visible=torch.cuda.device_count(),
                                     local_world_size=self._cluster.local_world_size, launcher=self._cluster.kind,
                                     bound=bound)
         except ValueError as error:
@@ -334,7 +338,7 @@ class ProcessGroupStrategy(Strategy):
             out[name] = torch.tensor(result, dtype=torch.float32, device=like.device if like is not None else self.device)
         return out
 
-    def barrier(self) -> None:
+    def barrier(self, name: str | None = None) -> None:
         from torch import distributed as dist
 
         self._collective("barrier", dist.barrier, group=self._group())

@@ -18,11 +18,13 @@ from typing import Any
 
 from trainer._utils import seed_everything
 from trainer.utilities.grads import grad_norm
-from trainer.utilities.rank_zero import rank_zero_debug, rank_zero_info, rank_zero_only, rank_zero_warn
+from trainer.utilities.rank_zero import (
+    rank_prefixed_message, rank_zero_debug, rank_zero_deprecation, rank_zero_info, rank_zero_only, rank_zero_warn,
+)
 
 __all__ = [
-    "rank_zero_only", "rank_zero_info", "rank_zero_warn", "rank_zero_debug", "seed_everything", "model_summary",
-    "grad_norm",
+    "rank_zero_only", "rank_zero_info", "rank_zero_warn", "rank_zero_debug", "rank_zero_deprecation",
+    "rank_prefixed_message", "seed_everything", "model_summary", "grad_norm",
 ]
 
 
