@@ -34,7 +34,7 @@ import io
 import logging
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -144,6 +144,18 @@ class CSVLogger(RunFolder):
         row["step"] = int(step)
         self._pending.append(row)
 
+    def written_at(self, step: int, names: Iterable[str]) -> set[str]:
+        """Which of `names` the run's `metrics.csv` (and the rows not yet written) already hold at
+        `step`: a resumed run's first values, when the run it continues got that far before it
+        stopped, are not written as a second row."""
+        wanted = {f"{self.prefix}-{name}" if self.prefix else name: name for name in names}
+        if self._log_dir is None or not wanted:
+            return set()
+        existing = _read(self.metrics_path)
+        rows = [*(existing[1] if existing is not None else []), *self._pending]
+        return {wanted[key] for row in rows if _step_of(row) == step
+                for key, value in row.items() if key in wanted and value not in ("", None)}
+
     def log_hyperparams(self, params: Mapping[str, Any], metrics: Mapping[str, float] | None = None) -> None:
         """Write `hparams.yaml` (nested as given; values YAML can't hold become text)."""
         path = self.log_dir / "hparams.yaml"
@@ -199,6 +211,13 @@ class CSVLogger(RunFolder):
         text = _to_csv(self._columns, old + [_formatted(r) for r in rows])
         _write_atomic(path, text)
         self._file_columns = list(self._columns)
+
+
+def _step_of(row: Mapping[str, Any]) -> int | None:
+    try:
+        return int(float(row["step"]))
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _value(value: Any) -> Any:
