@@ -53,3 +53,19 @@ def test_lightning_has_these_paths() -> None:
 def test_an_unknown_attribute_is_still_an_attribute_error() -> None:
     done = _run("import trainer\ntry:\n    trainer.nope\nexcept AttributeError as e:\n    print(e)\n")
     assert done.returncode == 0 and "'nope'" in done.stdout, done.stderr
+
+
+def test_lightning_s_callback_module_paths_import_the_same_classes() -> None:
+    """`from lightning.pytorch.callbacks.model_checkpoint import ModelCheckpoint` (a module of the
+    callbacks package) reads `from trainer.callbacks.model_checkpoint import ModelCheckpoint` here."""
+    done = _run("from trainer.callbacks.model_checkpoint import ModelCheckpoint\n"
+                "from trainer.callbacks.progress import TQDMProgressBar\n"
+                "import trainer.callbacks.early_stopping as early_stopping\n"
+                "import callbacks, callbacks.model_checkpoint\n"
+                "assert ModelCheckpoint is callbacks.ModelCheckpoint and TQDMProgressBar is callbacks.TQDMProgressBar\n"
+                "assert early_stopping is callbacks.early_stopping\n"
+                "import trainer\n"
+                "assert trainer.callbacks.model_checkpoint is callbacks.model_checkpoint\n")
+    assert done.returncode == 0, done.stderr
+    pl = pytest.importorskip("lightning.pytorch.callbacks.model_checkpoint")
+    assert pl.ModelCheckpoint.__name__ == "ModelCheckpoint"
