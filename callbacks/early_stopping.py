@@ -205,7 +205,9 @@ class EarlyStopping(Callback):
         self.wait += 1  # nan (with check_finite=False) never improves: it counts against patience
         if self.wait >= self.patience:
             best = "any value" if self.best is None else f"{self.best:.6g}"
-            self._stop(trainer, f"{self.monitor} did not improve on {best} for {self.wait} checks")
+            by = f" by more than min_delta={self.min_delta:g}" if self.min_delta else ""
+            checks = "1 check" if self.wait == 1 else f"{self.wait} checks"
+            self._stop(trainer, f"{self.monitor} did not improve on {best}{by} for {checks}")
 
     def _improved(self, value: float) -> bool:
         if math.isnan(value):

@@ -31,9 +31,14 @@ __all__ = [
 __version__ = "0.1.0"
 
 
+#: subpackages a Lightning script reads as attributes (`pl.loggers.CSVLogger(...)` after `import
+#: lightning.pytorch as pl`), loaded on first use so `import trainer` stays light
+_LAZY = ("callbacks", "loggers", "strategies", "tuner", "utilities")
+
+
 def __getattr__(name: str) -> Any:
-    """`trainer.callbacks` (Lightning's `L.callbacks` after `import trainer as L`): the callbacks
-    package under Lightning's path, loaded on first use, so `import trainer` never loads it."""
-    if name == "callbacks":
-        return importlib.import_module("trainer.callbacks")
+    """`trainer.callbacks`, `trainer.loggers`, ... (Lightning's `L.callbacks`, `L.loggers` after
+    `import trainer as L`): loaded on first use, so `import trainer` never loads the callbacks."""
+    if name in _LAZY:
+        return importlib.import_module(f"trainer.{name}")
     raise AttributeError(f"module 'trainer' has no attribute {name!r}")

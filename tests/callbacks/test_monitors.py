@@ -106,6 +106,14 @@ class Constant(Logs):
         self.log("val_loss", 1.0)
 
 
+def test_early_stopping_s_reason_counts_its_checks_and_names_min_delta(caplog):
+    with caplog.at_level(logging.WARNING, logger="trainer.callbacks"):
+        fit(Constant(), callbacks.EarlyStopping("val_loss", patience=2, min_delta=0.05), max_epochs=6)
+    said = [r.getMessage() for r in caplog.records if "EarlyStopping: stopping" in r.getMessage()]
+    assert said == ["EarlyStopping: stopping after epoch 2: val_loss did not improve on 1 by more than min_delta=0.05 "
+                    "for 2 checks."]
+
+
 def test_early_stopping_says_once_from_rank_zero_that_it_stopped(caplog):
     stopper = callbacks.EarlyStopping("val_loss", patience=1)
     with caplog.at_level(logging.WARNING, logger="trainer.callbacks"):
@@ -113,7 +121,7 @@ def test_early_stopping_says_once_from_rank_zero_that_it_stopped(caplog):
     said = [r for r in caplog.records if "EarlyStopping: stopping" in r.getMessage()]
     assert trainer.current_epoch == 4 and len(said) == 1, caplog.text
     assert said[0].levelno == logging.WARNING  # shown without any logging set up
-    assert said[0].getMessage() == "EarlyStopping: stopping after epoch 1: val_loss did not improve on 1 for 1 checks."
+    assert said[0].getMessage() == "EarlyStopping: stopping after epoch 1: val_loss did not improve on 1 for 1 check."
 
     caplog.clear()
     other_rank = types.SimpleNamespace(current_epoch=3, is_global_zero=False, request_stop=lambda: None)

@@ -144,3 +144,16 @@ def test_a_plain_script_says_once_where_it_resumed_from_without_logging_configur
     last = tmp_path / "runs" / "default" / "version_0" / "last.ckpt"
     assert again.count("Resumed from") == 1, again
     assert f"Resumed from {last}: epoch 1, optimizer step 10, batch 0 of the epoch." in again
+
+
+def test_a_finished_run_relaunched_says_how_to_train_further_from_python_and_from_the_command(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from tests.helpers.reference import loader
+
+    Trainer(max_epochs=1, root_dir=str(tmp_path), enable_progress_bar=False).fit(make_model(), loader(make_data(8)))
+    with caplog.at_level("WARNING"):
+        Trainer(max_epochs=1, root_dir=str(tmp_path), enable_progress_bar=False).fit(make_model(), loader(make_data(8)),
+                                                                                      ckpt_path="last")
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Nothing to train")]
+    assert len(said) == 1 and "ckpt_path=" in said[0]
+    assert "--trainer.max_epochs" in said[0] and "--ckpt_path last" in said[0]  # what `trainer fit` takes

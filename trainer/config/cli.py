@@ -217,13 +217,26 @@ def _run(argv: list[str]) -> int:
 def _export(args: argparse.Namespace) -> int:
     from trainer.checkpoint import export_weights
 
+    if not Path(args.checkpoint).exists():
+        raise ConfigError([Problem("CHECKPOINT", f"{args.checkpoint!r} does not exist. Expected a checkpoint file or an "
+                                   f"FSDP run's checkpoint folder; {_a_run_checkpoint(args.output)}")], "the command line")
     output = Path(args.output)
     if output.is_dir() or not output.resolve().parent.is_dir():
         what = "is a folder" if output.is_dir() else "is in a folder that does not exist"
-        raise ConfigError([Problem("OUTPUT", f"{args.output!r} {what}. Expected a file path in an existing folder.")])
+        raise ConfigError([Problem("OUTPUT", f"{args.output!r} {what}. Expected a file path in an existing folder.")],
+                          "the command line")
     written = export_weights(args.checkpoint, output)
     log.info("export: the weights of %s are in %s.", args.checkpoint, written)
     return 0
+
+
+def _a_run_checkpoint(output: str) -> str:
+    """The export command for the newest `last.ckpt` under ./runs (the default root_dir), or
+    where a run writes it."""
+    found = sorted(Path("runs").glob("**/last.ckpt"), key=lambda path: path.stat().st_mtime) if Path("runs").is_dir() else []
+    if not found:
+        return "a run writes it as <root_dir>/<name>/version_<n>/last.ckpt (runs/default/version_0/last.ckpt by default)."
+    return f"the newest run checkpoint here: trainer export {found[-1]} {output}"
 
 
 def _merge_files(paths: list[str]) -> dict[str, Any]:

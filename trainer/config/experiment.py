@@ -145,7 +145,7 @@ class Experiment:
             return ckpt_path
         root = self.config["trainer"]["root_dir"]
         planned = planned_run_dir(root, DEFAULT_NAME, self.config["trainer"].get("run_name"))
-        state, _ = find_last_of_run(root, planned, facts_of_run(self.trainer, self.model, evaluating))
+        state, _ = find_last_of_run(root, planned, facts_of_run(self.trainer, self.model, evaluating), evaluating)
         if state is None:
             log.info("ckpt_path='last': no checkpoint under root_dir %r yet, so the run starts from the beginning.", root)
             return None

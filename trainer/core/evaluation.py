@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainer.core.flags import torch_flags
 from trainer._utils import length_of
+from trainer.logging.last_run import note
 from trainer.loops.batches import check_module
 from trainer.loops.evaluation import EvalLoop
 from trainer.loops.hooks import Dispatcher, with_module_callbacks
@@ -133,6 +134,9 @@ class TrainerEvaluation:
             checkpoint = self._io.read_checkpoint(ckpt_path, weights_only=True, module=model) if ckpt_path is not None else None
             if checkpoint is not None:
                 self._ckpt_path = checkpoint.get("_path")
+                if str(ckpt_path) in ("last", "best") and self.strategy.is_global_zero:  # which file the name chose
+                    note(logging.INFO, "%s(ckpt_path=%r): the weights of %s, written at optimizer step %s.", verb,
+                         str(ckpt_path), checkpoint.get("_path", "the checkpoint"), checkpoint.get("global_step", "?"))
             with torch_flags(self.args):
                 return self._run_evaluation(stage, model, loader, checkpoint, verbose, keep)
         finally:

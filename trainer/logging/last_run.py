@@ -35,12 +35,13 @@ __all__ = ["find_last_of_run", "agree_on_last", "differences", "facts_of_run", "
 log = logging.getLogger("trainer")
 
 
-def find_last_of_run(root: str | os.PathLike[str], planned: Path | None,
-                     expected: Mapping[str, Any] | None = None) -> tuple[dict[str, Any] | None, Path | None]:
+def find_last_of_run(root: str | os.PathLike[str], planned: Path | None, expected: Mapping[str, Any] | None = None,
+                     evaluating: bool = False) -> tuple[dict[str, Any] | None, Path | None]:
     """The newest complete checkpoint of the run and the run's folder; (None, None) when the
     run has no checkpoint yet. `planned`: the run's folder when it is named. `expected`: this
     run's `run_facts` (None: any run): an unnamed run continues the newest run of the same
-    experiment only, a named run's checkpoint of another experiment is refused.
+    experiment only, a named run's checkpoint of another experiment is refused. `evaluating`:
+    for validate/test/predict, which start no run: finding only other experiments' runs is an error.
 
     Raises:
         CheckpointError: the run has checkpoints but none of them loads, or a named run's
@@ -52,7 +53,7 @@ def find_last_of_run(root: str | os.PathLike[str], planned: Path | None,
         everything = checkpoints_in(root)
         if not everything:
             return None, None
-        chosen = _newest_run_of_experiment(everything, root, expected)
+        chosen = _newest_run_of_experiment(everything, root, expected, evaluating)
         if chosen is None:
             return None, None
         folder = chosen
@@ -78,7 +79,7 @@ def differences(saved: Mapping[str, Any], expected: Mapping[str, Any]) -> str:
     found = []
     for name, value in expected.items():
         there = saved.get(name)
-        if value is None or there is None or there == value:
+        if value is None or there is None or there == value or _same_class(name, there, value):
             continue
         if isinstance(there, Mapping) and isinstance(value, Mapping):  # hyperparameters: the keys that differ
             keys = sorted(k for k in set(there) | set(value) if there.get(k, _UNSET) != value.get(k, _UNSET))
@@ -92,8 +93,17 @@ def differences(saved: Mapping[str, Any], expected: Mapping[str, Any]) -> str:
 _UNSET = object()
 
 
+def _same_class(name: str, there: Any, here: Any) -> bool:
+    """A script's class, `__main__.Net` (run as `python train.py`), is the class another script
+    imports from it (`train.Net`): the same qualified name after the module."""
+    if name not in ("model class", "data class") or not (isinstance(there, str) and isinstance(here, str)):
+        return False
+    main, other = (there, here) if there.startswith("__main__.") else (here, there)
+    return main.startswith("__main__.") and other.endswith("." + main[len("__main__."):])
+
+
 def _newest_run_of_experiment(everything: list[Path], root: str | os.PathLike[str],
-                              expected: Mapping[str, Any] | None) -> Path | None:
+                              expected: Mapping[str, Any] | None, evaluating: bool = False) -> Path | None:
     """The folder of the newest run under `root` whose newest readable checkpoint is of this
     experiment; runs of other experiments are passed over (said in one INFO line), and None
     when no run is of this experiment."""
@@ -123,6 +133,12 @@ def _newest_run_of_experiment(everything: list[Path], root: str | os.PathLike[st
         log.info("ckpt_path='last': root_dir %r has no checkpoint to resume yet, so the run starts from the "
                  "beginning.", str(root))
         return None
+    if evaluating:
+        raise CheckpointError(
+            f"ckpt_path='last': no run under root_dir {str(root)!r} is of this model, so there is nothing to evaluate "
+            f"(the runs there differ: {'; '.join(passed)}). Expected a run of this model class with these "
+            "hyperparameters; to evaluate one of those anyway, pass its checkpoint's path as ckpt_path."
+        )
     note(logging.INFO, "ckpt_path='last': no run under root_dir %r is of this experiment, so the run starts from the "
          "beginning in a new folder (the runs there differ: %s). To continue one of them anyway, pass its "
          "checkpoint's path.", str(root), "; ".join(passed))
@@ -170,8 +186,9 @@ def note(level: int, message: str, *args: Any) -> None:
     log.log(level if log.hasHandlers() else max(level, logging.WARNING), message, *args)
 
 
-def agree_on_last(strategy: Any, root: str | os.PathLike[str], planned: Path | None,
-                  load: Any, expected: Mapping[str, Any] | None = None) -> tuple[dict[str, Any] | None, Path | None]:
+def agree_on_last(strategy: Any, root: str | os.PathLike[str], planned: Path | None, load: Any,
+                  expected: Mapping[str, Any] | None = None, evaluating: bool = False
+                  ) -> tuple[dict[str, Any] | None, Path | None]:
     """`find_last_of_run` on rank 0; the other ranks load the file it chose with `load(path)`.
     A failure on rank 0 is raised on every rank (nobody is left waiting)."""
     state: dict[str, Any] | None = None
@@ -179,7 +196,7 @@ def agree_on_last(strategy: Any, root: str | os.PathLike[str], planned: Path | N
     problem: str | None = None
     if strategy.is_global_zero:
         try:
-            state, folder = find_last_of_run(root, planned, expected)
+            state, folder = find_last_of_run(root, planned, expected, evaluating)
         except CheckpointError as error:
             problem = str(error)
     if strategy.world_size > 1:
@@ -190,7 +207,7 @@ def agree_on_last(strategy: Any, root: str | os.PathLike[str], planned: Path | N
             state = load(path)
     if problem is not None:
         raise CheckpointError(problem)
-    if strategy.is_global_zero:
+    if strategy.is_global_zero and not evaluating:  # an evaluation without a checkpoint raises instead
         if state is None and (planned is not None or expected is None or not checkpoints_in(root)):  # else: said above
             log.info("ckpt_path='last': %s has no checkpoint yet, so the run starts from the beginning.",
                      f"run {str(planned)!r}" if planned is not None else f"root_dir {str(root)!r}")

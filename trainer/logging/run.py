@@ -512,7 +512,7 @@ class RunIO:
         """The newest complete checkpoint of this run (trainer/logging/last_run.py): a run of the
         same experiment (`facts`); an unnamed run continues in the folder of the run it resumes."""
         root, planned = self.trainer.args.root_dir, self._planned_dir() if self.writes else None
-        state, folder = agree_on_last(self.trainer.strategy, root, planned, self._read, facts)
+        state, folder = agree_on_last(self.trainer.strategy, root, planned, self._read, facts, evaluating)
         if state is None and evaluating:
             raise ckpt.CheckpointError(
                 f"ckpt_path='last': {f'run {str(planned)!r}' if planned else f'root_dir {str(root)!r}'} has no "

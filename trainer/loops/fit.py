@@ -161,7 +161,8 @@ class FitLoop:
         if self.finished():
             log.warning(  # a warning, so a notebook (no logging configured) shows it
                 "Nothing to train: the run already reached max_epochs=%s / max_steps=%s. To train further, "
-                "create a Trainer with higher limits and call its fit with ckpt_path=%s.",
+                "create a Trainer with higher limits and call its fit with ckpt_path=%s (with the trainer command: "
+                "raise --trainer.max_epochs or --trainer.max_steps and pass --ckpt_path last).",
                 args.max_epochs, args.max_steps,
                 repr(str(trainer._io.last_path)) if args.enable_checkpointing else "<a trainer.save_checkpoint(path) file>",
             )
