@@ -111,7 +111,6 @@ class FitLoop:
 
     def run(self, train_loader: Any) -> None:
         trainer = self.trainer
-        trainer.state.start_clock()
         try:
             self._run(train_loader)
         except MonitorError as error:  # one monitor's own check: reported with every other one missing by now
@@ -160,13 +159,14 @@ class FitLoop:
         self.loaded_epoch = trainer.state.epoch
         if self.finished():
             log.warning(  # a warning, so a notebook (no logging configured) shows it
-                "Nothing to train: the run already reached max_epochs=%s / max_steps=%s. To train further, "
+                "Nothing to train: the run already reached max_epochs=%s / max_steps=%s%s. To train further, "
                 "create a Trainer with higher limits and call its fit with ckpt_path=%s.",
-                args.max_epochs, args.max_steps,
+                args.max_epochs, args.max_steps, "" if self.max_time is None else f" / max_time={args.max_time!r}",
                 repr(str(trainer._io.last_path)) if args.enable_checkpointing else "<a trainer.save_checkpoint(path) file>",
             )
         self.sanity_check()
         trainer._call("on_train_start")
+        trainer.state.start_clock()  # max_time counts training from here, as Lightning's Timer (no sanity check)
         if self.profiler is not None and trainer.strategy.is_global_zero:
             self.profiler.start(trainer._io.run_dir / "profiler")
         try:
