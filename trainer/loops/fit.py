@@ -102,7 +102,8 @@ class FitLoop:
         if trainer._preempted:
             return True
         args, state = trainer.args, trainer.state
-        return (args.min_epochs is None or state.epoch >= args.min_epochs) and (
+        min_epochs = args.min_epochs if args.min_epochs is not None else (1 if args.min_steps is not None else None)
+        return (min_epochs is None or state.epoch >= min_epochs) and (  # min_steps alone: one epoch too (Lightning)
             args.min_steps is None or state.global_step >= args.min_steps
         )
 
