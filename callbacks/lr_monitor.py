@@ -79,7 +79,8 @@ class LearningRateMonitor(Callback):
         every = trainer.args.log_every_n_steps
         if self.logging_interval == "epoch" or not every:
             return
-        step = trainer.global_step if module.automatic_optimization else trainer.state.batches_done
+        state = trainer.state
+        step = trainer.global_step if module.automatic_optimization else state.batches_before_epoch + state.batches_done
         if (step + 1) % every == 0 or trainer.should_stop:
             self._record(trainer, "step" if self.logging_interval is None else "any", {"step": float(step)})
 

@@ -16,7 +16,8 @@ from torch.utils.data import DataLoader, TensorDataset
 pytest.importorskip("lightning")
 
 
-def monitored(framework: str, root: Path, interval: str | None, accumulate: int, every: int) -> tuple[Any, list[Any]]:
+def monitored(framework: str, root: Path, interval: str | None, accumulate: int, every: int,
+              manual: bool = False) -> tuple[Any, list[Any]]:
     if framework == "ours":
         import callbacks as cbs
         import trainer as L
@@ -30,9 +31,17 @@ def monitored(framework: str, root: Path, interval: str | None, accumulate: int,
         def __init__(self) -> None:
             super().__init__()
             self.layer = torch.nn.Linear(2, 1)
+            self.automatic_optimization = not manual
 
-        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-            return self.layer(batch[0]).pow(2).mean()
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            loss = self.layer(batch[0]).pow(2).mean()
+            if manual:  # the run's steps are its batches (Lightning's logging step), over epochs
+                optimizer = self.optimizers()
+                self.manual_backward(loss)
+                optimizer.step()
+                optimizer.zero_grad()
+                self.lr_schedulers().step()
+            return loss
 
         def configure_optimizers(self) -> Any:
             optimizer = torch.optim.SGD(self.parameters(), lr=0.1, momentum=0.9)
@@ -42,7 +51,7 @@ def monitored(framework: str, root: Path, interval: str | None, accumulate: int,
     monitor = cbs.LearningRateMonitor(logging_interval=interval, log_momentum=True)
     torch.manual_seed(0)
     data = DataLoader(TensorDataset(torch.randn(24, 2)), batch_size=4)
-    trainer = L.Trainer(max_epochs=2, accumulate_grad_batches=accumulate, log_every_n_steps=every, callbacks=[monitor],
+    trainer = L.Trainer(max_epochs=2, **({} if manual else {"accumulate_grad_batches": accumulate}), log_every_n_steps=every, callbacks=[monitor],
                         logger=CSVLogger(root / framework, name="csv", version=0), enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False)
     trainer.fit(Model(), data)
@@ -58,3 +67,9 @@ def test_step_interval_records_lightnings_values_at_lightnings_steps(interval: s
     theirs = monitored("lightning", tmp_path, interval, accumulate, every)
     assert ours == theirs
     assert ours[0]["lr-SGD"][0] == 0.1 * 0.5 ** (every - 1)  # the rate the first logging step uses, not the one after it
+
+
+def test_manual_optimization_records_at_the_runs_batch_count(tmp_path: Path) -> None:
+    ours = monitored("ours", tmp_path, "step", 1, 2, manual=True)
+    theirs = monitored("lightning", tmp_path, "step", 1, 2, manual=True)
+    assert ours == theirs and [step for step, _ in ours[1]] == [1, 3, 5, 7, 9, 11]
