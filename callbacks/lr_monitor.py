@@ -33,7 +33,8 @@ class LearningRateMonitor(Callback):
 
     Args:
         logging_interval: "epoch" (every optimizer at each epoch's start), "step" (every
-            optimizer at every logging step, `log_every_n_steps`), or None (Lightning's
+            optimizer before the batch of every logging step, `log_every_n_steps`: the rate
+            that step uses, at the step count before it, as Lightning), or None (Lightning's
             rule): a scheduler's optimizer at its scheduler's interval, an optimizer without
             a scheduler at both.
         log_momentum: also write `<tag>-momentum` (`momentum`, or `betas[0]` for Adam-like
@@ -72,9 +73,16 @@ class LearningRateMonitor(Callback):
         if self.logging_interval != "step":
             self._record(trainer, "epoch" if self.logging_interval is None else "any", {"epoch": float(trainer.current_epoch)})
 
-    def on_train_step_end(self, trainer: Trainer, module: Any, stepped: bool) -> None:
-        if self.logging_interval != "epoch" and trainer.global_step % trainer.args.log_every_n_steps == 0:
-            self._record(trainer, "step" if self.logging_interval is None else "any", {"step": float(trainer.global_step)})
+    def on_train_batch_start(self, trainer: Trainer, module: Any, batch: Any, batch_idx: int) -> None:
+        """Lightning's rule: before the batch, the rates its step will use, at the step count so far
+        (batches so far under manual optimization), when the step after it is a logging step."""
+        every = trainer.args.log_every_n_steps
+        if self.logging_interval == "epoch" or not every:
+            return
+        state = trainer.state
+        step = trainer.global_step if module.automatic_optimization else state.batches_before_epoch + state.batches_done
+        if (step + 1) % every == 0 or trainer.should_stop:
+            self._record(trainer, "step" if self.logging_interval is None else "any", {"step": float(step)})
 
     def tags(self, trainer: Trainer) -> list[tuple[Any, str | None, list[str]]]:
         """(optimizer, its scheduler's interval or None, one tag per parameter group), in Lightning's order:
@@ -124,7 +132,7 @@ class LearningRateMonitor(Callback):
         # as Lightning (float32 tensors): monitorable, e.g. by EarlyStopping
         trainer.callback_metrics.update({tag: torch.tensor(value) for tag, value in values.items()})
         for logger in trainer.loggers:  # logger=[...]: each one
-            logger.log_metrics(values, step=trainer.global_step)
+            logger.log_metrics(values, step=int(where.get("step", trainer.global_step)))
 
 
 def _number(value: Any) -> float:

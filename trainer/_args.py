@@ -173,7 +173,8 @@ class TrainerArgs(BaseModel):
         try:
             parse_max_time(value)
         except (ValueError, TypeError) as error:
-            raise ValueError(str(error).removeprefix("Trainer(max_time=...) ")) from None
+            message = str(error).removeprefix("Trainer(max_time=...) ")
+            raise ValueError(message.split(". Received: ")[0]) from None  # the input is added once, below
         return value
 
     @pydantic.field_validator("precision")

@@ -320,6 +320,7 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
             self._steps_at_fit_start = self.global_step
             try:
                 self._metrics.clear_latest()  # a new, empty callback_metrics dict, as Lightning's
+                self._io.forget_shown()
                 self._call("on_fit_start")
                 self._io.start_run(self._module)
                 self._loop = FitLoop(self, val_loader)

@@ -114,8 +114,8 @@ def test_lr_monitor_logging_interval_step(tmp_path: Path):
     Trainer(max_epochs=1, log_every_n_steps=1, callbacks=[monitor], root_dir=tmp_path, **QUIET).fit(
         Stepped([1.0]), DataLoader(make_data(12), batch_size=4)
     )
-    assert [r["step"] for r in monitor.records] == [1.0, 2.0, 3.0]
-    assert [r["lr-SGD"] for r in monitor.records] == pytest.approx([0.05, 0.025, 0.0125])
+    assert [r["step"] for r in monitor.records] == [0.0, 1.0, 2.0]  # before each step, the rate it uses (Lightning)
+    assert [r["lr-SGD"] for r in monitor.records] == pytest.approx([0.1, 0.05, 0.025])
     with pytest.raises(ValueError, match="logging_interval"):
         callbacks.LearningRateMonitor(logging_interval="batch")
 

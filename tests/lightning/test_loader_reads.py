@@ -134,6 +134,7 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any] | None, str, bool]] = {
     "should_stop_at_limited_epoch_end_validating": ({"limit_train_batches": 2, "limit_val_batches": 1, "max_epochs": 3},
                                                     {"at": 4}, "fit", True),
     "max_time": ({"max_time": "00:00:00:01", "max_epochs": 5}, {"at": 3, "sleep": 1.1}, "fit", False),
+    "should_stop_before_min_steps": ({"min_steps": 3}, {"at": 1}, "fit", False),  # min_steps alone: one epoch too
     "fast_dev_run": ({"fast_dev_run": True}, None, "fit", True),
     "fast_dev_run_3": ({"fast_dev_run": 3}, None, "fit", True),
     "limit_val_in_fit": ({"limit_train_batches": 1, "limit_val_batches": 2}, None, "fit", True),

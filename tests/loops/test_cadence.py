@@ -155,6 +155,10 @@ def test_max_time_stops_after_a_step(monkeypatch):
     assert trainer.global_step == 6 and trainer.state.elapsed == 60.0
     with pytest.raises(ValueError, match="max_time"):
         Trainer(max_time="an hour")
+    for wrong in ("an hour", {"seconds": 0}):
+        with pytest.raises(ValueError) as error:
+            Trainer(max_time=wrong)
+        assert str(error.value).count("Received") == 1 and repr(wrong) in str(error.value)
     assert Trainer(max_time="00:01:00:00").args.max_time == "00:01:00:00"
 
 

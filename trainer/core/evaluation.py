@@ -150,6 +150,7 @@ class TrainerEvaluation:
         self._dispatch = Dispatcher(model, self.callbacks, self._timer)
         hook_stage = "validate" if stage == "validation" else stage
         self._metrics.clear_latest()  # a new callback_metrics dict holds this call's values, as Lightning's
+        self._io.forget_shown()
         self._call("setup", hook_stage)
         try:
             if type(model).configure_model is not Module.configure_model:

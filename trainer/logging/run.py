@@ -363,6 +363,11 @@ class RunIO:
             if set(fresh) - {"epoch"}:
                 logger.log_metrics(fresh, step=step)
 
+    def forget_shown(self) -> None:
+        """A new fit/validate/test/predict: `logged_metrics` and `progress_bar_metrics` start
+        empty, as Lightning's (the earlier run's values are not this run's)."""
+        self.logged, self.shown = {}, {}
+
     # --------------------------------------------------------------------- progress
     def progress_start_epoch(self, total: int | None) -> None:
         self.shown = {}

@@ -102,7 +102,8 @@ class FitLoop:
         if trainer._preempted:
             return True
         args, state = trainer.args, trainer.state
-        return (args.min_epochs is None or state.epoch >= args.min_epochs) and (
+        min_epochs = args.min_epochs if args.min_epochs is not None else (1 if args.min_steps is not None else None)
+        return (min_epochs is None or state.epoch >= min_epochs) and (  # min_steps alone: one epoch too (Lightning)
             args.min_steps is None or state.global_step >= args.min_steps
         )
 
@@ -111,7 +112,6 @@ class FitLoop:
 
     def run(self, train_loader: Any) -> None:
         trainer = self.trainer
-        trainer.state.start_clock()
         try:
             self._run(train_loader)
         except MonitorError as error:  # one monitor's own check: reported with every other one missing by now
@@ -160,14 +160,15 @@ class FitLoop:
         self.loaded_epoch = trainer.state.epoch
         if self.finished():
             log.warning(  # a warning, so a notebook (no logging configured) shows it
-                "Nothing to train: the run already reached max_epochs=%s / max_steps=%s. To train further, "
+                "Nothing to train: the run already reached max_epochs=%s / max_steps=%s%s. To train further, "
                 "create a Trainer with higher limits and call its fit with ckpt_path=%s (with the trainer command: "
                 "raise --trainer.max_epochs or --trainer.max_steps and pass --ckpt_path last).",
-                args.max_epochs, args.max_steps,
+                args.max_epochs, args.max_steps, "" if self.max_time is None else f" / max_time={args.max_time!r}",
                 repr(str(trainer._io.last_path)) if args.enable_checkpointing else "<a trainer.save_checkpoint(path) file>",
             )
         self.sanity_check()
         trainer._call("on_train_start")
+        trainer.state.start_clock()  # max_time counts training from here, as Lightning's Timer (no sanity check)
         if self.profiler is not None and trainer.strategy.is_global_zero:
             self.profiler.start(trainer._io.run_dir / "profiler")
         try:
