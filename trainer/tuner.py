@@ -14,8 +14,9 @@ limits on batches), a fresh optimizer from `configure_optimizers`, no logger, ch
 validation or bar, none of the module's `configure_callbacks()`, and a temporary run folder
 (deleted afterwards), so nothing of it is found by a later run. Afterwards everything is as
 it was: the module's weights, buffers, gradients and train/eval modes, this Trainer and its
-optimizers, every global random stream, the state of the loader's own generator and its
-persistent workers (the sweep's are shut down; the next `iter()` starts fresh ones).
+optimizers, every global random stream, the state of every generator a loader it trained on
+draws from (a datamodule's own, its sampler's, its batch sampler's) and its persistent workers
+(the sweep's are shut down; the next `iter()` starts fresh ones).
 
 Example:
     >>> from trainer.tuner import LRFinderResult
@@ -244,8 +245,14 @@ class _PersistentWorkers:
 
     def __init__(self) -> None:
         self._kept: list[tuple[Any, Any]] = []  # (loader, the iterator it held before the sweep)
+        self._generators: list[tuple[torch.Generator, torch.Tensor]] = []  # (generator, its state before the sweep)
 
     def put_aside(self, loader: Any) -> None:
+        # a loader first seen here (a datamodule's) has not been iterated yet: its generators
+        # (often the datamodule's own, shared by every loader it makes) are as the sweep found them
+        for generator in _loader_generators(loader):
+            if all(seen is not generator for seen, _ in self._generators):
+                self._generators.append((generator, generator.get_state()))
         if not hasattr(loader, "_iterator") or any(seen is loader for seen, _ in self._kept):
             return
         self._kept.append((loader, loader._iterator))
@@ -258,6 +265,23 @@ class _PersistentWorkers:
                 mine._shutdown_workers()
             loader._iterator = before
         self._kept.clear()
+        for generator, state in self._generators:
+            generator.set_state(state)
+        self._generators.clear()
+
+
+def _loader_generators(loader: Any) -> list[torch.Generator]:
+    """The generators a loader draws its order and base seed from: its own, its sampler's and its
+    batch sampler's (or that one's sampler's)."""
+    sampler = getattr(loader, "sampler", None)
+    batch_sampler = getattr(loader, "batch_sampler", None)
+    holders = [loader, sampler, batch_sampler, getattr(batch_sampler, "sampler", None)]
+    found: list[torch.Generator] = []
+    for holder in holders:
+        generator = getattr(holder, "generator", None)
+        if isinstance(generator, torch.Generator) and all(generator is not seen for seen in found):
+            found.append(generator)
+    return found
 
 
 class _Saved:
@@ -273,8 +297,7 @@ class _Saved:
         self.device = next((p.device for p in model.parameters()), None)
         self.link = model.__dict__.get("_trainer_ref")
         self.rng = rng_state()
-        generators = [getattr(loader, "generator", None), getattr(getattr(loader, "sampler", None), "generator", None)]
-        self.generators = [(g, g.get_state()) for g in generators if isinstance(g, torch.Generator)]
+        self.generators = [(g, g.get_state()) for g in _loader_generators(loader)]
 
     def restore(self) -> None:
         model = self.model

@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import BatchSampler, DataLoader, RandomSampler
 
 from callbacks import LearningRateFinder, ModelCheckpoint
 from tests.helpers.reference import TinyNet, assert_same_weights, make_data, make_model
 from trainer import Callback, Trainer
+from trainer.datamodule import DataModule
 from trainer.loggers import CSVLogger
 from trainer.tuner import Tuner, lr_find
 
@@ -122,6 +123,40 @@ def test_fit_after_a_sweep_on_persistent_workers_is_as_without_it() -> None:
             lr_find(trainer, model, data, num_training=6)
             assert data._iterator is None  # as the sweep found it: no workers of its own left behind
         trainer.fit(model, data)
+        return model
+
+    assert_same_weights(run(False), run(True))
+
+
+class _SeededData(DataModule):
+    """A datamodule whose loaders draw from its own generator (train: through a batch sampler),
+    with persistent workers in both loaders."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.generator = torch.Generator().manual_seed(5)
+
+    def train_dataloader(self) -> DataLoader:
+        sampler = BatchSampler(RandomSampler(make_data(), generator=self.generator), batch_size=4, drop_last=False)
+        return DataLoader(make_data(), batch_sampler=sampler, num_workers=1, persistent_workers=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(make_data(11, seed=1), batch_size=4, num_workers=1, persistent_workers=True)
+
+
+@pytest.mark.parametrize("callback", [False, True])
+def test_fit_after_a_sweep_on_a_datamodule_with_its_own_generator_is_as_without_it(callback: bool) -> None:
+    """The datamodule's generator (not the loader's: it makes a new loader on every call) is put back too."""
+    def run(sweep: bool) -> TinyNet:
+        model = make_model()
+        data = _SeededData()
+        finder = [LearningRateFinder(num_training_steps=6, update_attr=False)] if sweep and callback else []
+        trainer = Trainer(max_epochs=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                          enable_model_summary=False, device="cpu", callbacks=finder)
+        torch.manual_seed(1)
+        if sweep and not callback:
+            Tuner(trainer).lr_find(model, datamodule=data, num_training=6, update_attr=False)
+        trainer.fit(model, datamodule=data)
         return model
 
     assert_same_weights(run(False), run(True))
