@@ -165,6 +165,7 @@ class FitLoop:
                 args.max_epochs, args.max_steps,
                 repr(str(trainer._io.last_path)) if args.enable_checkpointing else "<a trainer.save_checkpoint(path) file>",
             )
+            trainer._data_order.settle(train_loader)
         self.sanity_check()
         trainer._call("on_train_start")
         if self.profiler is not None and trainer.strategy.is_global_zero:
