@@ -42,7 +42,10 @@ from trainer.loops.hooks import HOOKS, CallbackBase
 if TYPE_CHECKING:
     from trainer.trainer import Trainer
 
-__all__ = ["LRFinderResult", "Tuner", "lr_find"]
+__all__ = ["LRFinderResult", "TUNED_HPARAMS", "Tuner", "apply_lr", "lr_find"]
+
+#: The module attribute holding the hyperparameters a sweep set, with the values they had before.
+TUNED_HPARAMS = "_tuned_hparams"
 
 log = logging.getLogger("trainer")
 
@@ -57,6 +60,7 @@ class LRFinderResult:
         self.mode = mode
         self._run_dir = run_dir  # a callable giving the Trainer's run folder, for save_plot
         self._optimal_idx: int | None = None
+        self.applied_lr: float | None = None  # the suggestion lr_find(update_attr=True) set on the module
 
     def suggestion(self, skip_begin: int = 10, skip_end: int = 1) -> float | None:
         """The learning rate of the steepest descent of the smoothed loss (None: too few finite
@@ -214,6 +218,7 @@ def lr_find(trainer: Trainer, model: Any, train_dataloaders: Any = None, *, data
         lr = result.suggestion()
         if lr is not None:
             _set_lr(model, attr_name, lr)
+            result.applied_lr = lr
             for optimizer in trainer.optimizers:
                 for group in optimizer.param_groups:
                     group["lr"] = lr
@@ -314,6 +319,12 @@ class _Saved:
             generator.set_state(state)
 
 
+def apply_lr(model: Any, lr: float, attr_name: str = "") -> None:
+    """Set `lr` on the module's learning-rate attribute as `lr_find(update_attr=True)` does (the
+    optimizers are left alone): for a resumed run, whose optimizers hold the sweep's outcome."""
+    _set_lr(model, _lr_attribute(model, attr_name), lr)
+
+
 def _lr_attribute(model: Any, name: str) -> str:
     """Lightning's rule: `name`, else `lr` or `learning_rate` on the module or its hparams."""
     candidates = [name] if name else ["lr", "learning_rate"]
@@ -332,6 +343,9 @@ def _set_lr(model: Any, name: str, lr: float) -> None:
         setattr(model, name, lr)
     hparams = getattr(model, "hparams", None)
     if hparams is not None and name in hparams:
+        # the value the module was built with, kept (and saved in checkpoints as `tuned_hparams`):
+        # the run is still the same experiment for ckpt_path="last", whatever the sweep suggests
+        vars(model).setdefault(TUNED_HPARAMS, {}).setdefault(name, hparams[name])
         hparams[name] = lr
 
 

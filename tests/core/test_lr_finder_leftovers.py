@@ -160,3 +160,24 @@ def test_fit_after_a_sweep_on_a_datamodule_with_its_own_generator_is_as_without_
         return model
 
     assert_same_weights(run(False), run(True))
+
+
+def test_the_same_command_with_a_finder_that_sets_the_lr_continues_its_run(tmp_path: Path) -> None:
+    """The finder's suggestion replaces the module's `lr` hyperparameter: the checkpoint still names the
+    experiment by the value the module was built with, so the rerun (a requeue) continues the run."""
+    def run(root: Path, epochs: int, seed: int = 0) -> tuple[TinyNet, Trainer]:
+        torch.manual_seed(seed)
+        model = TinyNet(lr=0.01)
+        finder = LearningRateFinder(num_training_steps=20, max_lr=0.05, update_attr=True)
+        trainer = Trainer(root_dir=root, max_epochs=epochs, logger=False, enable_progress_bar=False,
+                          enable_model_summary=False, device="cpu", callbacks=[finder])
+        trainer.fit(model, _data(), ckpt_path="last")
+        return model, trainer
+
+    full, full_trainer = run(tmp_path / "full", 2)
+    assert full.hparams["lr"] != 0.01  # the suggestion was set
+    run(tmp_path / "cut", 1)
+    resumed, trainer = run(tmp_path / "cut", 2, seed=5)  # other initial weights: the checkpoint's win
+    assert trainer.log_dir == tmp_path / "cut" / "default" / "version_0" and trainer.global_step == 20
+    assert trainer.optimizers[0].param_groups[0]["lr"] == full_trainer.optimizers[0].param_groups[0]["lr"]
+    assert_same_weights(full, resumed)
