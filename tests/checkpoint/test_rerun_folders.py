@@ -146,7 +146,7 @@ def test_a_plain_script_says_once_where_it_resumed_from_without_logging_configur
     assert f"Resumed from {last}: epoch 1, optimizer step 10, batch 0 of the epoch." in again
 
 
-@pytest.mark.parametrize("kind", ["default", "csv", "tensorboard"])
+@pytest.mark.parametrize("kind", ["default", "csv", "tensorboard", "mlflow"])
 def test_log_dir_read_before_a_resuming_fit_does_not_split_the_run(tmp_path: Path, kind: str) -> None:
     """A script printing `trainer.log_dir` before `fit(ckpt_path="last")` gets a new version_N (the run
     is not known to resume yet); nothing written there, the resume gives it back and continues its run."""

@@ -477,10 +477,13 @@ class RunIO:
             return  # a logger keeps its folder (named, given, written to): so does the run
         for each in folders:
             each.release_unused_folder()
-        if self._logger is None and not self.trainer.args.run_name:  # logger=False: the Trainer's own new folder
-            if not folder.exists() or next(folder.iterdir(), None) is not None:
+        args = self.trainer.args
+        if not folders and planned_run_dir(args.root_dir, DEFAULT_NAME, args.run_name) is None:
+            # the Trainer's own new folder (no logger, or only trackers without one: W&B, MLflow)
+            if folder.exists() and next(folder.iterdir(), None) is not None:
                 return
-            folder.rmdir()
+            if folder.exists():
+                folder.rmdir()
         self._run_dir = None
 
     def _run_folder_holding(self, ckpt_path: str | Path) -> Path | None:
