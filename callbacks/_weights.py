@@ -10,11 +10,13 @@ instead.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
-__all__ = ["copy_all", "swap_all"]
+__all__ = ["Rollback", "copy_all", "swap_all"]
 
 
 def copy_all(pairs: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> None:
@@ -54,3 +56,42 @@ def swap_all(pairs: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> None:
                 a.detach().copy_(b.detach())
                 b.detach().copy_(spare)
             raise
+
+
+class Rollback:
+    """What a longer change of a module (SWA's final transfer and its BatchNorm pass) may leave
+    half done, kept to put back: the module's state (on the CPU), every global random stream
+    and the generators a loader draws from. `restore()` makes it as if the change never began,
+    so the checkpoint written on an interrupt holds the state the change starts from and a
+    resume runs it again, whole, from the same random streams."""
+
+    def __init__(self, module: torch.nn.Module, loader: Any = None) -> None:
+        self.module = module
+        self.state = {k: v.detach().to("cpu", copy=True) for k, v in module.state_dict().items()}
+        self.python = random.getstate()
+        self.torch = torch.get_rng_state()
+        self.cuda = torch.cuda.get_rng_state() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+        try:
+            import numpy as np
+
+            self.numpy: Any = np.random.get_state()
+        except ImportError:  # pragma: no cover - numpy comes with torch's usual installs
+            self.numpy = None
+        holders = [loader, getattr(loader, "sampler", None), getattr(loader, "batch_sampler", None),
+                   getattr(getattr(loader, "batch_sampler", None), "sampler", None)]
+        generators = {id(g): g for g in (getattr(h, "generator", None) for h in holders) if isinstance(g, torch.Generator)}
+        self.generators = [(g, g.get_state()) for g in generators.values()]
+
+    def restore(self) -> None:
+        with torch.no_grad():
+            self.module.load_state_dict(self.state)
+        random.setstate(self.python)
+        torch.set_rng_state(self.torch)
+        if self.cuda is not None:
+            torch.cuda.set_rng_state(self.cuda)
+        if self.numpy is not None:
+            import numpy as np
+
+            np.random.set_state(self.numpy)
+        for generator, state in self.generators:
+            generator.set_state(state)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from trainer.tuner import LRFinderResult, lr_find
-from trainer.utilities.rank_zero import rank_zero_warn
+from trainer.tuner import LRFinderResult, apply_lr, lr_find
+from trainer.utilities.rank_zero import rank_zero_info, rank_zero_warn
 
 from trainer import Callback
 
@@ -21,6 +21,9 @@ class LearningRateFinder(Callback):
     `update_attr=True`, sets the suggestion on the module's `lr`/`learning_rate` (or
     `attr_name`) and on the optimizers' parameter groups, so training continues with it.
     The result is `.optimal_lr` (`.optimal_lr.suggestion()`, `.results`, `.plot()`).
+
+    A resumed fit (`fit(..., ckpt_path=...)`) does not sweep again: its optimizers hold the
+    learning rate the run trained with, and the module's attribute takes the saved suggestion.
 
     Call `self.lr_find(trainer, pl_module)` from another hook (overriding `on_fit_start` to
     do nothing) to sweep at other times, as in Lightning. Skipped with a warning under
@@ -61,6 +64,8 @@ class LearningRateFinder(Callback):
         self._update_attr = update_attr
         self._attr_name = attr_name
         self.optimal_lr: LRFinderResult | None = None
+        self._applied_lr: float | None = None  # the suggestion set on the module (saved in checkpoints)
+        self._resumed = False  # a checkpoint's state was loaded: its fit resumes, the sweep already ran
 
     def lr_find(self, trainer: Trainer, pl_module: Any) -> None:
         """Sweep now, on `trainer`'s training data, and keep the result in `optimal_lr`."""
@@ -76,4 +81,22 @@ class LearningRateFinder(Callback):
         )
 
     def on_fit_start(self, trainer: Trainer, module: Any) -> None:
+        if self._resumed:
+            # The checkpoint's optimizers hold the learning rate the sweep chose and training went on with;
+            # sweeping again (from the restored weights) would replace it: the module takes it back instead.
+            self._resumed = False
+            if self._update_attr and self._applied_lr is not None:
+                apply_lr(module, self._applied_lr, self._attr_name)
+            rank_zero_info("LearningRateFinder: a resumed fit keeps the learning rate of the run it continues "
+                           "(no new sweep).")
+            return
         self.lr_find(trainer, module)
+        self._applied_lr = None if self.optimal_lr is None else self.optimal_lr.applied_lr
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"applied_lr": self._applied_lr}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        applied = state_dict.get("applied_lr")
+        self._applied_lr = float(applied) if isinstance(applied, (int, float)) else None
+        self._resumed = True

@@ -22,7 +22,7 @@ from trainer import Callback
 from trainer.module import step_caller
 from trainer.utilities import rank_zero_info, rank_zero_warn
 
-from callbacks._weights import copy_all
+from callbacks._weights import Rollback, copy_all
 from callbacks.weight_averaging import _device_of
 
 if TYPE_CHECKING:
@@ -138,6 +138,7 @@ class StochasticWeightAveraging(Callback):
         self._latest_update_epoch = -1
         self._stepped_epoch = -1  # SWALR stepped by this callback (no scheduler config to hold it)
         self._finalized_epoch = -1
+        self._rollback: tuple[Rollback, Any] | None = None  # while the final change runs: (state, last gradients)
         self._batch_idx = -1
         self._last_grads: list[torch.Tensor | None] | None = None  # the last step's gradients (BatchNorm pass)
         self.momenta: dict[nn.modules.batchnorm._BatchNorm, float | None] = {}
@@ -255,14 +256,26 @@ class StochasticWeightAveraging(Callback):
             rank_zero_warn("StochasticWeightAveraging: training ended before the SWA window started, so nothing was "
                            "averaged; the module keeps its trained weights.")
             return
+        # The transfer, the BatchNorm pass and its last step are one change: an interrupt or an error
+        # anywhere in it puts everything back (on_exception), so the checkpoint written then holds the
+        # state before it and a resume runs it whole, as the uninterrupted run did.
+        self._rollback = (Rollback(module, _training_loader(trainer)), self._last_grads)
         with trainer.uninterruptible():  # the module takes the average whole: a checkpoint never holds a mix
             self.transfer_weights(average.module, module)
-            self._finalized_epoch = epoch
         stopped = (trainer.max_steps is not None and trainer.global_step >= trainer.max_steps) or trainer.should_stop
         if self._model_contains_batch_norm and self._max_epochs != -1 and not stopped:
             self._recompute_batch_norm(trainer, module)
-            self._step_with_last_gradients(trainer, module)
-        self._last_grads = None
+        with trainer.uninterruptible():
+            if self._model_contains_batch_norm and self._max_epochs != -1 and not stopped:
+                self._step_with_last_gradients(trainer, module)
+            self._last_grads = None
+            self._finalized_epoch, self._rollback = epoch, None
+
+    def on_exception(self, trainer: Trainer, module: Any, exception: BaseException) -> None:
+        rollback, self._rollback = self._rollback, None
+        if rollback is not None:  # the final change was cut short: none of it happened
+            rollback[0].restore()
+            self._last_grads = rollback[1]
 
     # ----------------------------------------------------------------- checkpoints
     def state_dict(self) -> dict[str, Any]:

@@ -14,8 +14,9 @@ limits on batches), a fresh optimizer from `configure_optimizers`, no logger, ch
 validation or bar, none of the module's `configure_callbacks()`, and a temporary run folder
 (deleted afterwards), so nothing of it is found by a later run. Afterwards everything is as
 it was: the module's weights, buffers, gradients and train/eval modes, this Trainer and its
-optimizers, every global random stream, the state of the loader's own generator and its
-persistent workers (the sweep's are shut down; the next `iter()` starts fresh ones).
+optimizers, every global random stream, the state of every generator a loader it trained on
+draws from (a datamodule's own, its sampler's, its batch sampler's) and its persistent workers
+(the sweep's are shut down; the next `iter()` starts fresh ones).
 
 Example:
     >>> from trainer.tuner import LRFinderResult
@@ -41,7 +42,10 @@ from trainer.loops.hooks import HOOKS, CallbackBase
 if TYPE_CHECKING:
     from trainer.trainer import Trainer
 
-__all__ = ["LRFinderResult", "Tuner", "lr_find"]
+__all__ = ["LRFinderResult", "TUNED_HPARAMS", "Tuner", "apply_lr", "lr_find"]
+
+#: The module attribute holding the hyperparameters a sweep set, with the values they had before.
+TUNED_HPARAMS = "_tuned_hparams"
 
 log = logging.getLogger("trainer")
 
@@ -56,6 +60,7 @@ class LRFinderResult:
         self.mode = mode
         self._run_dir = run_dir  # a callable giving the Trainer's run folder, for save_plot
         self._optimal_idx: int | None = None
+        self.applied_lr: float | None = None  # the suggestion lr_find(update_attr=True) set on the module
 
     def suggestion(self, skip_begin: int = 10, skip_end: int = 1) -> float | None:
         """The learning rate of the steepest descent of the smoothed loss (None: too few finite
@@ -213,6 +218,7 @@ def lr_find(trainer: Trainer, model: Any, train_dataloaders: Any = None, *, data
         lr = result.suggestion()
         if lr is not None:
             _set_lr(model, attr_name, lr)
+            result.applied_lr = lr
             for optimizer in trainer.optimizers:
                 for group in optimizer.param_groups:
                     group["lr"] = lr
@@ -244,8 +250,14 @@ class _PersistentWorkers:
 
     def __init__(self) -> None:
         self._kept: list[tuple[Any, Any]] = []  # (loader, the iterator it held before the sweep)
+        self._generators: list[tuple[torch.Generator, torch.Tensor]] = []  # (generator, its state before the sweep)
 
     def put_aside(self, loader: Any) -> None:
+        # a loader first seen here (a datamodule's) has not been iterated yet: its generators
+        # (often the datamodule's own, shared by every loader it makes) are as the sweep found them
+        for generator in _loader_generators(loader):
+            if all(seen is not generator for seen, _ in self._generators):
+                self._generators.append((generator, generator.get_state()))
         if not hasattr(loader, "_iterator") or any(seen is loader for seen, _ in self._kept):
             return
         self._kept.append((loader, loader._iterator))
@@ -258,6 +270,23 @@ class _PersistentWorkers:
                 mine._shutdown_workers()
             loader._iterator = before
         self._kept.clear()
+        for generator, state in self._generators:
+            generator.set_state(state)
+        self._generators.clear()
+
+
+def _loader_generators(loader: Any) -> list[torch.Generator]:
+    """The generators a loader draws its order and base seed from: its own, its sampler's and its
+    batch sampler's (or that one's sampler's)."""
+    sampler = getattr(loader, "sampler", None)
+    batch_sampler = getattr(loader, "batch_sampler", None)
+    holders = [loader, sampler, batch_sampler, getattr(batch_sampler, "sampler", None)]
+    found: list[torch.Generator] = []
+    for holder in holders:
+        generator = getattr(holder, "generator", None)
+        if isinstance(generator, torch.Generator) and all(generator is not seen for seen in found):
+            found.append(generator)
+    return found
 
 
 class _Saved:
@@ -273,8 +302,7 @@ class _Saved:
         self.device = next((p.device for p in model.parameters()), None)
         self.link = model.__dict__.get("_trainer_ref")
         self.rng = rng_state()
-        generators = [getattr(loader, "generator", None), getattr(getattr(loader, "sampler", None), "generator", None)]
-        self.generators = [(g, g.get_state()) for g in generators if isinstance(g, torch.Generator)]
+        self.generators = [(g, g.get_state()) for g in _loader_generators(loader)]
 
     def restore(self) -> None:
         model = self.model
@@ -289,6 +317,12 @@ class _Saved:
         set_rng_state(self.rng)
         for generator, state in self.generators:
             generator.set_state(state)
+
+
+def apply_lr(model: Any, lr: float, attr_name: str = "") -> None:
+    """Set `lr` on the module's learning-rate attribute as `lr_find(update_attr=True)` does (the
+    optimizers are left alone): for a resumed run, whose optimizers hold the sweep's outcome."""
+    _set_lr(model, _lr_attribute(model, attr_name), lr)
 
 
 def _lr_attribute(model: Any, name: str) -> str:
@@ -309,6 +343,9 @@ def _set_lr(model: Any, name: str, lr: float) -> None:
         setattr(model, name, lr)
     hparams = getattr(model, "hparams", None)
     if hparams is not None and name in hparams:
+        # the value the module was built with, kept (and saved in checkpoints as `tuned_hparams`):
+        # the run is still the same experiment for ckpt_path="last", whatever the sweep suggests
+        vars(model).setdefault(TUNED_HPARAMS, {}).setdefault(name, hparams[name])
         hparams[name] = lr
 
 

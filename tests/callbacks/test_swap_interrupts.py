@@ -193,3 +193,76 @@ def test_swa_final_transfer_interrupted_at_every_tensor_is_whole(
         scramble_global_rng()
         model, _ = _swa_run(tmp_path / f"{index}-resumed", ckpt_path=saved_path(root), model=fresh_model())
         _equal(weights(model), weights(full), f"resumed, copy {index}")
+
+
+def _norm_model(seed: int = 0) -> Any:
+    """TinyNet with a BatchNorm (SWA recomputes its statistics in a pass of training_step after the
+    transfer) and dropout (that pass draws from the random streams)."""
+    from tests.helpers.reference import TinyNet
+
+    class Norm(TinyNet):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.BatchNorm1d(8), torch.nn.ReLU(),
+                                           torch.nn.Dropout(0.2), torch.nn.Linear(8, 1))
+            self.interrupt_at: int | None = None  # a training_step call of the BatchNorm pass
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            if self.interrupt_at is not None and batch_idx == self.interrupt_at:  # set only once training ended
+                self.interrupt_at = None
+                signal.raise_signal(signal.SIGINT)
+            return super().training_step(batch, batch_idx)
+
+    torch.manual_seed(seed)
+    return Norm()
+
+
+class InterruptPass(Callback):
+    """Listed before SWA: makes the BatchNorm pass's `batch`-th training_step raise Ctrl-C."""
+
+    def __init__(self, batch: int) -> None:
+        self.batch = batch
+
+    def on_train_end(self, trainer: Any, module: Any) -> None:
+        module.interrupt_at = self.batch
+
+
+@pytest.mark.parametrize("where", ["transfer", "pass"])
+def test_swa_with_batchnorm_interrupted_in_its_final_change_resumes_to_the_uninterrupted_weights(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    """The transfer, the BatchNorm pass and its step are one change: Ctrl-C in the transfer (deferred to
+    its end) or in the pass leaves a checkpoint from before it, and the resume runs it whole."""
+    def run(root: Path, extra: tuple[Callback, ...] = (), ckpt_path: Any = None, model: Any = None,
+            swa: Any = None) -> Any:
+        model = model if model is not None else _norm_model()
+        if ckpt_path is None:
+            torch.manual_seed(1)
+        swa = swa or callbacks.StochasticWeightAveraging(swa_lrs=0.02, swa_epoch_start=1)
+        run = Trainer(max_epochs=3, logger=False, enable_progress_bar=False, enable_model_summary=False, device="cpu",
+                      num_sanity_val_steps=0, root_dir=root, callbacks=[*extra[:1], swa, *extra[1:]])
+        data = shuffled(make_data(38), generator=torch.Generator().manual_seed(4))  # no batch of one (BatchNorm)
+        run.fit(model, data, ckpt_path=ckpt_path)
+        return model
+
+    full = weights(run(tmp_path / "full"))
+    # the uninterrupted run's last.ckpt (before the final change) resumes to it too: nothing is left to
+    # train, and the pass draws from the loader's generator as restored
+    scramble_global_rng()
+    _equal(weights(run(tmp_path / "clean", ckpt_path=saved_path(tmp_path / "full"), model=_norm_model(777))), full,
+           "resumed from the end of training")
+    for index in range(2):  # a copy of the transfer, or a batch of the pass
+        root = tmp_path / f"{index}"
+        if where == "transfer":
+            injector = Injector("sigint", index)
+            with monkeypatch.context() as patch:
+                injector.install(patch)
+                swa = callbacks.StochasticWeightAveraging(swa_lrs=0.02, swa_epoch_start=1)
+                with pytest.raises(KeyboardInterrupt):
+                    run(root, (Arm(injector, "on_train_end", swa), Disarm(injector)), swa=swa)
+            assert injector.fired
+        else:
+            with pytest.raises(KeyboardInterrupt):
+                run(root, (InterruptPass(index + 1),))
+        scramble_global_rng()
+        resumed = run(tmp_path / f"{index}-resumed", ckpt_path=saved_path(root), model=_norm_model(777))
+        _equal(weights(resumed), full, f"{where}: resumed after an interrupt at {index}")

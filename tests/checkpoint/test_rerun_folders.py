@@ -157,3 +157,28 @@ def test_a_finished_run_relaunched_says_how_to_train_further_from_python_and_fro
     said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Nothing to train")]
     assert len(said) == 1 and "ckpt_path=" in said[0]
     assert "--trainer.max_epochs" in said[0] and "--ckpt_path last" in said[0]  # what `trainer fit` takes
+
+
+@pytest.mark.parametrize("kind", ["default", "csv", "tensorboard", "mlflow"])
+def test_log_dir_read_before_a_resuming_fit_does_not_split_the_run(tmp_path: Path, kind: str) -> None:
+    """A script printing `trainer.log_dir` before `fit(ckpt_path="last")` gets a new version_N (the run
+    is not known to resume yet); nothing written there, the resume gives it back and continues its run."""
+    root = tmp_path / "runs"
+    torch.manual_seed(1)
+    _fit(root, kind, 1, "last", model=ReadsLogDir(lr=0.01))
+    folder = root / "default" / "version_0"
+    for epochs in (2, 3):  # twice: each rerun continues the same folder
+        run = Trainer(root_dir=root, max_epochs=epochs, logger=_logger(kind, root), enable_progress_bar=False,
+                      device="cpu")
+        assert run.log_dir == root / "default" / "version_1"  # what the read said before fit
+        model = ReadsLogDir(lr=0.01)
+        run.fit(model, shuffled(make_data()), ckpt_path="last")
+        assert model.seen_in_setup == folder and run.log_dir == folder and run.global_step == 10 * epochs
+        assert sorted(p.name for p in (root / "default").iterdir()) == ["version_0"]
+
+    # a file written into the folder the read named is never removed: that run keeps it
+    run = Trainer(root_dir=root, max_epochs=4, logger=_logger(kind, root), enable_progress_bar=False, device="cpu")
+    (Path(run.log_dir) / "config.txt").write_text("mine")
+    run.fit(ReadsLogDir(lr=0.01), shuffled(make_data()), ckpt_path="last")
+    assert run.log_dir == root / "default" / "version_1" and (run.log_dir / "config.txt").read_text() == "mine"
+    assert run.global_step == 40  # it resumed all the same

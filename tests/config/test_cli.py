@@ -235,6 +235,8 @@ EARLY: list[tuple[str, list[str], str]] = [
      "submodule of class NoSuchBlock"),
     ("activation checkpointing of a misspelt class", ["--trainer.activation_checkpointing", "[Encodr]"],
      "Did you mean 'Encoder' for 'Encodr'?"),
+    ("activation checkpointing of a misspelt import path", ["--trainer.activation_checkpointing", "[mypkg.models.Encodr]"],
+     "Did you mean 'Encoder' for 'mypkg.models.Encodr'?"),
 ]
 if not torch.cuda.is_available():
     EARLY.append(("unavailable device", ["--trainer.device", "cuda"], "no CUDA device is available here"))

@@ -95,6 +95,16 @@ def test_which_modules_are_chosen():
         chosen_modules(model, ["Attention"])
 
 
+def test_a_class_named_by_its_import_path_chooses_as_its_name_does():
+    """A YAML file names classes by their import path: `torch.nn.Linear` is the class `Linear`."""
+    model = Stack(width=16)
+    by_name = [name for name, _ in chosen_modules(model, ["Linear"])]
+    assert [name for name, _ in chosen_modules(model, ["torch.nn.Linear"])] == by_name
+    assert [name for name, _ in chosen_modules(model, [f"{__name__}.Block"])] == ["blocks.0", "blocks.1", "blocks.2"]
+    with pytest.raises(ValueError, match=r"no submodule of class torch\.nn\.Lineer\. .*Did you mean 'Linear'"):
+        chosen_modules(model, ["torch.nn.Lineer"])
+
+
 def test_state_dict_keys_and_evaluation_are_unchanged():
     model = Stack()
     keys = list(model.state_dict())

@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import BatchSampler, DataLoader, RandomSampler
 
 from callbacks import LearningRateFinder, ModelCheckpoint
 from tests.helpers.reference import TinyNet, assert_same_weights, make_data, make_model
 from trainer import Callback, Trainer
+from trainer.datamodule import DataModule
 from trainer.loggers import CSVLogger
 from trainer.tuner import Tuner, lr_find
 
@@ -125,3 +126,58 @@ def test_fit_after_a_sweep_on_persistent_workers_is_as_without_it() -> None:
         return model
 
     assert_same_weights(run(False), run(True))
+
+
+class _SeededData(DataModule):
+    """A datamodule whose loaders draw from its own generator (train: through a batch sampler),
+    with persistent workers in both loaders."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.generator = torch.Generator().manual_seed(5)
+
+    def train_dataloader(self) -> DataLoader:
+        sampler = BatchSampler(RandomSampler(make_data(), generator=self.generator), batch_size=4, drop_last=False)
+        return DataLoader(make_data(), batch_sampler=sampler, num_workers=1, persistent_workers=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(make_data(11, seed=1), batch_size=4, num_workers=1, persistent_workers=True)
+
+
+@pytest.mark.parametrize("callback", [False, True])
+def test_fit_after_a_sweep_on_a_datamodule_with_its_own_generator_is_as_without_it(callback: bool) -> None:
+    """The datamodule's generator (not the loader's: it makes a new loader on every call) is put back too."""
+    def run(sweep: bool) -> TinyNet:
+        model = make_model()
+        data = _SeededData()
+        finder = [LearningRateFinder(num_training_steps=6, update_attr=False)] if sweep and callback else []
+        trainer = Trainer(max_epochs=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                          enable_model_summary=False, device="cpu", callbacks=finder)
+        torch.manual_seed(1)
+        if sweep and not callback:
+            Tuner(trainer).lr_find(model, datamodule=data, num_training=6, update_attr=False)
+        trainer.fit(model, datamodule=data)
+        return model
+
+    assert_same_weights(run(False), run(True))
+
+
+def test_the_same_command_with_a_finder_that_sets_the_lr_continues_its_run(tmp_path: Path) -> None:
+    """The finder's suggestion replaces the module's `lr` hyperparameter: the checkpoint still names the
+    experiment by the value the module was built with, so the rerun (a requeue) continues the run."""
+    def run(root: Path, epochs: int, seed: int = 0) -> tuple[TinyNet, Trainer]:
+        torch.manual_seed(seed)
+        model = TinyNet(lr=0.01)
+        finder = LearningRateFinder(num_training_steps=20, max_lr=0.05, update_attr=True)
+        trainer = Trainer(root_dir=root, max_epochs=epochs, logger=False, enable_progress_bar=False,
+                          enable_model_summary=False, device="cpu", callbacks=[finder])
+        trainer.fit(model, _data(), ckpt_path="last")
+        return model, trainer
+
+    full, full_trainer = run(tmp_path / "full", 2)
+    assert full.hparams["lr"] != 0.01  # the suggestion was set
+    run(tmp_path / "cut", 1)
+    resumed, trainer = run(tmp_path / "cut", 2, seed=5)  # other initial weights: the checkpoint's win
+    assert trainer.log_dir == tmp_path / "cut" / "default" / "version_0" and trainer.global_step == 20
+    assert trainer.optimizers[0].param_groups[0]["lr"] == full_trainer.optimizers[0].param_groups[0]["lr"]
+    assert_same_weights(full, resumed)

@@ -273,3 +273,18 @@ def test_a_bad_count_on_one_rank_stops_every_rank_naming_it(tmp_path):
     assert "training_step (batch 2) returned num_items=-2 (as a tensor)" in done.stderr, done.stderr[-3000:]
     assert "malformed num_items on another rank" in done.stderr  # rank 0 says where to look
     assert not list(tmp_path.glob("rank*.pt"))
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int16, torch.bfloat16, torch.float16])
+def test_counts_of_a_narrow_dtype_add_up_without_wrapping_or_rounding(dtype):
+    # each count is exact in its dtype, but a window's total would wrap around (uint8, int16) or
+    # round (bfloat16: 130+132+134+138 = 534 is not a multiple of 4; float16: 2049 is not exact)
+    values = {torch.uint8: [130, 132, 134, 138], torch.int16: [20000, 20002, 20004, 20008],
+              torch.bfloat16: [130, 132, 134, 138], torch.float16: [1000, 1001, 24, 24]}[dtype]
+    exact = {i: values[i % 4] for i in range(11)}
+    narrow = {i: torch.tensor(v, dtype=dtype) for i, v in exact.items()}
+    assert all(float(narrow[i]) == v for i, v in exact.items())
+    expected, model = hooks(counts=exact), hooks(counts=narrow)
+    fit(expected, plain_loader(), epochs=1)
+    fit(model, plain_loader(), epochs=1)
+    assert_same_weights(expected, model)

@@ -19,12 +19,13 @@ TIMEOUT_S = 5.0
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("stalled", [1, 0])
-def test_a_rank_stalled_in_on_fit_end_is_named_and_ended_within_the_timeout(tmp_path: Path, stalled: int) -> None:
+@pytest.mark.parametrize("stalled,strategy", [(1, "ddp"), (0, "ddp"), (1, "fsdp")])
+def test_a_rank_stalled_in_on_fit_end_is_named_and_ended_within_the_timeout(tmp_path: Path, stalled: int,
+                                                                            strategy: str) -> None:
     waits = 1 - stalled
     # requeue=off: no requeue agreement after fit, so the exit barrier is the only collective left
     job = start_slurm_job("stall", tmp_path, tmp_path / "runs", f"timeout={TIMEOUT_S}", f"stall_rank={stalled}",
-                          "where=fit_end", "requeue=off")
+                          "where=fit_end", "requeue=off", f"strategy={strategy}")
     _wait_for(tmp_path / "stalled", job)
     stalled_at = float((tmp_path / "stalled").read_text())
     ended: dict[int, float] = {}
@@ -42,7 +43,7 @@ def test_a_rank_stalled_in_on_fit_end_is_named_and_ended_within_the_timeout(tmp_
     waiting = results[waits][2]
     assert (tmp_path / f"stall_rank{waits}.pt").exists()  # it finished its fit and went on to exit
     assert f"Rank {waits} of 2 stopped waiting" in waiting and "in the exit barrier" in waiting, waiting[-4000:]
-    assert "DDP(timeout=5)" in waiting
+    assert f"{strategy.upper()}(timeout=5)" in waiting
     assert f"rank {stalled} did not arrive: it was at Stalling._stall" in waiting, waiting[-4000:]
     code, _, stuck = results[stalled]
     assert code != 0 and f"Rank {stalled} of 2: rank(s) {waits} gave up waiting" in stuck, stuck[-4000:]

@@ -69,12 +69,20 @@ def run_facts(state: dict[str, Any], path: Path) -> dict[str, Any]:
     world = sharded.get("world_size") if isinstance(sharded, dict) else len(rng) if isinstance(rng, list) else None
     return {
         "model class": state.get("module_class"),
-        "hyperparameters": state.get("hparams"),
+        "hyperparameters": _as_built(state.get("hparams"), state.get("tuned_hparams")),
         "data class": data.get("class_path") if isinstance(data, dict) else None,
         "precision": precision.get("name") if isinstance(precision, dict) else None,
         "processes": world,
         "checkpoint kind": "sharded folder" if path.is_dir() else "single file",
     }
+
+
+def _as_built(hparams: Any, tuned: Any) -> Any:
+    """The hyperparameters the module was built with: a learning-rate sweep's suggestion
+    (`tuned_hparams` holds what it replaced) does not make the run another experiment."""
+    if not isinstance(hparams, dict) or not isinstance(tuned, dict) or not tuned:
+        return hparams
+    return {**hparams, **{k: v for k, v in tuned.items() if k in hparams}}
 
 
 def checkpoints_in(folder: str | os.PathLike[str]) -> list[Path]:

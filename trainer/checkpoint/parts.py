@@ -12,7 +12,7 @@
 | `datamodule` | a DataModule's `state_dict`, when it has one | |
 | `data` | the data order of the epoch, per rank | |
 | `rng` | every random stream, per rank (during a validation: the one it began with) | last |
-| `module_class`, `config`, `hparams`, `experiment`, `datamodule_hyper_parameters` | what the run was (saved, not restored) | |
+| `module_class`, `config`, `hparams`, `tuned_hparams`, `experiment`, `datamodule_hyper_parameters` | what the run was (saved, not restored; `tuned_hparams`: the values a learning-rate sweep replaced) | |
 
 The keys and their contents are the file format (`format.py` checks the core ones before
 anything is touched), so a part's key never changes.
@@ -75,6 +75,7 @@ def trainer_parts(trainer: StateHost) -> StateRegistry:
     parts.register("module_class", module_class, None)
     parts.register("config", lambda: _as_text(host.args.model_dump(exclude={"callbacks", "logger", "precision"})), None)
     parts.register("hparams", lambda: _as_text(dict(getattr(module_of(host), "hparams", {}) or {})), None)
+    parts.register("tuned_hparams", lambda: _as_text(dict(vars(module_of(host)).get("_tuned_hparams") or {})), None)
     parts.register("experiment", lambda: _as_text(host.experiment_config), None)
     parts.register("datamodule_hyper_parameters", lambda: _datamodule_hparams(host), None)  # Lightning's key
     return parts

@@ -3,7 +3,8 @@ backward pass and run their forward again there (`torch.utils.checkpoint`, non-r
 
 Which submodules:
 
-- a list of class names or classes: every submodule of those classes (a transformer's block);
+- a list of class names or classes (or their import paths, e.g. `torch.nn.TransformerEncoderLayer`):
+  every submodule of those classes (a transformer's block);
   one inside another chosen one is left to it;
 - True: a size rule, like FSDP's units' (trainer/strategies/fsdp.py), with a threshold of
   1,000,000 parameters (an int instead of True sets it): from the outside in, a submodule
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+import pydoc
 import types
 from collections.abc import Sequence
 from typing import Any
@@ -73,13 +75,13 @@ def chosen_modules(module: torch.nn.Module, setting: Any) -> list[tuple[str, tor
         order = {id(sub): i for i, (_, sub) in enumerate(named)}
         picked.sort(key=lambda item: order[id(item[1])])
     else:
-        wanted = {c if isinstance(c, str) else c.__name__ for c in setting}
+        wanted = {_class_name(c) for c in setting}
         picked = [(name, sub) for name, sub in named if type(sub).__name__ in wanted]
         missing = wanted - {type(sub).__name__ for _, sub in picked}
         if missing:
             classes = sorted({type(sub).__name__ for _, sub in named})
             hints = [f" Did you mean {close[0]!r} for {name!r}?" for name in sorted(missing)
-                     if (close := difflib.get_close_matches(name, classes, n=1, cutoff=0.6))]
+                     if (close := difflib.get_close_matches(name.rpartition(".")[2], classes, n=1, cutoff=0.6))]
             raise ValueError(
                 f"Trainer(activation_checkpointing={sorted(wanted)}): {type(module).__name__} has no submodule of "
                 f"class {', '.join(sorted(missing))}. Expected class names among its submodules' "
@@ -90,6 +92,18 @@ def chosen_modules(module: torch.nn.Module, setting: Any) -> list[tuple[str, tor
         if not any(name.startswith(prefix + ".") for prefix, _ in outermost):
             outermost.append((name, sub))
     return outermost
+
+
+def _class_name(spec: Any) -> str:
+    """A class, a class name, or (as a YAML file names classes) its import path: `torch.nn.Linear`,
+    `mypkg.models.Block`. An import path that does not import stays as written (the error shows it)."""
+    if not isinstance(spec, str):
+        return str(spec.__name__)
+    if "." in spec:
+        found = pydoc.locate(spec)
+        if isinstance(found, type):
+            return found.__name__
+    return spec
 
 
 def checkpoint_activations(module: torch.nn.Module, setting: bool | int | Sequence[Any]) -> list[str]:

@@ -154,7 +154,8 @@ def facts_of_run(trainer: Any, module: Any, evaluating: bool) -> dict[str, Any] 
     data = experiment.get("data") if isinstance(experiment, dict) else None
     facts: dict[str, Any] = {
         "model class": f"{type(module).__module__}.{type(module).__qualname__}",
-        "hyperparameters": plain_state(dict(getattr(module, "hparams", {}) or {}), as_text=True),
+        "hyperparameters": plain_state({**dict(getattr(module, "hparams", {}) or {}),
+                                        **dict(vars(module).get("_tuned_hparams") or {})}, as_text=True),
         "data class": data.get("class_path") if isinstance(data, dict) else None,
     }
     if not evaluating:

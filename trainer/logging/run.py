@@ -481,6 +481,8 @@ class RunIO:
         """Load and check `ckpt_path` ('last', 'best' or a path) before anything is touched.
         None: ckpt_path='last' for fit and the run has no checkpoint yet (it starts fresh).
         `module`: the module to run, for 'last' to find a run of the same experiment."""
+        if not weights_only:
+            self._release_unused_folder()
         if str(ckpt_path) == "last":
             state = self._read_last(weights_only, facts_of_run(self.trainer, module, weights_only))
         else:
@@ -491,6 +493,27 @@ class RunIO:
         if state is not None and not weights_only:
             self._adopt_run(state)
         return state
+
+    def _release_unused_folder(self) -> None:
+        """`trainer.log_dir` read before a resuming fit (a script printing it first) made a new
+        version_N: while nothing was written there, it is given back, so the resume continues
+        its run's folder as it does without that read."""
+        folder = self._run_dir
+        if folder is None or not self.writes or self.saves:
+            return
+        folders = [each for each in self.loggers if callable(getattr(each, "release_unused_folder", None))]
+        if not all(each.release_unused_folder(check_only=True) for each in folders):
+            return  # a logger keeps its folder (named, given, written to): so does the run
+        for each in folders:
+            each.release_unused_folder()
+        args = self.trainer.args
+        if not folders and planned_run_dir(args.root_dir, DEFAULT_NAME, args.run_name) is None:
+            # the Trainer's own new folder (no logger, or only trackers without one: W&B, MLflow)
+            if folder.exists() and next(folder.iterdir(), None) is not None:
+                return
+            if folder.exists():
+                folder.rmdir()
+        self._run_dir = None
 
     def _run_folder_holding(self, ckpt_path: str | Path) -> Path | None:
         """The run folder under root_dir a checkpoint file belongs to (its last.ckpt, or a file in its

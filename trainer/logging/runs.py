@@ -121,6 +121,7 @@ class RunFolder:
     name: str
     version: int | str | None
     _log_dir: Path | None
+    _new_version: bool = False  # `_log_dir` is a new version_N made on the first read of `log_dir`
 
     def _set_folder(
         self, root_dir: str | os.PathLike[str], name: str, version: int | str | None,
@@ -140,12 +141,38 @@ class RunFolder:
         """The run's folder (created on first access)."""
         if self._log_dir is None:
             self._log_dir = make_run_dir(self.root_dir, self.name, self.version)
+            self._new_version = planned_run_dir(self.root_dir, self.name, self.version) is None
         else:
             self._log_dir.mkdir(parents=True, exist_ok=True)
         return self._log_dir
+
+    def release_unused_folder(self, *, check_only: bool = False) -> bool:
+        """Give back a new `version_N` this logger made when `log_dir` was read but never wrote
+        to (a script printing `trainer.log_dir` before `fit(ckpt_path=...)`), removing it while
+        it is empty, so a resume can hand the logger its run's folder. False: it keeps a folder
+        (named, given, or written to)."""
+        folder = self._log_dir
+        if folder is None:
+            return True
+        if not getattr(self, "_new_version", False) or getattr(self, "_writer", None) is not None \
+                or getattr(self, "_pending", None) or not _empty_folder(folder):
+            return False
+        if check_only:
+            return True
+        if folder.exists():
+            folder.rmdir()
+        self._log_dir, self._new_version = None, False
+        return True
 
     def run_identity(self) -> dict[str, Any] | None:
         """The run's folder, saved in checkpoints (None until one was chosen)."""
         from trainer.logging.identity import folder_identity
 
         return None if self._log_dir is None else folder_identity(self._log_dir, self.root_dir, self.name)
+
+
+def _empty_folder(folder: Path) -> bool:
+    """Whether `folder` is a folder holding nothing (a missing one counts as empty)."""
+    if not folder.exists():
+        return True
+    return folder.is_dir() and next(folder.iterdir(), None) is None

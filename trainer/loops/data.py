@@ -242,6 +242,13 @@ class DataOrder:
         """Keep `state` for the next `epoch_iterator` call."""
         self._pending = dict(state)
 
+    def settle(self, loader: Any) -> None:
+        """A resumed fit with nothing left to train: the loader's generators take the checkpoint's
+        states all the same, so what iterates it after training (StochasticWeightAveraging's
+        BatchNorm pass, a user's on_train_end) draws what the uninterrupted run drew."""
+        if self._pending is not None and loader is not None:
+            _set_generator_states(loader_generators(loader), self._pending.get("generators") or {})
+
     def saved_batch_size(self) -> int | None:
         """The batch size of the restored (not yet used) state, if it recorded one."""
         size = (self._pending or {}).get("batch_size")

@@ -166,6 +166,7 @@ class FitLoop:
                 args.max_epochs, args.max_steps, "" if self.max_time is None else f" / max_time={args.max_time!r}",
                 repr(str(trainer._io.last_path)) if args.enable_checkpointing else "<a trainer.save_checkpoint(path) file>",
             )
+            trainer._data_order.settle(train_loader)
         self.sanity_check()
         trainer._call("on_train_start")
         trainer.state.start_clock()  # max_time counts training from here, as Lightning's Timer (no sanity check)

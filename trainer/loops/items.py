@@ -120,8 +120,11 @@ class HeldWindow:
         strategy, precision = trainer.strategy, trainer._precision
         losses, world = self.losses, strategy.world_size
         device = losses[-1].device
-        total = self.counts[0]
-        for count in self.counts[1:]:
+        # summed in int64 or float64 whatever the counts' own dtype: a window of uint8/int16 counts
+        # would wrap around, one of bfloat16/float16 counts would round
+        wide = [count.to(torch.float64 if count.is_floating_point() else torch.int64) for count in self.counts]
+        total = wide[0]
+        for count in wide[1:]:
             total = total + count
         total = total.to(device)
         loss_sum = losses[0].detach()

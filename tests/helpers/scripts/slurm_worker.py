@@ -8,7 +8,7 @@ the environment itself. MODE:
 - "train": the job with checkpoints under ROOT, uninterrupted (`ckpt=last` resumes it);
 - "signal": the same job; inside optimizer step 6 the rank `signal_rank` tells the test
   (OUT/handshake) and holds the step until the test's signal has reached it;
-- "stall": DDP(timeout=`timeout`); the rank `stall_rank` sleeps for 120 s inside its
+- "stall": DDP(timeout=`timeout`) (FSDP's with `strategy=fsdp`); the rank `stall_rank` sleeps for 120 s inside its
   training step 4 (`where=step`), at the end of epoch 0 (`where=epoch_end`) or in
   `on_fit_end` (`where=fit_end`: the others then wait at the exit barrier), after writing
   OUT/stalled with the time it started.
@@ -30,7 +30,7 @@ from torch.utils.data import DataLoader
 
 from tests.helpers.reference import TinyNet, make_data, weights
 from trainer import Callback, Trainer
-from trainer.distributed import DDP
+from trainer.distributed import DDP, FSDP
 
 MODE, OUT, ROOT = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
 OPTIONS = dict(item.split("=", 1) for item in sys.argv[4:])
@@ -86,7 +86,8 @@ def main() -> None:
     if MODE == "signal":
         callbacks.append(HoldUntilSignalled(int(OPTIONS.get("signal_rank", "1"))))
     if MODE == "stall":
-        strategy = DDP(timeout=float(OPTIONS["timeout"]))
+        kind = FSDP if OPTIONS.get("strategy") == "fsdp" else DDP
+        strategy = kind(timeout=float(OPTIONS["timeout"]))
         torch.manual_seed(0)
         model = Stalling(int(OPTIONS.get("stall_rank", "1")), OPTIONS.get("where", "step"))
     requeue = {"on": True, "off": False}.get(OPTIONS.get("requeue", ""))
