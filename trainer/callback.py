@@ -44,6 +44,13 @@ class Callback(CallbackBase):
     def teardown(self, trainer: Trainer, module: Any, stage: str) -> None:
         """After it ended (also when it failed)."""
 
+    def monitored_metrics(self, trainer: Trainer) -> dict[str, str]:
+        """The metrics this callback must find logged, each with the point where it first reads
+        them: "validation_end" or "train_epoch_end". `fit` checks every callback's (with each
+        LR scheduler's `monitor`) together once the run's metric names are known, and reports
+        every missing one at once. Default: none."""
+        return {}
+
     def on_fit_start(self, trainer: Trainer, module: Any) -> None: ...
     def on_fit_end(self, trainer: Trainer, module: Any) -> None: ...
     def on_sanity_check_start(self, trainer: Trainer, module: Any) -> None:

@@ -24,7 +24,7 @@ import os
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from trainer.checkpoint.format import CheckpointError, plain_state
 from trainer.checkpoint.latest import checkpoints_in, load_newest, peek, run_facts, written_at
@@ -145,7 +145,16 @@ def _newest_run_of_experiment(everything: list[Path], root: str | os.PathLike[st
     return None
 
 
-def facts_of_run(trainer: Any, module: Any, evaluating: bool) -> dict[str, Any] | None:
+class RunOf(Protocol):
+    """What `facts_of_run` reads of a Trainer."""
+
+    @property
+    def strategy(self) -> Any: ...
+    @property
+    def precision(self) -> Any: ...
+
+
+def facts_of_run(trainer: RunOf, module: Any, evaluating: bool) -> dict[str, Any] | None:
     """This run as `run_facts` describes a checkpoint's (None without a module); what an
     evaluation reads (the weights) does not depend on the precision, the processes or the kind."""
     if module is None:

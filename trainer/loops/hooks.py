@@ -67,13 +67,6 @@ class CallbackBase:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what `state_dict` returned."""
 
-    def monitored_metrics(self, trainer: Any) -> dict[str, str]:
-        """The metrics this callback must find logged, each with the point where it first reads
-        them: "validation_end" or "train_epoch_end". `fit` checks every callback's (with each
-        LR scheduler's `monitor`) together once the run's metric names are known, and reports
-        every missing one at once (trainer/loops/monitors.py). Default: none."""
-        return {}
-
 
 def checkpoint_callbacks_last(callbacks: Sequence[CallbackBase]) -> list[CallbackBase]:
     """`callbacks` with the ones that save checkpoints moved to the end, each group in its

@@ -75,7 +75,7 @@ class MonitorCheck:
 def _later_logging(host: LoopHost) -> bool:
     """Whether code that is not a monitor runs at the training epoch's end (it may log there)."""
     dispatch = host._dispatch
-    monitoring = {id(cb) for cb in host.callbacks if cb.monitored_metrics(host)}
+    monitoring = {id(cb) for cb in host.callbacks if _monitored(cb, host)}
     return dispatch.module_defines("on_train_epoch_end") or any(
         id(cb) not in monitoring for cb in dispatch.overriding("on_train_epoch_end"))
 
@@ -84,7 +84,7 @@ def _monitors(host: LoopHost) -> list[tuple[str, str, str]]:
     """(who, name, when) for every strict monitor of this fit."""
     found = []
     for callback in host.callbacks:
-        for name, when in callback.monitored_metrics(host).items():
+        for name, when in _monitored(callback, host).items():
             found.append((f"{type(callback).__name__}(monitor={name!r})", name, when))
     for config in host._opt.schedulers if host._opt is not None else []:
         if config.monitor is not None and config.strict:
@@ -121,3 +121,9 @@ def _error(host: LoopHost, known: set[str], later: bool, due: set[str] | None, w
     error.all_monitors = True  # type: ignore[attr-defined]
     error.names = [name for _, name in missing]  # type: ignore[attr-defined]
     return error
+
+
+def _monitored(callback: Any, host: LoopHost) -> dict[str, str]:
+    """A callback's `monitored_metrics(trainer)` (trainer.Callback's; none for other objects)."""
+    declared = getattr(callback, "monitored_metrics", None)
+    return declared(host) if callable(declared) else {}
