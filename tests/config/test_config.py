@@ -299,10 +299,13 @@ def test_a_class_path_from_the_users_folder_is_named_once_from_rank_zero_and_nev
     assert target is None and "Did you mean 'Thing'?" in problems[0].message
     assert "imported from" not in caplog.text
 
+    from trainer.utilities import rank_zero_only
     monkeypatch.setenv("RANK", "1")  # another process of the same torchrun job reads the same config
+    monkeypatch.setattr(rank_zero_only, "rank", 1)  # as set at import in that process (Lightning's rule)
     assert classpath.import_target("userfile_rank1.Thing", "model")[0] is not None
     assert "imported from" not in caplog.text
     monkeypatch.delenv("RANK")
+    monkeypatch.setattr(rank_zero_only, "rank", 0)
 
     for _ in range(2):
         assert classpath.import_target("userfile_good.Thing", "model")[0] is not None

@@ -339,7 +339,7 @@ class TrainerProperties:
         return [math.inf if limit is None else limit]
 
     def _loop_is_idle(self) -> bool:
-        return self.state.clock_start is None
+        return not getattr(self._loop, "running", False)
 
     @property
     def num_sanity_val_batches(self) -> list[int | float]:

@@ -69,6 +69,7 @@ class FitLoop:
         wants = trainer._dispatch.wants
         self.want_batch_start = wants("on_train_batch_start")
         self.want_batch_end = wants("on_train_batch_end")
+        self.running = False  # inside run(): what trainer.num_val_batches reads
         self.val_loader = val_loader if args.limit_val_batches != 0 else None
         self.max_time = parse_max_time(args.max_time)
         self.epoch_batches: int | None = None
@@ -112,6 +113,7 @@ class FitLoop:
 
     def run(self, train_loader: Any) -> None:
         trainer = self.trainer
+        self.running = True  # the sanity check included (the clock starts after it)
         try:
             self._run(train_loader)
         except MonitorError as error:  # one monitor's own check: reported with every other one missing by now
@@ -121,6 +123,7 @@ class FitLoop:
             raise combined from None
         finally:
             trainer.state.stop_clock()
+            self.running = False
 
     def _measure(self, train_loader: Any) -> None:
         """Batches per epoch, the validation schedule and the validation limit of these loaders."""
