@@ -15,31 +15,13 @@ from __future__ import annotations
 import csv
 import io
 from pathlib import Path
-from typing import Any
 
 import pytest
-import torch
 
-from tests.helpers.lightning_projects3 import load_project
+from tests.helpers.lightning_projects3 import both, lightnings_values
+from tests.helpers.reference import assert_same_weights
 
 pytest.importorskip("lightning")
-
-
-def both(name: str, root: Path, **options: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-    return (load_project(name, "ours").main(root / "ours", **options),
-            load_project(name, "lightning").main(root / "lightning", **options))
-
-
-def assert_same_weights(ours: torch.nn.Module, theirs: torch.nn.Module) -> None:
-    mine, other = ours.state_dict(), theirs.state_dict()
-    assert list(mine) == list(other)
-    assert not [k for k in mine if not torch.equal(mine[k], other[k])]
-
-
-def lightnings_keys(ours: dict[str, float], theirs: dict[str, float]) -> None:
-    """Every value Lightning reports is ours exactly (ours adds its own `train/...` scalars)."""
-    assert theirs
-    assert {k: ours.get(k) for k in theirs} == theirs
 
 
 def columns(text: str, skip: tuple[str, ...] = ("step", "epoch")) -> dict[str, list[str]]:
@@ -56,7 +38,7 @@ def test_parent_and_child_hyperparameters(tmp_path: Path) -> None:
     assert ours["hparams"]["scale"] == 0.25 and ours["hparams"]["depth"] == 3  # the grandchild's own and its default
     assert "log_name" not in ours["hparams"] and "verbose" not in ours["hparams"]  # the child's ignore=
     assert ours["best"] == theirs["best"] and ours["files"] == theirs["files"]
-    lightnings_keys(ours["val"], theirs["val"])
+    lightnings_values(ours["val"], theirs["val"])
     assert ours["test"] == theirs["test"]
 
 
@@ -68,8 +50,8 @@ def test_a_users_train_loss_is_monitored(on_step: bool, tmp_path: Path) -> None:
     assert 0 < theirs["stopped_epoch"] == ours["stopped_epoch"]  # EarlyStopping on the epoch mean stopped both
     for key in ("seen", "best", "best_score", "best_k", "files", "objective", "test"):
         assert ours[key] == theirs[key], key
-    lightnings_keys(ours["val"], theirs["val"])
-    lightnings_keys(ours["kept"], theirs["kept"])  # callback_metrics held since fit: fit's values after test
+    lightnings_values(ours["val"], theirs["val"])
+    lightnings_values(ours["kept"], theirs["kept"])  # callback_metrics held since fit: fit's values after test
     assert "test/loss" not in ours["kept"]
     mine, other = columns(ours["csv"]), columns(theirs["csv"])
     # every column Lightning writes, with its values in order; a per-step column may have one more

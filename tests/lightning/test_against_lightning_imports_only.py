@@ -23,26 +23,10 @@ from typing import Any
 import pytest
 import torch
 
-from tests.helpers.lightning_projects3 import load_project
+from tests.helpers.lightning_projects3 import both, lightnings_values, load_project
+from tests.helpers.reference import assert_same_weights
 
 pytest.importorskip("lightning")
-
-
-def both(name: str, root: Path, **options: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-    return (load_project(name, "ours").main(root / "ours", **options),
-            load_project(name, "lightning").main(root / "lightning", **options))
-
-
-def assert_same_weights(ours: torch.nn.Module, theirs: torch.nn.Module) -> None:
-    mine, other = ours.state_dict(), theirs.state_dict()
-    assert list(mine) == list(other)
-    assert not [k for k in mine if not torch.equal(mine[k], other[k])]
-
-
-def lightnings_values(ours: dict[str, float], theirs: dict[str, float]) -> None:
-    """Every value Lightning reports is ours exactly (ours adds its own `train/...` scalars)."""
-    assert theirs
-    assert {k: ours.get(k) for k in theirs} == theirs
 
 
 @pytest.mark.parametrize("options", [{}, {"stream": True, "limit": 5}], ids=["map", "stream"])
