@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.config.test_cli import EXPERIMENT as CLI_EXPERIMENT
 from tests.helpers.checkpoints import shuffled
 from tests.helpers.reference import make_data, make_model
 from trainer import Trainer
@@ -26,20 +27,7 @@ from trainer.checkpoint import CheckpointError
 from trainer.checkpoint.format import save_atomic
 
 TESTS = Path(__file__).parents[1]
-EXPERIMENT = """\
-seed: 3
-model:
-  class_path: mypkg.models.TinyClassifier
-  init_args: {hidden: 6, lr: 1e-1}
-data:
-  class_path: mypkg.data.RandomData
-  init_args: {batch_size: 8}
-trainer:
-  max_epochs: 1
-  log_every_n_steps: 2
-  enable_progress_bar: false
-  device: cpu
-"""
+EXPERIMENT = CLI_EXPERIMENT + "  device: cpu\n"  # the CLI tests' experiment, on the CPU
 LAUNCH = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
 
 
