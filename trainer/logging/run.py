@@ -355,7 +355,8 @@ class RunIO:
     def _log_once_at(self, step: int, values: dict[str, float]) -> None:
         """Epoch-level values at the step a run resumed at (a validation the checkpoint was cut
         before, run again): a tracker that already holds one of them (the run it continues got
-        past that point before it stopped) is not given it twice. CSV rewrites its row in place."""
+        past that point before it stopped) is not given it twice. Each tracker that can
+        say what it holds (`written_at`: TensorBoard, MLflow, CSV) is asked."""
         for logger in self.loggers:
             held = getattr(logger, "written_at", None)
             known = held(step, [k for k in values if k != "epoch"]) if callable(held) else set()
