@@ -8,9 +8,9 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from trainer.logging.metrics import MetricStore, to_floats
+from trainer.logging.metrics import MetricStore
 from trainer.checkpoint.parts import trainer_parts
-from trainer.loops.optimizers import OptimizerSetup, optimizers_or_none, parse_optimizers
+from trainer.loops.optimizers import optimizers_or_none, parse_optimizers
 from trainer.loops.state import LoopState
 from trainer.logging.run import RunIO
 from trainer.loops.signals import SignalGuard
@@ -27,6 +27,7 @@ from trainer.loops.evaluation import EvalLoop
 from trainer.loops.fit import FitLoop
 from trainer.loops.manual import ManualOptimization, check_manual_arguments
 from trainer.loops.resume import check_resume
+from trainer.loops.context import RunContext
 from trainer.loops.hooks import CallbackBase, Dispatcher, checkpoint_callbacks_last, with_module_callbacks
 from trainer.strategies import Strategy, resolve_strategy
 from trainer.strategies.launch import launch_processes
@@ -135,38 +136,27 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
         launch_processes(self.args.devices, self.args.strategy, self.args.device)  # devices=N outside torchrun: this process is rank 0
         if self.args.seed is not None:  # the model a script builds next is seeded too; a run's start seeds again
             seed_everything(self.args.seed)
-        self.strategy: Strategy = resolve_strategy(self.args.strategy, self.args.device)
-        self._precision = resolve_precision(self.args.precision, self.strategy.device)  # "16-mixed": by device
+        strategy = resolve_strategy(self.args.strategy, self.args.device)
+        precision = resolve_precision(self.args.precision, strategy.device)  # "16-mixed": by device
         self._requeue = Requeue(self.args.requeue, self.args.requeue_signal)  # SLURM: the warning signal, requeueing
-        self.strategy.setup_precision(self._precision)  # AMP's scaler exists from the start
-        self.state = LoopState()
+        strategy.setup_precision(precision)  # AMP's scaler exists from the start
         self.callbacks: list[CallbackBase] = checkpoint_callbacks_last(list(self.args.callbacks or []))
-        self._metrics = MetricStore()
-        self._io = RunIO(self)
-        self._data_order = DataOrder()  # the order of the epoch's batches, for exact resume (loops/data.py)
-        self._module: Module | None = None
-        self._opt: OptimizerSetup | None = None
-        self._dispatch = Dispatcher(None, self.callbacks)
-        self._signals: SignalGuard | None = None
-        self._train_loader: Any = None
+        simple = SimpleProfiler() if self.args.profiler == "simple" else None
+        self._run = run = RunContext(self, self.args, strategy, precision, MetricStore(), DataOrder(),
+                              Dispatcher(None, self.callbacks), simple)
+        run.output = RunIO(run)
+        run.set_loader_source(self._reload_loaders)
+        run.manual_class = ManualOptimization
         self.experiment_config: dict[str, Any] | None = None  # a YAML run's resolved config (trainer.config)
-        self._stop_request = False  # this rank's own request; see request_stop
-        self._preempted = False  # SIGTERM: the stop does not wait for min_epochs/min_steps
-        self._in_train_batches = False  # where `self.log` defaults to per-step values
-        self._sanity_checking = False
-        self._at_run_start: list[Callable[[], None]] = []  # what the YAML layer runs once a run starts
-        self._manual: ManualOptimization | None = None
         self._loop: FitLoop | None = None
+        self._eval = EvalLoop(run)
         # while fit sets up (configure_optimizers): its train loader, prepared on first request
         self._fit_loaders: Callable[[], tuple[Any, Any]] | None = None
-        self._datamodule: Any = None
         self._loader_source: Callable[[], tuple[Any, Any]] | None = None  # reload_dataloaders_every_n_epochs
         self._warned_no_validation_step = False
         self._steps_at_fit_start = 0  # an error keeps last.ckpt only when this fit took steps
         self._handling_error = False
-        self._module_callbacks = True  # False: the learning-rate sweep runs without the module's configure_callbacks()
-        self._timer = SimpleProfiler() if self.args.profiler == "simple" else None
-        self._state_parts = trainer_parts(self)  # what a checkpoint holds, each part registered once
+        run.state_parts = trainer_parts(run)  # what a checkpoint holds, each part registered once
 
     @property
     def default_root_dir(self) -> Path:
@@ -176,12 +166,12 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
     @property
     def lightning_module(self) -> Module | None:
         """The module being (or last) run (Lightning's name)."""
-        return self._module
+        return self._run.module
 
     @property
     def profiler(self) -> SimpleProfiler | None:
         """`profiler="simple"`: its report so far is `trainer.profiler.summary()` (Lightning's); else None."""
-        return self._timer
+        return self._run.simple_profiler
 
     def request_stop(self) -> None:
         """Ask the loop to stop after the current optimizer step (used by EarlyStopping).
@@ -189,24 +179,13 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
         Under DDP a request made on some ranks takes effect on all of them together at the
         next logging step (`log_every_n_steps`) or epoch end: see docs/distributed.md.
         """
-        self._stop_request = True
-        if self.strategy.world_size == 1:
-            self.state.stop_requested = True
+        self._run.request_stop()
 
     def _preempt(self) -> None:
         """SIGTERM: stop at the next step boundary even before min_epochs/min_steps (a
         cluster's grace period is short; the checkpoint written then resumes exactly)."""
-        self._preempted = True
-        self.request_stop()
-
-    def _agree_stop(self) -> None:
-        """At a point every rank passes together: stop everywhere when some rank asked to."""
-        if self.strategy.world_size > 1:
-            level = 2 if self._preempted else int(self._stop_request)
-            agreed = -self.strategy.fewest(-level)  # the largest over ranks, in one collective
-            if agreed:
-                self.state.stop_requested = True
-            self._preempted = agreed == 2
+        self._run.preempted = True
+        self._run.request_stop()
 
     # ------------------------------------------------------------------------- fit
     def fit(
@@ -259,9 +238,9 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
     def _fit(self, model: Module, train_loader: Any, val_loader: Any, ckpt_path: Any, datamodule: Any) -> None:
         check_module(model)
         train_loader, val_loader = self._loaders("fit", model, datamodule, train_loader, val_loader)
-        from_datamodule = self._datamodule is not None  # its loaders come once its state is restored
-        if from_datamodule and not callable(getattr(self._datamodule, "train_dataloader", None)):
-            raise ValueError(f"fit() expected the datamodule {type(self._datamodule).__name__} to define "
+        from_datamodule = self._run.datamodule is not None  # its loaders come once its state is restored
+        if from_datamodule and not callable(getattr(self._run.datamodule, "train_dataloader", None)):
+            raise ValueError(f"fit() expected the datamodule {type(self._run.datamodule).__name__} to define "
                              "train_dataloader(). Received: a datamodule without it.")
         if train_loader is None and not from_datamodule and not module_defines(model, "train_dataloader"):
             raise ValueError("fit() expected train_loader (Lightning: train_dataloaders=), datamodule=, or a "
@@ -269,7 +248,7 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
         if train_loader is not None:
             check_loader(train_loader, "train_loader")
         check_manual_arguments(model, self.args)
-        checkpoint = self._io.read_checkpoint(ckpt_path, module=model) if ckpt_path is not None else None
+        checkpoint = self._run.output.read_checkpoint(ckpt_path, module=model) if ckpt_path is not None else None
         if checkpoint is not None:
             self._ckpt_path = checkpoint.get("_path")
         if self.args.seed is not None and self._starts_run(model):  # a continued run keeps its random streams
@@ -293,61 +272,57 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
             raise
         try:
             if checkpoint is not None:
-                self._io.restore(checkpoint)
-            self.state.stop_requested = self._stop_request = self._preempted = False
-            self._train_loader, val_loader = train_loader, val_loader = fit_loaders()
+                self._run.output.restore(checkpoint)
+            self.state.stop_requested = self._run.stop_request = self._run.preempted = False
+            self._run.train_loader, val_loader = train_loader, val_loader = fit_loaders()
             self._fit_loaders = None
             if checkpoint is not None:
-                check_resume(self, checkpoint, train_loader)
+                check_resume(self._run, checkpoint, train_loader)
             checkpoint = None  # let go: RunIO keeps it only until the resumed epoch's start hooks ran
             val_loader = self._checked_val(model, val_loader)
             if val_loader is not None:
                 val_loader = self._prepare_loader(val_loader, train=False)
             self._fit_with_signals(train_loader, val_loader)
-            if self._timer is not None and self.strategy.is_global_zero:  # profiler="simple"
-                log.info("%s", self._timer.summary())
+            if self._run.simple_profiler is not None and self.strategy.is_global_zero:  # profiler="simple"
+                log.info("%s", self._run.simple_profiler.summary())
         finally:
             self._fit_loaders = None
-            self._io.forget_resume()
-            self._metrics.renew_view()
-            self._call("teardown", "fit")
-            if self._datamodule is not None and callable(getattr(self._datamodule, "teardown", None)):
-                self._datamodule.teardown("fit")
+            self._run.output.forget_resume()
+            self._run.metrics.renew_view()
+            self._run.call("teardown", "fit")
+            if self._run.datamodule is not None and callable(getattr(self._run.datamodule, "teardown", None)):
+                self._run.datamodule.teardown("fit")
 
     def _fit_with_signals(self, train_loader: Any, val_loader: Any) -> None:
         with SignalGuard(self._preempt, self._requeue.signals) as signals:
-            self._signals = signals
+            self._run.signals = signals
             self._steps_at_fit_start = self.global_step
             try:
-                self._metrics.clear_latest()  # a new, empty callback_metrics dict, as Lightning's
-                self._io.forget_shown()
-                self._call("on_fit_start")
-                self._io.start_run(self._module)
-                self._loop = FitLoop(self, val_loader)
+                self._run.metrics.clear_latest()  # a new, empty callback_metrics dict, as Lightning's
+                self._run.output.forget_shown()
+                self._run.call("on_fit_start")
+                self._run.output.start_run(self._run.module)
+                self._loop = FitLoop(self._run, self._eval, val_loader)
                 self._loop.run(train_loader)
-                self._call("on_fit_end")
-                self._io.finish_writes()  # async_checkpointing: the last write is complete (or raises)
+                self._run.call("on_fit_end")
+                self._run.output.finish_writes()  # async_checkpointing: the last write is complete (or raises)
             except BaseException as error:
                 with signals.deferred():  # a second Ctrl-C can't cut the cleanup short
                     self._on_fit_error(error)
                     self.strategy.teardown(failed=True)
                 raise
             finally:
-                self._signals = None
+                self._run.signals = None
                 with signals.deferred():
-                    self._io.end_run()
+                    self._run.output.end_run()
         self.strategy.teardown()
         if signals.terminated:
             log.warning("Stopped on %s after optimizer step %d; resume with ckpt_path='last'.", signals.received, self.global_step)
         self._requeue.after_fit(  # SLURM: every rank agrees, rank 0 requeues the job once last.ckpt is complete
-            self.strategy, stopped_by_signal=self._preempted or signals.terminated,
+            self.strategy, stopped_by_signal=self._run.preempted or signals.terminated,
             unfinished=self._loop is not None and not self._loop.finished(),
-            checkpoint=self._io.last_path if self.args.enable_checkpointing else None,
+            checkpoint=self._run.output.last_path if self.args.enable_checkpointing else None,
         )
-
-    def _bookkeeping(self) -> contextlib.AbstractContextManager[Any]:
-        """Opening/closing bars and writing epoch-end files: not cut by an interrupt."""
-        return self._signals.deferred() if self._signals is not None else contextlib.nullcontext()
 
     def uninterruptible(self) -> contextlib.AbstractContextManager[Any]:
         """A block Ctrl-C does not cut: a SIGINT arriving inside it raises `KeyboardInterrupt`
@@ -361,18 +336,18 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
             >>> with Trainer(logger=False, enable_checkpointing=False).uninterruptible():
             ...     pass
         """
-        return self._bookkeeping()
+        return self._run.uninterruptible()
 
     def _setup(self, model: Module, stage: str) -> None:
         new_run = self._starts_run(model)
         if new_run:  # a new model (or one only evaluated so far): new optimizer, counters restart
-            self._module = model
-            self.state = LoopState()
-        model._attach(self)
-        if self._module_callbacks:
+            self._run.module = model
+            self._run.state = LoopState()
+        model._attach(self, self._run)
+        if self._run.module_callbacks:
             self.callbacks = with_module_callbacks(self.callbacks, model)
-        self._dispatch = Dispatcher(model, self.callbacks, self._timer)
-        self._call("setup", stage)  # before the model is moved or wrapped: layers made here count
+        self._run.hooks = Dispatcher(model, self.callbacks, self._run.simple_profiler)
+        self._run.call("setup", stage)  # before the model is moved or wrapped: layers made here count
         if type(model).configure_model is not Module.configure_model:
             model.configure_model()  # Lightning's: after setup, before configure_optimizers (each stage)
         if self.args.sync_batchnorm:
@@ -384,15 +359,15 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
             # In place (what nn.Module.compile does): state-dict keys stay as they are, so checkpoints
             # move freely between compiled and eager runs; DDP then wraps the compiled module.
             probe = compile_module(model, self.args.compile if isinstance(self.args.compile, dict) else {})
-        self._train_step = self.strategy.setup_module(model)  # teardown released the last one
+        self._run.train_step = self.strategy.setup_module(model)  # teardown released the last one
         if probe is not None and not probe.checked:  # compile=True that compiled nothing that runs: said once
-            self._train_step = FirstStepCheck(self._train_step, probe)
+            self._run.train_step = FirstStepCheck(self._run.train_step, probe)
         if new_run:
-            self._precision.setup(self.strategy.device)
-            self._opt = parse_optimizers(optimizers_or_none(model), manual=not model.automatic_optimization)
-            closure_steps = [type(o).__name__ for o in self._opt.optimizers if needs_closure(o)]
+            self._run.precision.setup(self.strategy.device)
+            self._run.optimizers = parse_optimizers(optimizers_or_none(model), manual=not model.automatic_optimization)
+            closure_steps = [type(o).__name__ for o in self._run.optimizers.optimizers if needs_closure(o)]
             if model.automatic_optimization and closure_steps:
-                self._opt = None
+                self._run.optimizers = None
                 raise ValueError(
                     f"configure_optimizers() of {type(model).__name__} returned {closure_steps[0]}, which evaluates the "
                     "loss itself through a closure; the automatic loop here runs each batch's forward and backward "
@@ -401,9 +376,9 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
                     "calls opt.zero_grad(), computes the loss, calls self.manual_backward(loss) and returns it "
                     "(docs/manual_optimization.md)."
                 )
-            if model.automatic_optimization and len(self._opt.optimizers) > 1:
-                count = len(self._opt.optimizers)
-                self._opt = None
+            if model.automatic_optimization and len(self._run.optimizers.optimizers) > 1:
+                count = len(self._run.optimizers.optimizers)
+                self._run.optimizers = None
                 raise ValueError(
                     f"configure_optimizers() of {type(model).__name__} returned {count} optimizers, but "
                     "automatic optimization steps exactly one. Expected one optimizer, or set "
@@ -411,35 +386,35 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
                     "training_step (self.optimizers(), self.manual_backward(loss), opt.step()); see "
                     "docs/manual_optimization.md."
                 )
-        self._manual = None if model.automatic_optimization else ManualOptimization(self)
-        self._eval = EvalLoop(self)
+        self._run.manual = None if model.automatic_optimization else ManualOptimization(self._run)
+        self._eval = EvalLoop(self._run)
 
     def _starts_run(self, model: Module) -> bool:
-        return model is not self._module or self._opt is None
+        return model is not self._run.module or self._run.optimizers is None
 
     def _on_fit_error(self, error: BaseException) -> None:
         self._interrupted = True
-        if self._opt is not None:
-            for optimizer in self._opt.optimizers:
+        if self._run.optimizers is not None:
+            for optimizer in self._run.optimizers.optimizers:
                 optimizer.zero_grad(set_to_none=True)  # drop a half-accumulated window
         self._handling_error = True  # a save from on_exception is the last completed step (marked not clean)
         try:
-            self._call("on_exception", error)
-            if callable(getattr(self._datamodule, "on_exception", None)):
-                self._datamodule.on_exception(error)
+            self._run.call("on_exception", error)
+            if callable(getattr(self._run.datamodule, "on_exception", None)):
+                self._run.datamodule.on_exception(error)
         finally:
             self._handling_error = False
         if isinstance(error, KeyboardInterrupt) and self.strategy.world_size > 1:
             log.warning("Interrupted under DDP: ranks stopped at different points, so no checkpoint is "
                         "written (send SIGTERM to stop at a step boundary with one). Resume from last.ckpt.")
         elif isinstance(error, KeyboardInterrupt):
-            self._io.save_last()
+            self._run.output.save_last()
             how = ("`trainer fit CONFIG --ckpt_path last`" if self.experiment_config  # a YAML run (the CLI)
-                   else f"trainer.fit(model, loader, ckpt_path={str(self._io.last_path) if self._io.saves else None!r})")
+                   else f"trainer.fit(model, loader, ckpt_path={str(self._run.output.last_path) if self._run.output.saves else None!r})")
             log.warning("Interrupted after optimizer step %d. Resume with %s.", self.global_step, how)
         elif isinstance(error, Exception) and self.strategy.world_size == 1 and self.global_step > self._steps_at_fit_start:
             try:  # keep this fit's finished steps (with none, an older last.ckpt stays); never hide the error
-                self._io.save_last()
+                self._run.output.save_last()
             except Exception as save_error:  # noqa: BLE001
                 log.warning("last.ckpt could not be written after the error: %s", save_error)
 
@@ -459,51 +434,9 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
                              f"Received: path={path!r}, filepath={filepath!r}.")
         target = path if path is not None else filepath
         assert target is not None
-        return self._io.save(target, weights_only=weights_only, allow_partial=self._handling_error)
+        return self._run.output.save(target, weights_only=weights_only, allow_partial=self._handling_error)
 
     def remove_checkpoint(self, path: str | Path) -> None:
         """Delete a checkpoint file or folder (rank 0), only once the write in flight is
         complete (`async_checkpointing`): what replaces it is on disk first."""
-        self._io.remove_checkpoint(path)
-
-    # ------------------------------------------------------------------ internals
-    def _call(self, hook: str, *args: Any) -> None:
-        self._dispatch.call(hook, self, self._module, *args)
-
-    def _read_metric(self, name: str) -> float | None:
-        """One logged metric as a float (a host read, made only when a scheduler monitors it)."""
-        value = self._metrics.latest.get(name)
-        return None if value is None else to_floats({name: value})[name]
-
-    # What Module.optimizers()/manual_backward()/... call (the Module never imports us).
-    def _opt_setup(self) -> OptimizerSetup:
-        if self._opt is None:
-            raise RuntimeError(
-                "The optimizers exist once fit has started: expected self.optimizers() / "
-                "self.lr_schedulers() to be called from training hooks, not from __init__ or evaluation."
-            )
-        return self._opt
-
-    def _manual_optimization(self) -> ManualOptimization:
-        self._opt_setup()
-        if self._manual is None:
-            self._manual = ManualOptimization(self)
-        return self._manual
-
-    def _log_metric(self, name: str, value: Any, *, on_step: bool | None, on_epoch: bool | None, prog_bar: bool,
-                    reduce: str, batch_size: int | None, logger: bool = True) -> None:
-        # Defaults: per step inside the training batch loop, per epoch everywhere else
-        # (validation/test steps, epoch-end hooks), including a validation that runs inside
-        # the training batch loop (val_check_interval): it reduces like the epoch-end one.
-        per_step = self._in_train_batches and not self._metrics.evaluating
-        if not logger:
-            self._metrics.hidden.add(name)
-        self._metrics.log(
-            name,
-            value,
-            on_step=per_step if on_step is None else on_step,
-            on_epoch=(not per_step) if on_epoch is None else on_epoch,
-            prog_bar=prog_bar,
-            reduce=reduce,
-            batch_size=batch_size,
-        )
+        self._run.output.remove_checkpoint(path)

@@ -167,7 +167,8 @@ class _Sweep(_Hooks):
             return  # inside an accumulation window
         self._recorded = step
         self.lrs.append(self.schedule[step - 1])
-        loss = trainer._io.train_loss if trainer._io.train_loss is not None else math.nan
+        loss = trainer._run.output.train_loss
+        loss = loss if loss is not None else math.nan
         if not math.isfinite(loss):
             self.losses.append(math.nan)
             trainer.should_stop = True  # diverged: nothing after this says more
@@ -206,7 +207,7 @@ def lr_find(trainer: Trainer, model: Any, train_dataloaders: Any = None, *, data
     with tempfile.TemporaryDirectory(prefix="lr_find-") as scratch:
         try:
             finder = type(trainer)(**_sweep_arguments(trainer, num_training, sweep, scratch))
-            finder._module_callbacks = False  # the module's configure_callbacks() are the user's run's, not the sweep's
+            finder._run.module_callbacks = False  # the module's configure_callbacks() are the user's run's, not the sweep's
             finder.fit(model, train_dataloaders, datamodule=datamodule)
         finally:
             sweep.workers.restore()

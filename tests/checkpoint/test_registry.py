@@ -64,8 +64,8 @@ def test_every_entry_of_a_trainer_checkpoint_comes_from_a_registered_part(tmp_pa
     run.fit(make_model(), shuffled(make_data()))
     saved = torch.load(run.save_checkpoint(tmp_path / "a.ckpt"), weights_only=True)
     keys = set(saved) - _NOT_PARTS
-    assert keys == {part.key for part in run._state_parts}
-    assert [p.key for p in run._state_parts][-1] == "rng"  # restored last: nothing draws after it
+    assert keys == {part.key for part in run._run.state_parts}
+    assert [p.key for p in run._run.state_parts][-1] == "rng"  # restored last: nothing draws after it
 
 
 class Counter:
@@ -84,13 +84,13 @@ class Counter:
 def test_a_new_part_is_saved_and_restored_by_one_register_call(tmp_path):
     counter = Counter()
     run = trainer(tmp_path, max_epochs=1)
-    run._state_parts.register("counter", counter.state_dict, counter.load_state_dict, optional=True)
+    run._run.state_parts.register("counter", counter.state_dict, counter.load_state_dict, optional=True)
     counter.seen = 41
     run.fit(make_model(), shuffled(make_data()))
     path = run.save_checkpoint(tmp_path / "a.ckpt")
     assert torch.load(path, weights_only=True)["counter"] == {"seen": 41}
 
     again, resumed = Counter(), trainer(tmp_path, max_epochs=2)
-    resumed._state_parts.register("counter", again.state_dict, again.load_state_dict, optional=True)
+    resumed._run.state_parts.register("counter", again.state_dict, again.load_state_dict, optional=True)
     resumed.fit(make_model(), shuffled(make_data()), ckpt_path=path)
     assert again.seen == 41 and resumed.current_epoch == 2

@@ -251,7 +251,7 @@ def test_overfit_batches_unshuffled_train_and_val(tmp_path: Path) -> None:
     assert trainer.num_training_batches == 2
     assert all(torch.equal(b, data[i % 2 * 2: i % 2 * 2 + 2]) for i, b in enumerate(seen["train"])) and len(seen["train"]) == 4
     assert len(seen["val"]) == 4 and torch.equal(seen["val"][0], data[:2] + 100)  # the val loader's first 2, in order
-    assert isinstance(trainer._train_loader.sampler, SequentialSampler)
+    assert isinstance(trainer._run.train_loader.sampler, SequentialSampler)
     fraction = Trainer(overfit_batches=0.25, max_epochs=1, root_dir=tmp_path, num_sanity_val_steps=0, **QUIET)
     fraction.fit(Boring(n=16))  # 8 batches, a quarter of them
     assert fraction.num_training_batches == 2 and isinstance(Boring().train_dataloader().sampler, SequentialSampler)

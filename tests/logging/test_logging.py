@@ -271,9 +271,9 @@ def test_self_log_reductions_and_weights(tmp_path: Path) -> None:
     assert trainer.callback_metrics["v/step"] == 2.0  # per-step in validation: latest value only
     assert all(type(v) is float for v in trainer.callback_metrics.values())
     with pytest.raises(ValueError, match=r"reduce=.*expected one of 'mean', 'sum', 'max', 'min'. Received: 'median'"):
-        trainer._log_metric("x", 1.0, on_step=True, on_epoch=False, prog_bar=False, reduce="median", batch_size=None)
+        trainer._run.log_metric("x", 1.0, on_step=True, on_epoch=False, prog_bar=False, reduce="median", batch_size=None)
     with pytest.raises(ValueError, match=r"expected a scalar .* Received: a tensor of shape \(2,\)"):
-        trainer._log_metric("x", torch.ones(2), on_step=True, on_epoch=False, prog_bar=False, reduce="mean", batch_size=None)
+        trainer._run.log_metric("x", torch.ones(2), on_step=True, on_epoch=False, prog_bar=False, reduce="mean", batch_size=None)
 
 
 def test_history_has_one_row_per_epoch(tmp_path: Path) -> None:

@@ -106,7 +106,7 @@ def test_bar_numbers_refresh_every_half_second_and_at_logging_steps(tmp_path: Pa
             self.read()
 
     trainer = make_trainer(tmp_path, max_epochs=1, callbacks=[Watch()])
-    trainer._io._live.clock = lambda: now[0]
+    trainer._run.output._live.clock = lambda: now[0]
     trainer.fit(Net(), DataLoader(data(), batch_size=4))
     # The loss and the prog_bar metrics show after the first step (0.2 s), then at most every
     # 0.5 s: steps 4 (0.8 s) and 7 (1.4 s); and at logging steps 5 and 10. Each time both are

@@ -61,7 +61,7 @@ def test_flops_of_an_mlp_match_a_hand_count():
     # gradient and its input gradient, except the first layer's input (the data needs none)
     forward = 2 * (32 * 64 + 64 * 64 + 64 * 10)
     backward = 2 * (32 * 64) + 2 * 2 * (64 * 64) + 2 * 2 * (64 * 10)
-    assert trainer._io.throughput.flops_per_sample == forward + backward == 36608
+    assert trainer._run.output.throughput.flops_per_sample == forward + backward == 36608
     for step, row in logger.rows:
         if "train/flops_per_sec" in row:  # the same interval as samples/s
             assert row["train/flops_per_sec"] / row["train/samples_per_sec"] == pytest.approx(36608, rel=1e-9), step
@@ -80,7 +80,7 @@ def test_counting_flops_leaves_the_weights_exact(precision, tmp_path):
     ours = make_model()
     torch.manual_seed(1)
     trainer = fit(ours, loader(data), Collect(), max_epochs=2, precision=precision, accumulate_grad_batches=2)
-    assert trainer._io.throughput.flops_per_sample == 480  # TinyNet: (2 * 112 forward + 2 * 128 backward) per sample
+    assert trainer._run.output.throughput.flops_per_sample == 480  # TinyNet: (2 * 112 forward + 2 * 128 backward) per sample
     assert_same_weights(reference, ours)
 
 
@@ -118,7 +118,7 @@ def test_counting_flops_runs_every_operation_as_it_is(precision):
         torch.manual_seed(31)
         model = Gated()
         trainer = fit(model, DataLoader(data, batch_size=16), Collect(), precision=precision, performance_metrics=metrics)
-        runs.append((model, trainer._io.throughput.flops_per_sample))
+        runs.append((model, trainer._run.output.throughput.flops_per_sample))
     (counted, per_sample), (uncounted, _) = runs
     assert per_sample is not None and per_sample > 0
     assert_same_weights(uncounted, counted)
@@ -137,9 +137,9 @@ def test_switched_off_and_without_a_logger():
     trainer = fit(make_model(), loader(make_data()), logger, performance_metrics=False)
     written = set().union(*(row for _, row in logger.rows))
     assert not written & {"train/flops_per_sec", "train/mfu", "train/peak_memory_gib"}
-    assert "train/samples_per_sec" in written and trainer._io.throughput.flops_per_sample is None
+    assert "train/samples_per_sec" in written and trainer._run.output.throughput.flops_per_sample is None
     quiet = fit(make_model(), loader(make_data()), False)
-    assert quiet._io.throughput.flops_per_sample is None  # nothing writes it: nothing counted
+    assert quiet._run.output.throughput.flops_per_sample is None  # nothing writes it: nothing counted
 
 
 def test_items_per_second_from_num_items():
@@ -159,7 +159,7 @@ def test_held_item_windows_estimate_their_backward(accumulate, expected):
     # k=2: the first micro-batch's backward waits for the window's end: 3x its forward
     trainer = fit(make_item_model(), DataLoader(make_token_data(12), batch_size=3), Collect(),
                   accumulate_grad_batches=accumulate)
-    assert trainer._io.throughput.flops_per_batch == expected
+    assert trainer._run.output.throughput.flops_per_batch == expected
 
 
 def test_peak_table():

@@ -202,7 +202,7 @@ def test_unused_hooks_are_not_looked_up_on_the_hot_path():
     """Hooks nobody overrides cost nothing: the dispatcher holds no target for them."""
     trainer = Trainer(max_steps=1, **QUIET)
     trainer.fit(TinyNet(), DataLoader(make_data(n=8), batch_size=4))
-    assert not any(trainer._dispatch.wants(hook) for hook in HOOKS)
+    assert not any(trainer._run.hooks.wants(hook) for hook in HOOKS)
     assert math.isfinite(trainer.callback_metrics["train/mse"])
 
 

@@ -1,10 +1,10 @@
-"""What a checkpoint reads and restores of the Trainer, typed: `StateHost` and `ShardHost`.
+"""What a checkpoint reads and restores of a run, typed: `StateHost` and `ShardHost`.
 
 `collect_state`/`restore_state` (state.py) and `save_sharded` (sharded.py) are handed the
-Trainer, which sits above them (it imports them), so they name it through these Protocols:
-exactly the parts they touch, each with the little of its type they use. The loop's own
-objects (the loop state, the data order, the fit loop, manual optimization) appear as small
-Protocols too, since checkpoint/ sits below trainer/loops/ and never imports it.
+run's context (`trainer/loops/context.py`), which sits above them, so they name it through
+these Protocols: exactly the public fields they touch, each with the little of its type they
+use. The loop's own objects (the loop state, the data order, the fit loop, manual
+optimization) appear as small Protocols too, since checkpoint/ never imports trainer/loops/.
 """
 
 from __future__ import annotations
@@ -43,6 +43,8 @@ class Position(Stateful, Protocol):
     def epoch(self) -> int: ...
     @property
     def batches_done(self) -> int: ...
+    @property
+    def global_step(self) -> int: ...
 
 
 class DataPosition(Stateful, Protocol):
@@ -81,18 +83,18 @@ class Optimizers(Protocol):
 
 
 class ShardHost(Protocol):
-    """The Trainer as `save_sharded` sees it."""
+    """The run as `save_sharded` sees it."""
 
     @property
     def strategy(self) -> Strategy: ...
     @property
-    def _module(self) -> Module | None: ...
+    def module(self) -> Module | None: ...
     @property
-    def _opt(self) -> Optimizers | None: ...
+    def optimizers(self) -> Optimizers | None: ...
 
 
 class StateHost(ShardHost, Protocol):
-    """The Trainer as `collect_state`/`restore_state` see it."""
+    """The run as `collect_state`/`restore_state` see it."""
 
     @property
     def args(self) -> TrainerArgs: ...
@@ -103,34 +105,30 @@ class StateHost(ShardHost, Protocol):
     @property
     def callbacks(self) -> Sequence[CallbackState]: ...
     @property
-    def optimizers(self) -> list[torch.optim.Optimizer]: ...
-    @property
-    def global_step(self) -> int: ...
-    @property
     def experiment_config(self) -> dict[str, Any] | None: ...
     @property
-    def _state_parts(self) -> StateRegistry:
+    def state_parts(self) -> StateRegistry:
         """What a checkpoint holds, part by part (`trainer/checkpoint/parts.py`)."""
 
     @property
-    def _loop(self) -> PendingWork | None: ...
+    def fit_loop(self) -> PendingWork | None: ...
     @property
-    def _manual(self) -> ManualCut | None: ...
+    def manual(self) -> ManualCut | None: ...
     @property
-    def _data_order(self) -> DataPosition: ...
+    def data_order(self) -> DataPosition: ...
     @property
-    def _datamodule(self) -> Any: ...
+    def datamodule(self) -> Any: ...
     @property
     def loggers(self) -> list[Any]:
         """The run's loggers (their run identities are saved, and continued on resume)."""
 
-    def _call(self, hook: str, *args: Any) -> None:
+    def call(self, hook: str, *args: Any) -> None:
         """Call a hook on the callbacks and the module (`on_save_checkpoint`, `on_load_checkpoint`)."""
 
 
 def module_of(host: ShardHost) -> Module:
     """The Trainer's module; an AttributeError, as before, when it has none yet."""
-    module = host._module
+    module = host.module
     if module is None:
         raise AttributeError(
             "The Trainer has no module yet, so there is nothing to checkpoint. Expected a call during or "

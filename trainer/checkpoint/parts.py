@@ -39,13 +39,13 @@ __all__ = ["trainer_parts", "callback_keys", "check_classes", "restore_module"]
 log = logging.getLogger("trainer")
 
 
-def trainer_parts(trainer: StateHost) -> StateRegistry:
+def trainer_parts(context: StateHost) -> StateRegistry:
     """The registry of everything a Trainer's checkpoint holds (module table above).
 
-    The Trainer holds the registry, so the parts reach the Trainer and the registry only
-    through weak references: a finished run is freed at once, without the garbage collector.
+    The run's context holds the registry, so the parts reach the context and the registry
+    only through weak references: a finished run is freed at once, without the garbage collector.
     """
-    host = cast(StateHost, weakref.proxy(trainer))
+    host = cast(StateHost, weakref.proxy(context))
     parts = StateRegistry()
     registry = weakref.ref(parts)
 
@@ -65,11 +65,11 @@ def trainer_parts(trainer: StateHost) -> StateRegistry:
                    lambda saved: _load_precision(host, saved, source()))
     parts.register("loop", lambda: host.state.state_dict(), lambda saved: host.state.load_state_dict(saved))
     parts.register("loggers", lambda: _as_text(logger_identities(host.loggers)),
-                   lambda saved: continue_loggers(host.loggers, saved, host.global_step), optional=True)
+                   lambda saved: continue_loggers(host.loggers, saved, host.state.global_step), optional=True)
     parts.register("datamodule", lambda: _datamodule_state(host), lambda saved: _load_datamodule(host, saved),
                    optional=True)
-    parts.register("data", lambda: host._data_order.state_dict(),
-                   lambda saved: host._data_order.load_state_dict(saved or {}), per_rank=True, optional=True)
+    parts.register("data", lambda: host.data_order.state_dict(),
+                   lambda saved: host.data_order.load_state_dict(saved or {}), per_rank=True, optional=True)
     parts.register("rng", lambda: _rng_to_save(host), set_rng_state, per_rank=True, restore_last=True)
     module_class = lambda: f"{type(module_of(host)).__module__}.{type(module_of(host)).__qualname__}"  # noqa: E731
     parts.register("module_class", module_class, None)
@@ -93,7 +93,7 @@ class _Weights:
         return self.host.strategy.module_state(module_of(self.host))
 
     def save_optimizers(self) -> list[dict[str, Any]]:
-        module, opt = module_of(self.host), self.host._opt
+        module, opt = module_of(self.host), self.host.optimizers
         optimizers = opt.optimizers if opt is not None else []
         return [{"class": _class_name(o), "state": self.host.strategy.optimizer_state(module, o)} for o in optimizers]
 
@@ -102,7 +102,7 @@ class _Weights:
         restore_module(module_of(self.host), restoring.checkpoint, restoring.source, self.host.strategy)
 
     def load_optimizers(self, saved: Any) -> None:
-        opt, module = self.host._opt, module_of(self.host)
+        opt, module = self.host.optimizers, module_of(self.host)
         if opt is None:
             return
         entries = list(saved or [])
@@ -163,13 +163,13 @@ def restore_module(module: Any, checkpoint: dict[str, Any], source: str, strateg
 
 
 def _schedulers(host: StateHost) -> list[dict[str, Any]]:
-    opt = host._opt
+    opt = host.optimizers
     return [{"class": _class_name(c.scheduler), "state": c.scheduler.state_dict()} for c in (opt.schedulers if opt else [])]
 
 
 def _load_schedulers(host: StateHost, saved: Any, source: str) -> None:
-    if host._opt is not None:
-        _restore_list(source, "LR scheduler", [c.scheduler for c in host._opt.schedulers], list(saved or []))
+    if host.optimizers is not None:
+        _restore_list(source, "LR scheduler", [c.scheduler for c in host.optimizers.schedulers], list(saved or []))
 
 
 def _load_precision(host: StateHost, saved: dict[str, Any], source: str) -> None:
@@ -212,18 +212,18 @@ def _load_callbacks(host: StateHost, saved: Any, source: str) -> None:
 
 
 def _datamodule_state(host: StateHost) -> Any:
-    datamodule: Any = host._datamodule
+    datamodule: Any = host.datamodule
     return datamodule.state_dict() if callable(getattr(datamodule, "state_dict", None)) else None
 
 
 def _datamodule_hparams(host: StateHost) -> Any:
     """The DataModule's hyperparameters (what `DataModule.load_from_checkpoint` rebuilds it from)."""
-    hparams = getattr(host._datamodule, "hparams", None)
+    hparams = getattr(host.datamodule, "hparams", None)
     return _as_text(dict(hparams)) if isinstance(hparams, dict) and hparams else None
 
 
 def _load_datamodule(host: StateHost, saved: Any) -> None:
-    datamodule: Any = host._datamodule
+    datamodule: Any = host.datamodule
     if saved is not None and callable(getattr(datamodule, "load_state_dict", None)):
         datamodule.load_state_dict(saved)
 
@@ -231,7 +231,7 @@ def _load_datamodule(host: StateHost, saved: Any) -> None:
 def _rng_to_save(host: StateHost) -> dict[str, Any]:
     """The random state a resume must start from: during a validation inside fit, the one it
     began with (the resume runs that validation again); otherwise the current one."""
-    pending = host._loop.rng_for_checkpoint() if host._loop is not None else None
+    pending = host.fit_loop.rng_for_checkpoint() if host.fit_loop is not None else None
     return pending if pending is not None else rng_state()
 
 

@@ -66,7 +66,7 @@ def save_sharded(state: dict[str, Any], target: Path, trainer: ShardHost, *,
     tensors: dict[str, Any] = {"module": state["module"], "optimizers": {}}
     meta = dict(state, module={}, state_dict={}, sharded={"world_size": strategy.world_size})  # tensors: in the shards
     entries = []
-    optimizers = trainer._opt.optimizers if trainer._opt is not None and "optimizers" in state else []
+    optimizers = trainer.optimizers.optimizers if trainer.optimizers is not None and "optimizers" in state else []
     for index, (optimizer, entry) in enumerate(zip(optimizers, state.get("optimizers", []))):
         if optimizer.state:  # by parameter name, so DCP can reshard it onto another world size
             tensors["optimizers"][str(index)] = get_optimizer_state_dict(module, optimizer)

@@ -17,11 +17,11 @@ __all__ = ["callback_keys", "cut_problem", "collect_state", "collect_weights", "
 
 def cut_problem(trainer: StateHost) -> str | None:
     """Why the current state is not a cut at an optimizer-step boundary, or None if it is."""
-    manual = trainer._manual
+    manual = trainer.manual
     inside = manual.cut_problem() if manual is not None else None
     if inside is not None:
         return inside
-    order = trainer._data_order
+    order = trainer.data_order
     if order.fetching:
         return (
             "it was requested while the loader was producing a batch (an interrupt inside "
@@ -31,11 +31,11 @@ def cut_problem(trainer: StateHost) -> str | None:
     # Manual optimization judged its gradients above (left over after the module's own
     # opt.step() they are no window; see ManualOptimization.open_window).
     accumulated = manual is None and any(
-        p.grad is not None for optimizer in trainer.optimizers for group in optimizer.param_groups for p in group["params"]
+        p.grad is not None for optimizer in (trainer.optimizers.optimizers if trainer.optimizers is not None else []) for group in optimizer.param_groups for p in group["params"]
     )
     if not taken and not accumulated:
         return None
-    step = trainer.global_step + 1
+    step = trainer.state.global_step + 1
     if taken:
         detail = f"{taken} micro-batch(es) of optimizer step {step} were already taken from the loader"
     else:
@@ -50,8 +50,8 @@ def collect_state(trainer: StateHost, *, allow_partial: bool = False, target: An
         RuntimeError: the state is inside an accumulation window and `allow_partial` is
             False (a checkpoint must be a cut at an optimizer-step boundary).
     """
-    loop = trainer._loop
-    if loop is not None and trainer._module is not None:
+    loop = trainer.fit_loop
+    if loop is not None and trainer.module is not None:
         loop.reconcile(raise_now=False)  # skipped_steps exact in the file; any error waits for the loop
     problem = cut_problem(trainer)
     if problem is not None and not allow_partial:
@@ -63,11 +63,11 @@ def collect_state(trainer: StateHost, *, allow_partial: bool = False, target: An
         )
     module_of(trainer)  # an error that says so when there is no module yet
     state: dict[str, Any] = {"format": FORMAT, "format_version": FORMAT_VERSION}
-    state.update(trainer._state_parts.collect(gather=trainer.strategy.all_gather_object))
+    state.update(trainer.state_parts.collect(gather=trainer.strategy.all_gather_object))
     state["cut"] = {"clean": problem is None, "reason": problem}
     add_lightning_keys(state, state["loop"])  # also read the Lightning way: the same objects, stored once
     before = dict(state)
-    trainer._call("on_save_checkpoint", state)
+    trainer.call("on_save_checkpoint", state)
     reunite(state, before)
     return plain_state(state, target)
 
@@ -99,7 +99,7 @@ def restore_state(trainer: StateHost, checkpoint: dict[str, Any]) -> None:
     source = _source(checkpoint)
     lightning = adopt_streams(checkpoint, source) if "lightning" in (checkpoint.get("origin") or {}) else None
     module_of(trainer)
-    parts = trainer._state_parts
+    parts = trainer.state_parts
     world_size = trainer.strategy.world_size
     written = parts.per_rank_counts(checkpoint).get("rng", world_size)
     if written != world_size:
@@ -117,10 +117,10 @@ def restore_state(trainer: StateHost, checkpoint: dict[str, Any]) -> None:
         warnings.warn(
             f"{source} was not written at a clean cut "
             f"({cut.get('reason')}). Training continues from the last completed step "
-            f"({trainer.global_step}) and re-reads that window's batches, but the random streams "
+            f"({trainer.state.global_step}) and re-reads that window's batches, but the random streams "
             "are those of the interrupt, so the result is not bit-identical to an uninterrupted run.",
             stacklevel=4,
         )
-    trainer._call("on_load_checkpoint", checkpoint)
+    trainer.call("on_load_checkpoint", checkpoint)
     if lightning is not None:  # what was taken over, and what this process's own streams stand in for
         warnings.warn(lightning, stacklevel=4)

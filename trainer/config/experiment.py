@@ -91,11 +91,12 @@ class Experiment:
             if not self.dry_run:
                 # Written when the run starts (after the checkpoint was read and checked), so a
                 # run that fails before training leaves no folder behind.
-                self.trainer._at_run_start.append(lambda: self._save_config(writes_checkpoints=True))
+                at_run_start = self.trainer._run.at_run_start
+                at_run_start.append(lambda: self._save_config(writes_checkpoints=True))
                 try:
                     self.trainer.fit(self.model, train, val, ckpt_path=ckpt_path)
                 finally:
-                    self.trainer._at_run_start.clear()  # a run that failed before starting leaves none queued
+                    at_run_start.clear()  # a run that failed before starting leaves none queued
                 return
             self.trainer.fit(self.model, train, ckpt_path=self._dry_run_ckpt(ckpt_path))
             if val is not None:  # 2 steps may end before the epoch's validation: run it here
@@ -115,15 +116,16 @@ class Experiment:
 
     def _evaluate(self, stage: Stage, ckpt_path: str | Path | None) -> Any:
         loader = self.loader(LOADER_OF[stage], stage)
+        at_run_start = self.trainer._run.at_run_start
         with self._scratch():
             if not self.dry_run:
-                self.trainer._at_run_start.append(self._save_config)
+                at_run_start.append(self._save_config)
             try:
                 quiet = {} if stage == "predict" else {"verbose": False}  # the command prints its own JSON line
                 return getattr(self.trainer, stage)(self.model, loader, ckpt_path=self._dry_run_ckpt(ckpt_path, evaluating=True),
                                                  **quiet)
             finally:
-                self.trainer._at_run_start.clear()
+                at_run_start.clear()
 
     @contextlib.contextmanager
     def _scratch(self) -> Iterator[None]:

@@ -364,7 +364,7 @@ class CLI:
         if self.save_config.enabled and self.experiment is not None:
             experiment = self.experiment
             experiment.check_config_file()
-            self.trainer._at_run_start.append(lambda: experiment._save_config(writes_checkpoints=fit))
+            self.trainer._run.at_run_start.append(lambda: experiment._save_config(writes_checkpoints=fit))
 
     def _run(self, stage: Stage, ckpt_path: str | None) -> None:
         """The subcommand, as LightningCLI runs it: `trainer.fit(model, datamodule=data, ckpt_path=...)`."""
@@ -373,7 +373,7 @@ class CLI:
         try:
             getattr(self.trainer, stage)(self.model, ckpt_path=ckpt_path, **data)
         finally:
-            self.trainer._at_run_start.clear()
+            self.trainer._run.at_run_start.clear()
 
 
 #: LightningCLI's name (`from trainer.cli import LightningCLI`).

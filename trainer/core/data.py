@@ -17,6 +17,7 @@ from trainer.loops.batches import check_loader, one_loader
 
 if TYPE_CHECKING:
     from trainer._args import TrainerArgs
+    from trainer.loops.context import RunContext
     from trainer.module import Module
     from trainer.strategies import Strategy
 
@@ -43,7 +44,7 @@ class TrainerData:
 
     args: TrainerArgs
     strategy: Strategy
-    _datamodule: Any
+    _run: RunContext
     _loader_source: Callable[[], tuple[Any, Any]] | None
     _warned_no_validation_step: bool
 
@@ -54,7 +55,7 @@ class TrainerData:
 
         if datamodule is None and loaders and is_datamodule(loaders[0]):
             datamodule, loaders = loaders[0], (None,) * len(loaders)
-        self._datamodule = datamodule
+        self._run.datamodule = datamodule
         if isinstance(datamodule, DataModule) or hasattr(datamodule, "trainer"):
             try:
                 datamodule.trainer = self  # Lightning's `self.trainer` inside a LightningDataModule
@@ -88,7 +89,7 @@ class TrainerData:
 
     def _fit_loaders_from_module(self, model: Module, train: Any, val: Any) -> tuple[Any, Any]:
         """After `setup("fit")`: the module's own loaders where none were given (Lightning's data hooks)."""
-        if self._datamodule is not None:
+        if self._run.datamodule is not None:
             if train is None and self._loader_source is not None:
                 return self._loader_source()
             return train, val
@@ -144,7 +145,7 @@ class TrainerData:
         """After `setup(stage)`: the module's own `<stage>_dataloader()` where none was given
         (`call=False`: only check, before any work, that there will be a loader)."""
         method = {"validation": "val_dataloader", "test": "test_dataloader", "predict": "predict_dataloader"}[stage]
-        if loader is None and self._datamodule is None and module_defines(model, method):
+        if loader is None and self._run.datamodule is None and module_defines(model, method):
             if not call:
                 return None
             loader = getattr(model, method)()

@@ -26,11 +26,8 @@ from trainer.loops.schedule import batch_limit
 
 if TYPE_CHECKING:
     from trainer._args import TrainerArgs
-    from trainer.logging.metrics import MetricStore
-    from trainer.logging.profiler import SimpleProfiler
-    from trainer.logging.run import RunIO
     from trainer.loops.hooks import CallbackBase
-    from trainer.loops.optimizers import OptimizerSetup
+    from trainer.loops.context import RunContext
     from trainer.strategies import Strategy
 
 __all__ = ["TrainerEvaluation", "EvalResults", "results_table"]
@@ -78,14 +75,8 @@ class TrainerEvaluation:
     args: TrainerArgs
     strategy: Strategy
     callbacks: list[CallbackBase]
-    _io: RunIO
-    _metrics: MetricStore
-    _module: Module | None
-    _opt: OptimizerSetup | None
-    _dispatch: Dispatcher
+    _run: RunContext
     _eval: EvalLoop
-    _datamodule: Any
-    _timer: SimpleProfiler | None
     _eval_loaders: dict[str, Any] | None
     _eval_batches: dict[str, int | float] | None
     _interrupted: bool
@@ -118,7 +109,7 @@ class TrainerEvaluation:
                   datamodule: Any, verbose: bool, keep: bool = True) -> Any:
         verb = "validate" if stage == "validation" else stage
         if model is None:  # Lightning: the model of the previous fit
-            model = self._module
+            model = self._run.module
             if model is None:
                 raise ValueError(f"{verb}() expected a model: pass trainer.{verb}(model, ...), or call fit first "
                                  f"and {verb}() uses the fitted one. Received: no model.")
@@ -131,7 +122,7 @@ class TrainerEvaluation:
         try:
             (loader,) = self._loaders(verb, model, datamodule, loader if loader is not None else dataloaders)
             self._evaluation_loader(model, stage, loader, call=False)  # no loader at all: an error before any work
-            checkpoint = self._io.read_checkpoint(ckpt_path, weights_only=True, module=model) if ckpt_path is not None else None
+            checkpoint = self._run.output.read_checkpoint(ckpt_path, weights_only=True, module=model) if ckpt_path is not None else None
             if checkpoint is not None:
                 self._ckpt_path = checkpoint.get("_path")
                 if str(ckpt_path) in ("last", "best") and self.strategy.is_global_zero:  # which file the name chose
@@ -143,24 +134,24 @@ class TrainerEvaluation:
             self._running = None
 
     def _run_evaluation(self, stage: str, model: Module, loader: Any, checkpoint: Any, verbose: bool, keep: bool) -> Any:
-        if model is not self._module:  # another model: a later fit starts a fresh run for it
-            self._module, self._opt = model, None
-        model._attach(self)  # type: ignore[arg-type]
+        if model is not self._run.module:  # another model: a later fit starts a fresh run for it
+            self._run.module, self._run.optimizers = model, None
+        model._attach(self, self._run)
         self.callbacks = with_module_callbacks(self.callbacks, model)
-        self._dispatch = Dispatcher(model, self.callbacks, self._timer)
+        self._run.hooks = Dispatcher(model, self.callbacks, self._run.simple_profiler)
         hook_stage = "validate" if stage == "validation" else stage
-        self._metrics.clear_latest()  # a new callback_metrics dict holds this call's values, as Lightning's
-        self._io.forget_shown()
-        self._call("setup", hook_stage)
+        self._run.metrics.clear_latest()  # a new callback_metrics dict holds this call's values, as Lightning's
+        self._run.output.forget_shown()
+        self._run.call("setup", hook_stage)
         try:
             if type(model).configure_model is not Module.configure_model:
                 model.configure_model()  # Lightning's: after setup, in every stage
             loader = self._evaluation_loader(model, stage, loader)
             self.strategy.setup_module(model)
             if checkpoint is not None:
-                self._io.restore_weights(checkpoint)
-            self._eval = EvalLoop(self)  # type: ignore[arg-type]
-            self._io.run_start_actions()
+                self._run.output.restore_weights(checkpoint)
+            self._eval = EvalLoop(self._run)
+            self._run.output.run_start_actions()
             limit_name = f"limit_{'val' if stage == 'validation' else stage}_batches"
             if self.args.use_distributed_sampler:
                 loader = self.strategy.setup_loader(loader, train=False)
@@ -173,10 +164,10 @@ class TrainerEvaluation:
             self.strategy.teardown(failed=True)
             raise
         finally:
-            self._metrics.renew_view()
-            self._call("teardown", hook_stage)
-            if self._datamodule is not None and callable(getattr(self._datamodule, "teardown", None)):
-                self._datamodule.teardown(hook_stage)
+            self._run.metrics.renew_view()
+            self._run.call("teardown", hook_stage)
+            if self._run.datamodule is not None and callable(getattr(self._run.datamodule, "teardown", None)):
+                self._run.datamodule.teardown(hook_stage)
         if stage == "predict":
             return results if keep else None
         results = EvalResults(results)

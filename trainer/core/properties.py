@@ -15,13 +15,11 @@ from trainer.loops.schedule import batch_limit
 
 if TYPE_CHECKING:
     from trainer._args import TrainerArgs
-    from trainer.logging.metrics import MetricStore
-    from trainer.logging.run import RunIO
     from trainer.loops.fit import FitLoop
     from trainer.loops.hooks import CallbackBase
-    from trainer.loops.optimizers import OptimizerSetup
-    from trainer.loops.state import LoopState
+    from trainer.loops.context import RunContext
     from trainer.precision import Precision
+    from trainer.loops.state import LoopState
     from trainer.strategies import Strategy
 
 __all__ = ["TrainerProperties"]
@@ -44,21 +42,11 @@ class _Recorded:
 class TrainerProperties:
     """Mixed into `Trainer`: what user code and callbacks read (never the loop's internals)."""
 
-    state: LoopState
     args: TrainerArgs
-    strategy: Strategy
     callbacks: list[CallbackBase]
-    _precision: Precision
-    _metrics: MetricStore
-    _opt: OptimizerSetup | None
-    _io: RunIO
+    _run: RunContext
     _loop: FitLoop | None
     _fit_loaders: Callable[[], tuple[Any, Any]] | None
-    _sanity_checking: bool
-    _datamodule: Any
-    _module: Any
-    _train_loader: Any
-    _preempted: bool
     _eval: Any
     # What the Trainer records for these properties (class defaults until it sets them):
     # the evaluation loaders and batch counts by stage, whether a run raised, the checkpoint read.
@@ -67,6 +55,20 @@ class TrainerProperties:
     _interrupted: bool = False
     _running: str | None = None  # "fit", "validate", "test", "predict" while that call runs
     _ckpt_path: str | None = None
+
+    @property
+    def state(self) -> LoopState:
+        """Where the loop is: epoch, global step, batches of the epoch (checkpointed as is)."""
+        return self._run.state
+
+    @property
+    def strategy(self) -> Strategy:
+        """Where the run happens and how its processes cooperate."""
+        return self._run.strategy
+
+    @strategy.setter
+    def strategy(self, strategy: Strategy) -> None:
+        self._run.strategy = strategy
 
     @property
     def global_step(self) -> int:
@@ -80,45 +82,45 @@ class TrainerProperties:
     @property
     def precision(self) -> Precision:
         """The precision strategy object (AMP's has `.scaler`)."""
-        return self._precision
+        return self._run.precision
 
     @property
     def callback_metrics(self) -> dict[str, Any]:
         """The latest value of every logged metric, as Python floats (read on access, into one
         dict updated in place, as Lightning's); a value a callback sets in it
         (`trainer.callback_metrics["name"] = value`) is recorded, as in Lightning."""
-        return self._metrics.callback_view()
+        return self._run.metrics.callback_view()
 
     @property
     def optimizer(self) -> torch.optim.Optimizer | None:
         """The first (in automatic optimization, the only) optimizer."""
-        return self._opt.optimizer if self._opt is not None else None
+        return self._run.optimizers.optimizer if self._run.optimizers is not None else None
 
     @property
     def optimizers(self) -> list[torch.optim.Optimizer]:
         """Every optimizer, in the order `configure_optimizers` returned them."""
-        return list(self._opt.optimizers) if self._opt is not None else []
+        return list(self._run.optimizers.optimizers) if self._run.optimizers is not None else []
 
     @property
     def lr_scheduler(self) -> Any:
         """The first LR scheduler, or None."""
-        return self._opt.schedulers[0].scheduler if self._opt is not None and self._opt.schedulers else None
+        return self._run.optimizers.schedulers[0].scheduler if self._run.optimizers is not None and self._run.optimizers.schedulers else None
 
     @property
     def lr_scheduler_configs(self) -> list[Any]:
         """Every scheduler with when it steps (`.scheduler`, `.interval`, `.frequency`, `.monitor`)."""
-        return list(self._opt.schedulers) if self._opt is not None else []
+        return list(self._run.optimizers.schedulers) if self._run.optimizers is not None else []
 
     @property
     def logger(self) -> Any:
         """The run's logger, None without one; with `logger=[...]` the first of them (Lightning's rule)."""
-        loggers = self._io.loggers
+        loggers = self._run.output.loggers
         return loggers[0] if loggers else None
 
     @property
     def loggers(self) -> list[Any]:
         """Every logger of the run (`logger=[...]`); [] without one, and on ranks other than 0."""
-        return self._io.loggers
+        return self._run.output.loggers
 
     @property
     def history(self) -> list[dict[str, float]]:
@@ -126,12 +128,12 @@ class TrainerProperties:
 
         Example: ``pandas.DataFrame(trainer.history).plot(x="epoch", y="val/loss")``.
         """
-        return [dict(row) for row in self._io.history]
+        return [dict(row) for row in self._run.output.history]
 
     @property
     def log_dir(self) -> Path:
         """This run's folder under `root_dir` (created when first needed)."""
-        return self._io.run_dir
+        return self._run.output.run_dir
 
     @property
     def should_stop(self) -> bool:
@@ -146,7 +148,7 @@ class TrainerProperties:
     @property
     def sanity_checking(self) -> bool:
         """True while the sanity validation before training runs (callbacks ignore it)."""
-        return self._sanity_checking
+        return self._run.sanity_checking
 
     @property
     def fast_dev_run(self) -> int:
@@ -168,16 +170,16 @@ class TrainerProperties:
     @property
     def logged_metrics(self) -> dict[str, float]:
         """What was last written to the logger, by name (floats)."""
-        return dict(self._io.logged)
+        return dict(self._run.output.logged)
 
     @property
     def progress_bar_metrics(self) -> dict[str, float]:
         """What the progress bar shows (floats), with the newest value of every `prog_bar=True`
         metric: refreshed at every step, as Lightning's (read on access, like `callback_metrics`)."""
-        current, shown = self._metrics.current(), self._metrics.prog_bar
+        current, shown = self._run.metrics.current(), self._run.metrics.prog_bar
         live = {name: current[name] for name in shown  # a metric written as name_step/name_epoch shows under those
                 if name in current and f"{name}_step" not in shown and f"{name}_epoch" not in shown}
-        return {**self._io.shown, **to_floats(live)}
+        return {**self._run.output.shown, **to_floats(live)}
 
     @property
     def num_training_batches(self) -> int | float:
@@ -248,20 +250,20 @@ class TrainerProperties:
     @property
     def datamodule(self) -> Any:
         """The DataModule given to fit/validate/test/predict, if any."""
-        return self._datamodule
+        return self._run.datamodule
 
     # --------------------------------------------------------------- the run's stage
     @property
     def training(self) -> bool:
         """True while fit runs, outside its validation passes and sanity check."""
         fitting = self._running == "fit" or self.state.clock_start is not None
-        return fitting and self._evaluation_stage() is None and not self._sanity_checking
+        return fitting and self._evaluation_stage() is None and not self._run.sanity_checking
 
     @property
     def validating(self) -> bool:
         """True while a validation pass runs (inside fit too; not the sanity check)."""
         stage = self._evaluation_stage()
-        return (stage == "validation" or (stage is None and self._running == "validate")) and not self._sanity_checking
+        return (stage == "validation" or (stage is None and self._running == "validate")) and not self._run.sanity_checking
 
     @property
     def testing(self) -> bool:
@@ -276,7 +278,7 @@ class TrainerProperties:
     @property
     def evaluating(self) -> bool:
         """True while validating, testing or sanity checking (Lightning's rule)."""
-        return self.validating or self.testing or self._sanity_checking
+        return self.validating or self.testing or self._run.sanity_checking
 
     def _evaluation_stage(self) -> str | None:
         return getattr(getattr(self, "_eval", None), "stage", None)

@@ -46,7 +46,7 @@ class TrainerSettings(TrainerProperties):
         wrapper (its `.module` holds a thin step wrapper around yours), else the module
         itself (FSDP shards it in place). `lightning_module` is always the module."""
         wrapped = getattr(self.strategy, "_ddp", None)
-        return wrapped if wrapped is not None else self._module
+        return wrapped if wrapped is not None else self._run.module
 
     @property
     def accelerator(self) -> str:
@@ -84,12 +84,12 @@ class TrainerSettings(TrainerProperties):
     @property
     def precision_plugin(self) -> Precision:
         """Lightning's name of the precision object (`FP32()`, `AMP()`, `BF16()`): `trainer.precision`."""
-        return self._precision
+        return self._run.precision
 
     @property
     def scaler(self) -> torch.amp.GradScaler | None:
         """AMP's GradScaler (float16 autocast); None under fp32 and bf16."""
-        return getattr(self._precision, "scaler", None)
+        return getattr(self._run.precision, "scaler", None)
 
     def print(self, *args: Any, **kwargs: Any) -> None:
         """`print` on each machine's first process only (Lightning's rule: local rank 0).

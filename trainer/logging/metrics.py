@@ -456,7 +456,7 @@ class SummaryHost(Protocol):
     @property
     def precision(self) -> Precision: ...
     @property
-    def _train_loader(self) -> Any: ...
+    def train_loader(self) -> Any: ...
 
 
 def fit_summary(trainer: SummaryHost, module: torch.nn.Module) -> str:
@@ -466,7 +466,7 @@ def fit_summary(trainer: SummaryHost, module: torch.nn.Module) -> str:
         total += parameter.numel()
         trainable += parameter.numel() if parameter.requires_grad else 0
     args, world = trainer.args, trainer.strategy.world_size
-    batch = getattr(trainer._train_loader, "batch_size", None)
+    batch = getattr(trainer.train_loader, "batch_size", None)
     if isinstance(batch, int) and not isinstance(batch, bool):
         k = args.accumulate_grad_batches
         effective = (

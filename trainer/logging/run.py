@@ -46,26 +46,28 @@ class RunPosition(Position, Protocol):
 
 
 class RunHost(StateHost, SummaryHost, Protocol):
-    """The Trainer as `RunIO` sees it: what checkpoints and the summary read, and the rest below."""
+    """The run's context as `RunIO` sees it (`trainer/loops/context.py`): what checkpoints and
+    the summary read, and the rest below."""
 
-    _at_run_start: list[Callable[[], None]]  # what the YAML layer runs once a run starts
+    at_run_start: list[Callable[[], None]]  # what the YAML layer runs once a run starts
 
     @property
     def state(self) -> RunPosition: ...
     @property
-    def current_epoch(self) -> int: ...
+    def metrics(self) -> MetricStore: ...
     @property
-    def _metrics(self) -> MetricStore: ...
+    def sanity_checking(self) -> bool: ...
     @property
-    def _sanity_checking(self) -> bool: ...
+    def trainer(self) -> Any:
+        """The Trainer (its public properties: `num_training_batches`, `estimated_stepping_batches`)."""
 
 
 class RunIO:
-    trainer: WeakAttribute[RunHost] = WeakAttribute()  # the Trainer owns this object: no reference cycle (trainer/core/weak.py)
+    context: WeakAttribute[RunHost] = WeakAttribute()  # the run's context owns this object: no reference cycle
 
-    def __init__(self, trainer: RunHost) -> None:
-        self.trainer = trainer
-        args = trainer.args
+    def __init__(self, context: RunHost) -> None:
+        self.context = context
+        args = context.args
         self._run_dir: Path | None = None
         self._continued_dir: Path | None = None  # ckpt_path="last" of an unnamed run: that run's folder
         self._adopted: dict[str, Any] | None = None  # the checkpoint whose logger runs were taken when it was read
@@ -102,7 +104,7 @@ class RunIO:
     # ------------------------------------------------------------------- run folder
     @property
     def writes(self) -> bool:
-        return self.trainer.strategy.is_global_zero
+        return self.context.strategy.is_global_zero
 
     @property
     def logging_on(self) -> bool:
@@ -114,7 +116,7 @@ class RunIO:
     def logger(self) -> Any:
         if self._logger is None and self.writes and self._logger_arg is not False:
             if self._logger_arg is True:
-                args = self.trainer.args
+                args = self.context.args
                 where = {"version_dir": self._continued_dir} if self._continued_dir else {"version": args.run_name}
                 self._logger = TensorBoardLogger(args.root_dir, **where)
             elif isinstance(self._logger_arg, list):  # logger=[...]: the same values to each
@@ -136,14 +138,14 @@ class RunIO:
             if logger is not None and getattr(logger, "log_dir", None) is not None:
                 self._run_dir = Path(logger.log_dir)
             else:
-                args = self.trainer.args
+                args = self.context.args
                 self._run_dir = self._continued_dir or make_run_dir(args.root_dir, DEFAULT_NAME, args.run_name)
         return self._run_dir
 
     def _planned_dir(self) -> Path | None:
         """The run's folder when it is named (run_name, a logger's version, SLURM's job id),
         without creating anything; None when the run would get a new version_N."""
-        logger, args = self._logger_arg, self.trainer.args
+        logger, args = self._logger_arg, self.context.args
         if isinstance(logger, bool):
             return planned_run_dir(args.root_dir, DEFAULT_NAME, args.run_name)
         # A folder logger (TensorBoardLogger, CSVLogger), or the first of logger=[...]: its folder is the run's.
@@ -159,7 +161,7 @@ class RunIO:
     def _check_last_kind(self) -> None:
         """Before training, on every rank: the run folder's last.ckpt, if any, is of the kind this
         run writes (a file, or FSDP's sharded folder), so no save replaces one with the other."""
-        strategy, problem = self.trainer.strategy, None
+        strategy, problem = self.context.strategy, None
         folder = self._run_dir or self._continued_dir or (self._planned_dir() if self.writes else None)
         if self.writes and folder is not None:
             problem = other_kind_in(Path(folder), strategy.sharded_checkpoints)
@@ -171,29 +173,29 @@ class RunIO:
     # --------------------------------------------------------------------- lifecycle
     def run_start_actions(self) -> None:
         """What the YAML layer asked to do once a run really starts (write config.yaml)."""
-        actions, self.trainer._at_run_start = list(self.trainer._at_run_start), []
+        actions, self.context.at_run_start = list(self.context.at_run_start), []
         for action in actions:
             action()
 
     def start_run(self, module: Any) -> None:
         """Open the progress bar; once per run: the summary line and the hyperparameters."""
-        args = self.trainer.args
+        args = self.context.args
         if args.enable_checkpointing:
             self._check_last_kind()  # before anything is written in the run's folder (config.yaml)
         self.run_start_actions()
         self._in_fit = True
         self._epoch_record = {}
-        self.trainer._metrics.clock = lambda: self.trainer.global_step  # per-step values: one per optimizer step
-        strategy = self.trainer.strategy
+        self.context.metrics.clock = lambda: self.context.state.global_step  # per-step values: one per optimizer step
+        strategy = self.context.strategy
         if strategy.world_size > 1 and (args.logger is not False or args.enable_checkpointing):
             # Every rank uses rank 0's folder (for last.ckpt paths); only rank 0 creates it.
             self._run_dir = Path(strategy.broadcast_object(str(self.run_dir) if self.writes else None))
-        if self.writes and self.saves == 0 and self.trainer.global_step == 0 and self._planned_dir() is not None:
+        if self.writes and self.saves == 0 and self.context.state.global_step == 0 and self._planned_dir() is not None:
             warn_if_restarting(self.run_dir)  # a named run's folder, and a fit from the beginning
         if self.writes and not self._summary_logged:
-            log.info("%s", fit_summary(self.trainer, module))
+            log.info("%s", fit_summary(self.context, module))
             if args.enable_model_summary and not any(
-                any(c.__name__ == "ModelSummary" for c in type(cb).__mro__) for cb in self.trainer.callbacks
+                any(c.__name__ == "ModelSummary" for c in type(cb).__mro__) for cb in self.context.callbacks
             ):  # Lightning's default ModelSummary(max_depth=1), unless a ModelSummary callback prints its own
                 log.info("\n%s", summarize(module, max_depth=1))
             self._summary_logged = True
@@ -205,8 +207,8 @@ class RunIO:
                 "module": dict(getattr(module, "hparams", {}) or {}),
                 "trainer": {k: v for k, v in args.model_dump().items() if k not in ("callbacks", "logger")},
             }
-            params["trainer"]["precision"] = getattr(self.trainer.precision, "name", str(args.precision))
-            experiment = getattr(self.trainer, "experiment_config", None)  # set by trainer.config for YAML runs
+            params["trainer"]["precision"] = getattr(self.context.precision, "name", str(args.precision))
+            experiment = self.context.experiment_config  # set by trainer.config for YAML runs
             if experiment:
                 # Each value once: the YAML's model/data/seed; its trainer section is the one above.
                 params = {"trainer": params["trainer"], "experiment": {k: v for k, v in experiment.items() if k != "trainer"}}
@@ -216,7 +218,7 @@ class RunIO:
                     each.log_graph(module)
             self._hparams_logged = True
         self._last_log_time = time.perf_counter()
-        self._last_log_step = self.trainer.global_step
+        self._last_log_step = self.context.state.global_step
         self._samples, self._samples_known = 0, True
 
     def end_run(self) -> None:
@@ -237,9 +239,9 @@ class RunIO:
         """After a finished epoch: one `history` row, flush the event file, write last.ckpt."""
         self.close_train_epoch()  # what epoch-end hooks logged with on_epoch=True: this epoch's, not the next's
         self._write_epoch_row()
-        self.trainer._metrics.end_train_epoch()  # metric objects logged in training are reset, as Lightning does
+        self.context.metrics.end_train_epoch()  # metric objects logged in training are reset, as Lightning does
         if self._in_fit:
-            row = {"epoch": float(self.trainer.current_epoch - 1), "step": float(self.trainer.global_step)}
+            row = {"epoch": float(self.context.state.epoch - 1), "step": float(self.context.state.global_step)}
             row.update(self._epoch_record)
             self.history.append(row)
             self._epoch_record = {}
@@ -249,48 +251,48 @@ class RunIO:
 
     # ---------------------------------------------------------------------- logging
     def log_step(self, window_loss: torch.Tensor | None, grad_norm: torch.Tensor | None, epoch: int | None = None) -> None:
-        trainer = self.trainer
+        context = self.context
         values: dict[str, Any] = {"train/loss": window_loss} if window_loss is not None else {}
         if grad_norm is not None:
             values["train/grad_norm"] = grad_norm
-        scale = trainer.precision.loss_scale()
+        scale = context.precision.loss_scale()
         if scale is not None:
             values["train/loss_scale"] = scale
         own = list(values)
-        users = trainer._metrics.take_step_values()
+        users = context.metrics.take_step_values()
         values.update(users)  # a name the user logged: the user's value
         floats = to_floats(values)  # the one host read of this logging interval
         self.train_loss = floats.get("train/loss")  # the step's loss (the user's, if logged per step under this name)
         automatic: dict[str, float] = {}
-        if scale is not None or trainer.args.nonfinite_loss == "skip":
-            automatic["train/skipped_steps"] = float(trainer.state.skipped_steps)
-        for k, optimizer in enumerate(trainer.optimizers):  # optimizer k > 0 (manual optimization): lr-optK-groupN
+        if scale is not None or context.args.nonfinite_loss == "skip":
+            automatic["train/skipped_steps"] = float(context.state.skipped_steps)
+        for k, optimizer in enumerate(context.optimizers.optimizers if context.optimizers is not None else []):  # optimizer k > 0 (manual optimization): lr-optK-groupN
             for i, group in enumerate(optimizer.param_groups):
                 lr = group["lr"]
                 automatic[f"train/lr-{f'opt{k}-' if k else ''}group{i}"] = float(lr.item() if isinstance(lr, torch.Tensor) else lr)
         now = time.perf_counter()
         if self._last_log_time is not None and now > self._last_log_time:
             elapsed = now - self._last_log_time
-            automatic["train/steps_per_sec"] = (trainer.global_step - self._last_log_step) / elapsed
+            automatic["train/steps_per_sec"] = (context.state.global_step - self._last_log_step) / elapsed
             if self._samples_known and self._samples:
                 automatic["train/samples_per_sec"] = self._samples / elapsed
-            micro_batches = (trainer.global_step - self._last_log_step) * trainer.args.accumulate_grad_batches
+            micro_batches = (context.state.global_step - self._last_log_step) * context.args.accumulate_grad_batches
             automatic.update(self.throughput.scalars(elapsed, self._samples if self._samples_known else None, micro_batches,
-                                                     trainer.strategy.device, trainer.precision.name))
+                                                     context.strategy.device, context.precision.name))
         floats = {**automatic, **floats}
         shown = {"loss": floats["train/loss"]} if "train/loss" in floats else {}
         # a name the user logs is the user's alone (noted once where the user's value does not simply replace ours)
-        taken = trainer._metrics.leave_to_user([name for name in own + list(automatic) if name not in users])
+        taken = context.metrics.leave_to_user([name for name in own + list(automatic) if name not in users])
         floats = {k: v for k, v in floats.items() if k in users or k not in taken} if taken else floats
-        self._last_log_time, self._last_log_step = now, trainer.global_step
+        self._last_log_time, self._last_log_step = now, context.state.global_step
         self._samples, self._samples_known = 0, True
-        trainer._metrics.update_latest(floats)
+        context.metrics.update_latest(floats)
         self.logged.update(floats)
-        self._last_loss, self._logged_step, self._step_unwritten = None, trainer.global_step, False
+        self._last_loss, self._logged_step, self._step_unwritten = None, context.state.global_step, False
         if self.logger is not None:  # with `epoch` (an int), as Lightning writes it beside every logged value
-            self.logger.log_metrics({**floats, "epoch": trainer.current_epoch if epoch is None else epoch},
-                                    step=trainer.global_step)
-        shown.update({k: floats[k] for k in trainer._metrics.prog_bar if k in floats and k != "train/loss"})
+            self.logger.log_metrics({**floats, "epoch": context.state.epoch if epoch is None else epoch},
+                                    step=context.state.global_step)
+        shown.update({k: floats[k] for k in context.metrics.prog_bar if k in floats and k != "train/loss"})
         self.shown.update(shown)
         if self._progress is not None:
             self._progress.set_postfix(ordered(self.shown))
@@ -299,29 +301,29 @@ class RunIO:
         """After an optimizer step that wrote nothing: kept for `log_last_step`; the bar's
         loss refreshed every 0.5 s (logging/live.py)."""
         self._last_loss, self._step_unwritten = window_loss, True
-        self._last_step_epoch = self.trainer.current_epoch
+        self._last_step_epoch = self.context.state.epoch
         if self._progress is not None:
-            self._live.step(self._progress, self.shown, window_loss, self.trainer.global_step, self._fresh_values)
+            self._live.step(self._progress, self.shown, window_loss, self.context.state.global_step, self._fresh_values)
 
     def log_last_step(self) -> None:
         """Fit ends between logging steps: the last step's training scalars are written too
         (also when it returned no loss: what it logged, and the learning rates)."""
-        if self._step_unwritten and self.trainer.global_step > self._logged_step:
+        if self._step_unwritten and self.context.state.global_step > self._logged_step:
             self.log_step(self._last_loss, None, epoch=self._last_step_epoch)  # the epoch the step was in
 
     def close_train_epoch(self) -> None:
         """Reduce what training_step logged with on_epoch=True and write it."""
-        values = self.trainer._metrics.close_epoch(self.trainer.strategy.reduce_epoch)
+        values = self.context.metrics.close_epoch(self.context.strategy.reduce_epoch)
         if values:
             if not self._epoch_row:
-                self._epoch_row_epoch = self.trainer.current_epoch
+                self._epoch_row_epoch = self.context.state.epoch
             self.log_eval(to_floats(values), training_epoch=True)
 
     def _write_epoch_row(self) -> None:
         """The training epoch's means as one row, at the step the epoch ended on."""
         row, self._epoch_row = self._epoch_row, {}
         if row and self.logger is not None:
-            step = self.trainer.global_step
+            step = self.context.state.global_step
             if step == self._resumed_at:  # a resumed run: a point the tracker already holds is not written twice
                 self._log_once_at(step, {**row, "epoch": self._epoch_row_epoch})
             else:
@@ -332,22 +334,22 @@ class RunIO:
         A training epoch's means (`training_epoch`) are written once its end hooks ran."""
         if self._in_fit:
             self._epoch_record.update(results)
-        hidden = self.trainer._metrics.hidden
+        hidden = self.context.metrics.hidden
         written = {k: v for k, v in results.items() if k not in hidden and k.removesuffix("_epoch") not in hidden}
         self.logged.update(written)
-        on_bar = {k: v for k, v in results.items() if k in self.trainer._metrics.prog_bar}
-        if on_bar and self._in_fit and not self.trainer._sanity_checking:
+        on_bar = {k: v for k, v in results.items() if k in self.context.metrics.prog_bar}
+        if on_bar and self._in_fit and not self.context.sanity_checking:
             self.shown.update(on_bar)  # the epoch's bar, kept on screen, shows its validation metrics
             if self._progress is not None:
                 self._progress.set_postfix(ordered(self.shown))
         if training_epoch and self._in_fit:
             self._epoch_row.update(written)
-        elif self.logger is not None and written and self.trainer._module is not None:
-            step = self.trainer.global_step
+        elif self.logger is not None and written and self.context.module is not None:
+            step = self.context.state.global_step
             if self._in_fit and step == self._resumed_at:
-                self._log_once_at(step, {**written, "epoch": self.trainer.current_epoch})
+                self._log_once_at(step, {**written, "epoch": self.context.state.epoch})
             else:
-                self.logger.log_metrics({**written, "epoch": self.trainer.current_epoch}, step=step)
+                self.logger.log_metrics({**written, "epoch": self.context.state.epoch}, step=step)
             if not self._in_fit:  # standalone validate/test: leave no writer open
                 self.logger.flush()
                 self.logger.close()
@@ -373,13 +375,13 @@ class RunIO:
     def progress_start_epoch(self, total: int | None) -> None:
         self.shown = {}
         # Throughput is measured within an epoch: validation time never counts as training.
-        self._last_log_time, self._last_log_step = time.perf_counter(), self.trainer.global_step
+        self._last_log_time, self._last_log_step = time.perf_counter(), self.context.state.global_step
         self._samples, self._samples_known = 0, True
         self._live.reset()  # the new bar shows the loss after its first step
         self.throughput.reset()
         if self._progress is not None:
-            self._progress.start_train_epoch(self.trainer.current_epoch, total)
-            done = self.trainer.state.batches_done
+            self._progress.start_train_epoch(self.context.state.epoch, total)
+            done = self.context.state.batches_done
             if done:
                 self._progress.advance(done)
 
@@ -397,22 +399,22 @@ class RunIO:
                 self._progress.count_samples(batch)
 
     def progress_start_eval(self, stage: str, total: int | None) -> None:
-        self.trainer._metrics.evaluating = True  # per-step values logged now stay out of train/
-        if self.trainer._sanity_checking:
+        self.context.metrics.evaluating = True  # per-step values logged now stay out of train/
+        if self.context.sanity_checking:
             return  # a few batches before training: no bar of their own (nothing to watch)
-        if self._progress is None and self.writes and self.trainer.args.enable_progress_bar:
+        if self._progress is None and self.writes and self.context.args.enable_progress_bar:
             self._progress = self._new_bar()
         if self._progress is not None:
             self._progress.start_validation(total, desc=stage.capitalize())
 
     def _new_bar(self) -> Any:
         """The bar of a progress-bar callback (callbacks.TQDMProgressBar/RichProgressBar), else tqdm's."""
-        for callback in self.trainer.callbacks:
+        for callback in self.context.callbacks:
             make = getattr(callback, "make_progress_bar", None)
             if callable(make):
                 return make()
-        if wants_lines(self.trainer.args.progress_lines):  # not a terminal: lines (logging/live.py)
-            lines = LineProgress(**line_settings(self.trainer.args.progress_lines))
+        if wants_lines(self.context.args.progress_lines):  # not a terminal: lines (logging/live.py)
+            lines = LineProgress(**line_settings(self.context.args.progress_lines))
             lines.status, lines.fresh = self._line_status, self._fresh_values
             return lines
         return ProgressBar()
@@ -422,25 +424,25 @@ class RunIO:
         return isinstance(self._progress, LineProgress)
 
     def _line_status(self) -> dict[str, Any]:
-        trainer = self.trainer
-        metrics = self.logged if trainer.state.batches_done == 0 else {}  # at an epoch's end: its values
-        return {"step": trainer.global_step, "epoch": trainer.current_epoch, **self._run_progress(),
+        context = self.context
+        metrics = self.logged if context.state.batches_done == 0 else {}  # at an epoch's end: its values
+        return {"step": context.state.global_step, "epoch": context.state.epoch, **self._run_progress(),
                 "epoch_metrics": {k: v for k, v in metrics.items() if k.startswith("val")}}
 
     def _run_progress(self) -> dict[str, Any]:
-        trainer = self.trainer
-        return run_progress(trainer.args, trainer.state, trainer.global_step, getattr(trainer, "num_training_batches", math.inf),
-                            getattr(trainer, "_module", None), lambda: getattr(trainer, "estimated_stepping_batches", None))
+        context = self.context
+        return run_progress(context.args, context.state, context.state.global_step, getattr(context.trainer, "num_training_batches", math.inf),
+                            context.module, lambda: getattr(context.trainer, "estimated_stepping_batches", None))
 
     def _fresh_values(self) -> dict[str, float]:
-        return fresh_values(self.trainer._metrics, self._last_loss)
+        return fresh_values(self.context.metrics, self._last_loss)
 
     def progress_advance_eval(self) -> None:
         if self._progress is not None:
             self._progress.advance_validation()
 
     def progress_end_eval(self) -> None:
-        self.trainer._metrics.evaluating = False
+        self.context.metrics.evaluating = False
         if self._progress is not None:
             self._progress.end_validation()
 
@@ -453,25 +455,25 @@ class RunIO:
         target = Path(path)
         if self._logger is not None and not weights_only:
             self._logger.flush()  # what was logged up to this step is on disk before the checkpoint that resumes after it
-        args, strategy = self.trainer.args, self.trainer.strategy
+        args, strategy = self.context.args, self.context.strategy
         self._files.settle(strategy, enabled=args.async_checkpointing)  # the previous background write
         if weights_only:
-            state = ckpt.collect_weights(self.trainer, target)
+            state = ckpt.collect_weights(self.context, target)
         else:
-            state = ckpt.collect_state(self.trainer, allow_partial=allow_partial, target=target)
+            state = ckpt.collect_state(self.context, allow_partial=allow_partial, target=target)
         self._files.write(state, target, strategy, background=self._in_fit and args.async_checkpointing, keep=keep,
-                          shards=self.trainer if strategy.sharded_checkpoints else None)  # FSDP: every rank writes
+                          shards=self.context if strategy.sharded_checkpoints else None)  # FSDP: every rank writes
         self.saves += int(self.writes)
         return target
 
     def save_last(self) -> None:
         """last.ckpt; on an interrupt inside a window it is written and marked as not exact."""
-        if self.trainer.args.enable_checkpointing and self.trainer._module is not None:
-            self.save(self.last_path, allow_partial=True, keep=self.trainer.args.keep_last_checkpoints)
+        if self.context.args.enable_checkpointing and self.context.module is not None:
+            self.save(self.last_path, allow_partial=True, keep=self.context.args.keep_last_checkpoints)
 
     def finish_writes(self) -> None:
         """Fit is ending normally: the last background write is complete, or its error is raised."""
-        self._files.settle(self.trainer.strategy, enabled=self.trainer.args.async_checkpointing)
+        self._files.settle(self.context.strategy, enabled=self.context.args.async_checkpointing)
 
     def remove_checkpoint(self, path: str | Path) -> None:
         """Rank 0: delete a checkpoint, once the write in flight (if any) is complete."""
@@ -485,7 +487,7 @@ class RunIO:
         if not weights_only:
             self._release_unused_folder()
         if str(ckpt_path) == "last":
-            state = self._read_last(weights_only, facts_of_run(self.trainer, module, weights_only))
+            state = self._read_last(weights_only, facts_of_run(self.context, module, weights_only))
         else:
             state = self._read(ckpt_path)
             ckpt.check_layout(state, weights_only=weights_only)
@@ -507,7 +509,7 @@ class RunIO:
             return  # a logger keeps its folder (named, given, written to): so does the run
         for each in folders:
             each.release_unused_folder()
-        args = self.trainer.args
+        args = self.context.args
         if not folders and planned_run_dir(args.root_dir, DEFAULT_NAME, args.run_name) is None:
             # the Trainer's own new folder (no logger, or only trackers without one: W&B, MLflow)
             if folder.exists() and next(folder.iterdir(), None) is not None:
@@ -521,7 +523,7 @@ class RunIO:
         checkpoints/), which a resume from it continues, as ckpt_path='last' does; else None."""
         if "://" in str(ckpt_path):
             return None
-        root = Path(self.trainer.args.root_dir)
+        root = Path(self.context.args.root_dir)
         folder = run_folder_of(ckpt_path, root)
         inside, base = folder.absolute().resolve(), root.absolute().resolve()
         return folder if inside != base and inside.is_relative_to(base) else None
@@ -540,8 +542,8 @@ class RunIO:
     def _read_last(self, evaluating: bool, facts: dict[str, Any] | None = None) -> dict[str, Any] | None:
         """The newest complete checkpoint of this run (trainer/logging/last_run.py): a run of the
         same experiment (`facts`); an unnamed run continues in the folder of the run it resumes."""
-        root, planned = self.trainer.args.root_dir, self._planned_dir() if self.writes else None
-        state, folder = agree_on_last(self.trainer.strategy, root, planned, self._read, facts, evaluating)
+        root, planned = self.context.args.root_dir, self._planned_dir() if self.writes else None
+        state, folder = agree_on_last(self.context.strategy, root, planned, self._read, facts, evaluating)
         if state is None and evaluating:
             raise ckpt.CheckpointError(
                 f"ckpt_path='last': {f'run {str(planned)!r}' if planned else f'root_dir {str(root)!r}'} has no "
@@ -561,11 +563,11 @@ class RunIO:
 
     def _best_path(self) -> Path:
         """ckpt_path="best": the best file of the Trainer's ModelCheckpoint (Lightning's rule)."""
-        for callback in self.trainer.callbacks:
+        for callback in self.context.callbacks:
             best = getattr(callback, "best_model_path", None)
             if best:
                 return Path(best)
-        has_callback = any(hasattr(callback, "best_model_path") for callback in self.trainer.callbacks)
+        has_callback = any(hasattr(callback, "best_model_path") for callback in self.context.callbacks)
         if not has_callback and self.saves and self._run_dir is not None and self.last_path.is_file():
             # Lightning's default checkpoint callback (monitor=None) calls the newest epoch-end file
             # "best": here that is the last.ckpt this Trainer writes at every epoch end.
@@ -581,8 +583,8 @@ class RunIO:
     def restore(self, checkpoint: dict[str, Any]) -> None:
         adopted, self._adopted = self._adopted is checkpoint, None
         # The loggers took the checkpoint's runs when it was read (`_adopt_run`): not twice.
-        ckpt.restore_state(self.trainer, {k: v for k, v in checkpoint.items() if k != "loggers"} if adopted else checkpoint)
-        state = self.trainer.state
+        ckpt.restore_state(self.context, {k: v for k, v in checkpoint.items() if k != "loggers"} if adopted else checkpoint)
+        state = self.context.state
         self._resumed_at = state.global_step
         self._resumed_inside_epoch = checkpoint if state.batches_done > 0 else None
         if self.writes:  # once, from rank 0; seen in a plain script's output too (a requeued job's log says it)
@@ -605,4 +607,4 @@ class RunIO:
     def restore_weights(self, checkpoint: dict[str, Any]) -> None:
         path = checkpoint.get("_path")
         source = f"Checkpoint {path!r}" if path else "The checkpoint"
-        ckpt.restore_module(self.trainer._module, checkpoint, source, self.trainer.strategy)
+        ckpt.restore_module(self.context.module, checkpoint, source, self.context.strategy)

@@ -32,10 +32,9 @@ from typing import Any
 import torch
 
 from trainer.loops.batches import extract_loss, module_override, ordered_parameters
-from trainer.loops.context import LoopHost, module_of, optimizers_of, signals_of
+from trainer.loops.context import RunContext, module_of, optimizers_of, signals_of
 from trainer.loops.items import HeldWindow, is_item_output, mixed_window_error
 from trainer.loops.overrides import LoopOptimizer, OverrideSteps, check_overrides, step_schedulers
-from trainer.core.weak import WeakAttribute
 
 __all__ = ["AutomaticOptimization"]
 
@@ -45,28 +44,26 @@ log = logging.getLogger("trainer")
 class AutomaticOptimization(OverrideSteps):
     """Forward, backward and (at a window's end) the optimizer step of one micro-batch."""
 
-    trainer: WeakAttribute[LoopHost] = WeakAttribute()  # the Trainer owns this object: no reference cycle (trainer/core/weak.py)
-
-    def __init__(self, trainer: LoopHost) -> None:
-        self.trainer = trainer
-        opt = optimizers_of(trainer)
+    def __init__(self, context: RunContext) -> None:
+        self.context = context
+        opt = optimizers_of(context)
         self.optimizer: torch.optim.Optimizer = opt.optimizer
         # The module's parameters() order: clipping and the logged norm sum in the order a
         # hand-written clip_grad_norm_(model.parameters()) does, whatever the param groups.
-        self.parameters = ordered_parameters(module_of(trainer), [self.optimizer])
-        wants = trainer._dispatch.wants  # looked up once per fit: unused hooks cost nothing
+        self.parameters = ordered_parameters(module_of(context), [self.optimizer])
+        wants = context.hooks.wants  # looked up once per fit: unused hooks cost nothing
         self.want_before_backward = wants("on_before_backward")
         self.want_after_backward = wants("on_after_backward")
         self.want_before_step = wants("on_before_optimizer_step")
         self.want_before_zero_grad = wants("on_before_zero_grad")
         self.want_step_end = wants("on_train_step_end")
-        module = module_of(trainer)
+        module = module_of(context)
         self.step_hook = module_override(module, "optimizer_step")
         self.zero_hook = module_override(module, "optimizer_zero_grad")
         self.clip_hook = module_override(module, "configure_gradient_clipping")
         self.backward_hook = module_override(module, "backward")
         self.scheduler_hook = module_override(module, "lr_scheduler_step")
-        check_overrides(module, trainer._precision, opt.schedulers, self.backward_hook, self.scheduler_hook)
+        check_overrides(module, context.precision, opt.schedulers, self.backward_hook, self.scheduler_hook)
         self.proxy = LoopOptimizer(self.optimizer, self) if self.step_hook is not None else None
         self.hooked: dict[str, Any] | None = None  # inside an optimizer_step override: what ran
         self.window_loss: torch.Tensor | None = None
@@ -77,9 +74,9 @@ class AutomaticOptimization(OverrideSteps):
         # per step (under DDP/FSDP the flag's maximum over the ranks, all-reduced on the
         # device); skips are counted on the device and read at logging steps (docs/performance.md).
         self.device_guard = (
-            not trainer._precision.handles_nonfinite
+            not context.precision.handles_nonfinite
             and bool(getattr(self.optimizer, "_step_supports_amp_scaling", False))
-            and trainer.args.nonfinite_loss != "off"
+            and context.args.nonfinite_loss != "off"
         )
         self.pending_skips: torch.Tensor | None = None  # device count of skips not yet read
         # amp with a fused optimizer: the GradScaler's skip stays on the device too, counted by
@@ -89,15 +86,15 @@ class AutomaticOptimization(OverrideSteps):
         # skipped step, and `on_train_step_end(stepped)` (e.g. weight averaging) is told the truth.
         self.defer_skips = (
             bool(getattr(self.optimizer, "_step_supports_amp_scaling", False))
-            and "defer_skips" in inspect.signature(trainer._precision.optimizer_step).parameters
-            and not optimizers_of(trainer).has_step_schedulers()
+            and "defer_skips" in inspect.signature(context.precision.optimizer_step).parameters
+            and not optimizers_of(context).has_step_schedulers()
             and not self.want_step_end
         )
-        self.pending_since = trainer.state.global_step
+        self.pending_since = context.state.global_step
         self.skipped_where: list[str] = []  # counted, not yet reported
         self.held: HeldWindow | None = None  # an item-weighted window's micro-batches (items.py)
-        io = trainer._io  # the run's first micro-batch: its FLOPs counted once (logging/throughput.py)
-        self.flops = io.throughput.meter(io.writes and io.logging_on and not trainer.args.compile)
+        io = context.output  # the run's first micro-batch: its FLOPs counted once (logging/throughput.py)
+        self.flops = io.throughput.meter(io.writes and io.logging_on and not context.args.compile)
 
     def reset(self) -> None:
         self.window_loss = None
@@ -107,17 +104,17 @@ class AutomaticOptimization(OverrideSteps):
         """One micro-batch; steps the optimizer when it is the last of its window."""
         if self.flops is not None:
             return self._counted(batch, batch_idx, size, last)
-        trainer = self.trainer
+        context = self.context
         if self.held is not None:  # an item-weighted window (items.py): forward now, backward at its end
             output = self.held.forward(batch, batch_idx)
-            trainer._io.progress_advance(batch)
+            context.output.progress_advance(batch)
             if last:
                 self.end_window(batch_idx + 1)
             return output
         if last and self.step_hook is not None:
             return self._hooked_end(batch, batch_idx, size)
         output = self._micro_batch(batch, batch_idx, size, last)
-        trainer._io.progress_advance(batch)  # counted before the step's logging reads throughput
+        context.output.progress_advance(batch)  # counted before the step's logging reads throughput
         if last:
             self.end_window(batch_idx + 1)
         return output
@@ -136,17 +133,17 @@ class AutomaticOptimization(OverrideSteps):
 
     def _micro_batch(self, batch: Any, batch_idx: int, size: int, last: bool) -> Any:
         """Forward, loss / window length, backward; the detached loss joins the window's."""
-        trainer = self.trainer
+        context = self.context
         self.batch_loss = None
-        precision = trainer._precision
-        with trainer.strategy.no_sync(last):
+        precision = context.precision
+        with context.strategy.no_sync(last):
             with precision.autocast():
-                output = trainer._train_step(batch, batch_idx)
+                output = context.train_step(batch, batch_idx)
             loss = extract_loss(output, batch_idx)
-            if self.zero_hook is not None and batch_idx % (trainer.args.accumulate_grad_batches or 1) == 0:  # Lightning's place
+            if self.zero_hook is not None and batch_idx % (context.args.accumulate_grad_batches or 1) == 0:  # Lightning's place
                 if self.want_before_zero_grad:
-                    trainer._call("on_before_zero_grad", self.optimizer)
-                self.zero_hook(trainer.state.epoch, batch_idx, self.optimizer)
+                    context.call("on_before_zero_grad", self.optimizer)
+                self.zero_hook(context.state.epoch, batch_idx, self.optimizer)
             if loss is not None and loss is not output and is_item_output(output):
                 self._hold(output, loss, batch_idx, last)
                 loss = None
@@ -154,13 +151,13 @@ class AutomaticOptimization(OverrideSteps):
                 if size > 1:
                     loss = loss / size  # the window's own length: a short last window too
                 if self.want_before_backward:
-                    trainer._call("on_before_backward", loss)
+                    context.call("on_before_backward", loss)
                 if self.backward_hook is not None:
                     self.backward_hook(loss)
                 else:
                     precision.backward(loss)
                 if self.want_after_backward:
-                    trainer._call("on_after_backward")
+                    context.call("on_after_backward")
         if loss is not None:
             self.batch_loss = detached = loss.detach()
             self.window_loss = detached if self.window_loss is None else self.window_loss + detached
@@ -182,13 +179,13 @@ class AutomaticOptimization(OverrideSteps):
         """The window's first `{"loss", "num_items"}` output: hold its graph (items.py)."""
         if self.step_hook is not None:
             raise ValueError(
-                f"training_step (batch {batch_idx}) returned 'num_items', and {type(module_of(self.trainer)).__name__} "
+                f"training_step (batch {batch_idx}) returned 'num_items', and {type(module_of(self.context)).__name__} "
                 "overrides optimizer_step: item-weighted accumulation holds the window's graphs until its end, "
                 "which an optimizer_step closure cannot do. Expected one of the two: return the loss alone, or "
                 "drop the optimizer_step override (a learning-rate warm-up fits a step-interval LR scheduler)."
             )
         if self.window_loss is not None:  # an earlier micro-batch of this window returned a plain loss
-            raise mixed_window_error(batch_idx, None, self.trainer.state.batches_done)
+            raise mixed_window_error(batch_idx, None, self.context.state.batches_done)
         self.held = HeldWindow(self, batch_idx)
         self.held.add(output, loss, batch_idx, synced)
 
@@ -198,23 +195,23 @@ class AutomaticOptimization(OverrideSteps):
             self._end_item_window(batches_done)
             return
         window_loss, self.window_loss = self.window_loss, None
-        trainer = self.trainer
+        context = self.context
         if window_loss is None:
             # Every micro-batch returned None (skipped): no gradient, so no weight moves, but the
             # window counts as a step and the step-interval schedulers advance, as in Lightning.
             self._settle(batches_done, stepped=True, schedulers=True)
             if self.want_step_end:
-                trainer._call("on_train_step_end", True)
+                context.call("on_train_step_end", True)
             return
         # A non-finite micro-batch loss makes the window's sum non-finite, so one host read
         # per optimizer step guards the weights (amp's GradScaler makes its own read instead),
         # or none with a fused optimizer, which skips on the device.
         if self.device_guard:
-            self._step(window_loss, batches_done, found_inf=trainer.strategy.max_over_ranks((~torch.isfinite(window_loss)).float()))
+            self._step(window_loss, batches_done, found_inf=context.strategy.max_over_ranks((~torch.isfinite(window_loss)).float()))
         elif (
-            not trainer._precision.handles_nonfinite
-            and trainer.args.nonfinite_loss != "off"
-            and not trainer.strategy.all_finite(window_loss)
+            not context.precision.handles_nonfinite
+            and context.args.nonfinite_loss != "off"
+            and not context.strategy.all_finite(window_loss)
         ):
             self._nonfinite_loss(batches_done)
         else:
@@ -226,9 +223,9 @@ class AutomaticOptimization(OverrideSteps):
         held, self.held = self.held, None
         assert held is not None
         window_loss, finite = held.close(batches_done)
-        self.trainer._io.throughput.add_items(held.total_seen)
-        args = self.trainer.args
-        if not finite and not self.trainer._precision.handles_nonfinite and args.nonfinite_loss != "off":
+        self.context.output.throughput.add_items(held.total_seen)
+        args = self.context.args
+        if not finite and not self.context.precision.handles_nonfinite and args.nonfinite_loss != "off":
             self._nonfinite_loss(batches_done)
         else:
             self._step(window_loss, batches_done)
@@ -243,10 +240,10 @@ class AutomaticOptimization(OverrideSteps):
         raises (a save counts it and leaves the error to the next logging step or epoch end);
         amp's skips (fused optimizers) are only counted, as amp always skips such steps."""
         pending, self.pending_skips = self.pending_skips, None
-        since, self.pending_since = self.pending_since, self.trainer.state.global_step
+        since, self.pending_since = self.pending_since, self.context.state.global_step
         count = int(pending.item()) if pending is not None else 0
-        state = self.trainer.state
-        amp_skips = self.trainer._precision.take_device_skips() if self.defer_skips else None
+        state = self.context.state
+        amp_skips = self.context.precision.take_device_skips() if self.defer_skips else None
         if amp_skips is not None:
             state.skipped_steps += int(amp_skips.item())
         if count:
@@ -256,7 +253,7 @@ class AutomaticOptimization(OverrideSteps):
             return
         where = "; ".join(self.skipped_where)
         self.skipped_where = []
-        if self.trainer.args.nonfinite_loss == "error":
+        if self.context.args.nonfinite_loss == "error":
             raise FloatingPointError(
                 f"training_step returned a non-finite loss (nan or inf) at {where}; the fused optimizer skipped "
                 "those steps on the device, so the weights were not updated by them. Expected finite losses: "
@@ -266,7 +263,7 @@ class AutomaticOptimization(OverrideSteps):
 
     def _step(self, window_loss: torch.Tensor, batches_done: int, found_inf: torch.Tensor | None = None) -> None:
         self.learning_windows += 1
-        signals = signals_of(self.trainer)
+        signals = signals_of(self.context)
         try:
             norm, stepped = self._apply(found_inf)
             self._settle(batches_done, stepped, schedulers=stepped)
@@ -277,14 +274,14 @@ class AutomaticOptimization(OverrideSteps):
     def _apply(self, found_inf: torch.Tensor | None) -> tuple[torch.Tensor | None, bool]:
         """on_before_optimizer_step; unscale and clip; the step. Leaves the signal guard in its
         critical section (SIGINT waits until `_settle` counted the step)."""
-        trainer = self.trainer
-        precision, args = trainer._precision, trainer.args
+        context = self.context
+        precision, args = context.precision, context.args
         optimizer = self.optimizer
         # computed only to be written; decided alike on every rank: under FSDP it is a collective
-        norm_wanted = (trainer.state.global_step + 1) % args.log_every_n_steps == 0 and trainer._io.logging_on
+        norm_wanted = (context.state.global_step + 1) % args.log_every_n_steps == 0 and context.output.logging_on
         if self.want_before_step:
-            trainer._call("on_before_optimizer_step", optimizer)
-        signals_of(trainer).in_critical = True  # SIGINT now waits for the end of the step (see loops/signals.py)
+            context.call("on_before_optimizer_step", optimizer)
+        signals_of(context).in_critical = True  # SIGINT now waits for the end of the step (see loops/signals.py)
         norm = None
         clip = args.gradient_clip_val
         if self.clip_hook is not None:  # the module's configure_gradient_clipping decides
@@ -311,48 +308,48 @@ class AutomaticOptimization(OverrideSteps):
 
     def _settle(self, batches_done: int, stepped: bool, schedulers: bool) -> None:
         """After the step: step-interval schedulers, zero_grad, the counters."""
-        trainer = self.trainer
-        state, optimizer = trainer.state, self.optimizer
+        context = self.context
+        state, optimizer = context.state, self.optimizer
         state.global_step += 1  # lr_scheduler_step sees the step counted, as in Lightning
         state.batches_done = batches_done  # with the step, so what follows sees a clean cut
         if not stepped:
             state.skipped_steps += 1
-        if schedulers and optimizers_of(trainer).schedulers:
+        if schedulers and optimizers_of(context).schedulers:
             self.step_schedulers("step", state.global_step)
         if self.zero_hook is None:  # an optimizer_zero_grad override runs at the next window's start instead
             if self.want_before_zero_grad:
-                trainer._call("on_before_zero_grad", optimizer)
+                context.call("on_before_zero_grad", optimizer)
             optimizer.zero_grad(set_to_none=True)
 
     def _report(self, window_loss: torch.Tensor, norm: torch.Tensor | None, stepped: bool) -> None:
-        trainer = self.trainer
+        context = self.context
         if self.want_step_end:
-            trainer._call("on_train_step_end", stepped)
-        if trainer.state.global_step % trainer.args.log_every_n_steps == 0:
+            context.call("on_train_step_end", stepped)
+        if context.state.global_step % context.args.log_every_n_steps == 0:
             if self.pending():
                 self.reconcile()
-            trainer._io.log_step(window_loss, norm)
+            context.output.log_step(window_loss, norm)
         else:
-            trainer._io.step_done(window_loss)  # the bar's loss every 0.5 s; the last step's, written at the end
+            context.output.step_done(window_loss)  # the bar's loss every 0.5 s; the last step's, written at the end
 
     def step_schedulers(self, interval: str, count: int) -> None:
         """The schedulers of `interval` due at `count`; through the module's `lr_scheduler_step`
         when it overrides it."""
-        opt = optimizers_of(self.trainer)
+        opt = optimizers_of(self.context)
         if self.scheduler_hook is None:
-            opt.step_schedulers(interval, count, self.trainer._read_metric)  # type: ignore[arg-type]
+            opt.step_schedulers(interval, count, self.context.read_metric)  # type: ignore[arg-type]
         else:
-            step_schedulers(opt.schedulers, interval, count, self.trainer._read_metric, self.scheduler_hook)
+            step_schedulers(opt.schedulers, interval, count, self.context.read_metric, self.scheduler_hook)
 
     def _nonfinite_loss(self, batches_done: int) -> None:
-        trainer = self.trainer
-        state = trainer.state
+        context = self.context
+        state = context.state
         self.optimizer.zero_grad(set_to_none=True)
         where = (
             f"optimizer step {state.global_step + 1} (epoch {state.epoch}, batches "
             f"{state.batches_done}..{batches_done - 1})"
         )
-        if trainer.args.nonfinite_loss == "error":
+        if context.args.nonfinite_loss == "error":
             raise FloatingPointError(
                 f"training_step returned a non-finite loss (nan or inf) at {where}; the weights were "
                 "not updated. Expected finite losses: lower the learning rate, check the data, or "

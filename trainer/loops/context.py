@@ -1,20 +1,27 @@
-"""What the loops use of the Trainer, typed: `LoopHost`.
+"""`RunContext`: what the loops work with, in one typed object with public fields.
 
-The loops run inside `Trainer.fit`/`validate`/... and are handed the Trainer itself, but they
-may only touch what `LoopHost` lists, and mypy checks each use. The Trainer imports the
-loops, so they can't import it back (not even for typing: the import graph has no cycles);
-this Protocol is the Trainer as the loops see it, and the Trainer satisfies it structurally
-(mypy checks that too, where the Trainer hands itself to a loop).
+The Trainer builds one `RunContext` at construction and hands it to every loop, as torchtnt
+hands its `State` down: the loops read the module, the precision, the strategy, the loop
+state, the hooks, the metric store and the run's output from here, never from the Trainer.
 
-Attributes the loops only read are read-only properties here, so the Trainer may hold a
-more precise type; the flags they set are plain attributes.
+    Trainer ──owns──> RunContext ──owns──> LoopState, MetricStore, RunIO, DataOrder, Dispatcher
+       │                  ^
+       └──owns──> FitLoop, EvalLoop, AutomaticOptimization (each holds the context)
+
+The context holds the Trainer weakly (hooks receive it as their first argument), so dropping
+the Trainer frees the run without the cyclic garbage collector. Fields that change over a
+Trainer's life (a new module starts a new `LoopState`, every stage rebuilds the hooks) are
+replaced on the context, so every loop sees the new value.
 """
 
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from trainer.loops.state import LoopState
 
 if TYPE_CHECKING:
     from trainer._args import TrainerArgs
@@ -26,12 +33,12 @@ if TYPE_CHECKING:
     from trainer.loops.hooks import CallbackBase, Dispatcher
     from trainer.loops.optimizers import OptimizerSetup
     from trainer.loops.signals import SignalGuard
-    from trainer.loops.state import LoopState
     from trainer.module import Module
     from trainer.precision import Precision
     from trainer.strategies import Strategy
 
-__all__ = ["LoopHost", "Evaluation", "ManualSteps", "module_of", "optimizers_of", "manual_of", "signals_of"]
+__all__ = ["RunContext", "Evaluation", "ManualSteps", "module_of", "optimizers_of", "manual_of", "signals_of"]
+
 
 T = TypeVar("T")
 
@@ -53,89 +60,174 @@ class ManualSteps(Protocol):
     def batch_end_outputs(self, output: Any) -> Any: ...
 
 
-class LoopHost(Protocol):
-    """The Trainer as the loops see it: exactly what `loops/` reads, sets and calls."""
+class RunContext:
+    """One Trainer's running state and services, as the loops, checkpoints and run output use them."""
 
-    # what the loops set
-    _in_train_batches: bool  # where `self.log` defaults to per-step values
-    _sanity_checking: bool
-    _stop_request: bool  # this rank's own stop request (max_time under DDP)
+    output: RunIO  # set right after construction: RunIO reads the run it belongs to
+    state_parts: StateRegistry  # what a checkpoint holds (checkpoint/parts.py), set by the Trainer
+    manual_class: Callable[[RunContext], ManualSteps]  # manual optimization, made on a module's first request
 
-    # what they read
-    @property
-    def args(self) -> TrainerArgs: ...
-    @property
-    def state(self) -> LoopState: ...
-    @property
-    def strategy(self) -> Strategy: ...
-    @property
-    def callbacks(self) -> list[CallbackBase]: ...
-    @property
-    def precision(self) -> Precision: ...
-    @property
-    def _precision(self) -> Precision: ...
-    @property
-    def _module(self) -> Module | None: ...
-    @property
-    def _opt(self) -> OptimizerSetup | None: ...
-    @property
-    def _train_step(self) -> Callable[..., Any]: ...
-    @property
-    def _metrics(self) -> MetricStore: ...
-    @property
-    def _io(self) -> RunIO: ...
-    @property
-    def _data_order(self) -> DataOrder: ...
-    @property
-    def _dispatch(self) -> Dispatcher: ...
-    @property
-    def _signals(self) -> SignalGuard | None: ...
-    @property
-    def _eval(self) -> Evaluation: ...
-    @property
-    def _manual(self) -> ManualSteps | None: ...
-    @property
-    def _preempted(self) -> bool: ...
-    @property
-    def _timer(self) -> SimpleProfiler | None: ...
-    @property
-    def _state_parts(self) -> StateRegistry: ...
+    def __init__(self, trainer: object, args: TrainerArgs, strategy: Strategy, precision: Precision,
+                 metrics: MetricStore, data_order: DataOrder, hooks: Dispatcher,
+                 simple_profiler: SimpleProfiler | None) -> None:
+        self._trainer = weakref.ref(trainer)
+        self.args = args
+        self.strategy = strategy
+        self.precision = precision
+        self.state = LoopState()
+        self.metrics = metrics
+        self.data_order = data_order  # the order of the epoch's batches, for exact resume (loops/data.py)
+        self.hooks = hooks
+        self.simple_profiler = simple_profiler  # profiler="simple"
+        self.module: Module | None = None
+        self.optimizers: OptimizerSetup | None = None
+        self.train_step: Callable[..., Any] = _no_step
+        self.manual: ManualSteps | None = None
+        self.signals: SignalGuard | None = None  # while fit runs
+        self._fit_loop: Callable[[], Any] = lambda: None
+        self.datamodule: Any = None
+        self.train_loader: Any = None
+        self.at_run_start: list[Callable[[], None]] = []  # what the YAML layer runs once a run starts
+        self.module_callbacks = True  # False: the learning-rate sweep runs without configure_callbacks()
+        self._reload: Callable[[], Callable[[Module], tuple[Any, Any] | None] | None] = lambda: None
+        # what the loops set
+        self.in_train_batches = False  # where `self.log` defaults to per-step values
+        self.sanity_checking = False
+        self.stop_request = False  # this rank's own stop request (max_time under DDP, EarlyStopping)
+        self.preempted = False  # SIGTERM: the stop does not wait for min_epochs/min_steps
 
-    # what they call
-    def _call(self, hook: str, *args: Any) -> None:
+    @property
+    def trainer(self) -> Any:
+        """The Trainer this run belongs to (what hooks receive first)."""
+        trainer = self._trainer()
+        if trainer is None:
+            raise RuntimeError("The Trainer of this run no longer exists.")
+        return trainer
+
+    @property
+    def fit_loop(self) -> Any:
+        """The running (or last) fit loop, None before the first fit (held weakly: the Trainer owns it)."""
+        return self._fit_loop()
+
+    @fit_loop.setter
+    def fit_loop(self, loop: Any) -> None:
+        self._fit_loop = weakref.ref(loop)
+
+    @property
+    def optimization(self) -> Any:
+        """The fit loop's optimization (what `Module.clip_gradients` calls), None before fit."""
+        loop = self._fit_loop()
+        return None if loop is None else loop.optimization
+
+    # The Trainer's public face, as a checkpoint records it (checkpoint/host.py's StateHost).
+    @property
+    def callbacks(self) -> list[CallbackBase]:
+        return self.hooks.callbacks
+
+    @property
+    def loggers(self) -> list[Any]:
+        return self.output.loggers
+
+    @property
+    def experiment_config(self) -> dict[str, Any] | None:
+        return self.trainer.experiment_config  # type: ignore[no-any-return]
+
+    def set_loader_source(self, reload: Callable[[Module], tuple[Any, Any] | None]) -> None:
+        """`reload_dataloaders_every_n_epochs`: how the Trainer makes the loaders again (held weakly)."""
+        self._reload = weakref.WeakMethod(reload)  # type: ignore[arg-type]
+
+    def reload_loaders(self, module: Module) -> tuple[Any, Any] | None:
+        """The train and val loaders again, prepared (None: they were passed to fit directly)."""
+        reload = self._reload()
+        return None if reload is None else reload(module)
+
+    def call(self, hook: str, *args: Any) -> None:
         """Call a hook on the callbacks and the module (`trainer/loops/hooks.py`)."""
+        self.hooks.call(hook, self._trainer(), self.module, *args)
 
-    def _bookkeeping(self) -> contextlib.AbstractContextManager[Any]:
-        """Opening bars and writing epoch-end files: not cut by an interrupt."""
+    def uninterruptible(self) -> contextlib.AbstractContextManager[Any]:
+        """Opening bars and writing epoch-end files: not cut by an interrupt (inside fit)."""
+        return self.signals.deferred() if self.signals is not None else contextlib.nullcontext()
 
-    def _agree_stop(self) -> None:
+    def request_stop(self) -> None:
+        """Stop after the current optimizer step; under DDP every rank agrees first (`agree_stop`)."""
+        self.stop_request = True
+        if self.strategy.world_size == 1:
+            self.state.stop_requested = True
+
+    def agree_stop(self) -> None:
         """At a point every rank passes together: stop everywhere when some rank asked to."""
+        if self.strategy.world_size > 1:
+            level = 2 if self.preempted else int(self.stop_request)
+            agreed = -self.strategy.fewest(-level)  # the largest over ranks, in one collective
+            if agreed:
+                self.state.stop_requested = True
+            self.preempted = agreed == 2
 
-    def _read_metric(self, name: str) -> float | None:
-        """One logged metric as a float (a host read)."""
+    def read_metric(self, name: str) -> float | None:
+        """One logged metric as a float (a host read, made only when a scheduler monitors it)."""
+        from trainer.logging.metrics import to_floats
 
-    def _reload_loaders(self, model: Module) -> tuple[Any, Any] | None:
-        """`reload_dataloaders_every_n_epochs`: the train and val loaders again (None: passed directly)."""
+        value = self.metrics.latest.get(name)
+        return None if value is None else to_floats({name: value})[name]
+
+    # What Module.optimizers()/manual_backward()/log() call (the Module never imports the loops).
+    def optimizer_setup(self) -> OptimizerSetup:
+        if self.optimizers is None:
+            raise RuntimeError(
+                "The optimizers exist once fit has started: expected self.optimizers() / "
+                "self.lr_schedulers() to be called from training hooks, not from __init__ or evaluation."
+            )
+        return self.optimizers
+
+    def manual_optimization(self) -> ManualSteps:
+        self.optimizer_setup()
+        if self.manual is None:
+            self.manual = self.manual_class(self)
+        return self.manual
+
+    def log_metric(self, name: str, value: Any, *, on_step: bool | None, on_epoch: bool | None, prog_bar: bool,
+                   reduce: str, batch_size: int | None, logger: bool = True) -> None:
+        # Defaults: per step inside the training batch loop, per epoch everywhere else
+        # (validation/test steps, epoch-end hooks), including a validation that runs inside
+        # the training batch loop (val_check_interval): it reduces like the epoch-end one.
+        metrics = self.metrics
+        per_step = self.in_train_batches and not metrics.evaluating
+        if not logger:
+            metrics.hidden.add(name)
+        metrics.log(
+            name,
+            value,
+            on_step=per_step if on_step is None else on_step,
+            on_epoch=(not per_step) if on_epoch is None else on_epoch,
+            prog_bar=prog_bar,
+            reduce=reduce,
+            batch_size=batch_size,
+        )
 
 
-def module_of(host: LoopHost) -> Module:
+def _no_step(*args: Any) -> Any:
+    raise RuntimeError("The training step exists once the Trainer's setup has wrapped the module.")
+
+
+def module_of(context: RunContext) -> Module:
     """The module being run (set by `fit`/`validate`/... before any loop exists)."""
-    return _present(host._module, "a loop runs only once the Trainer has a module")
+    return _present(context.module, "a loop runs only once the Trainer has a module")
 
 
-def optimizers_of(host: LoopHost) -> OptimizerSetup:
+def optimizers_of(context: RunContext) -> OptimizerSetup:
     """The optimizers of the run (parsed before the training loops exist)."""
-    return _present(host._opt, "the training loops run only once configure_optimizers was parsed")
+    return _present(context.optimizers, "the training loops run only once configure_optimizers was parsed")
 
 
-def manual_of(host: LoopHost) -> ManualSteps:
+def manual_of(context: RunContext) -> ManualSteps:
     """Manual optimization (made by the Trainer's setup for a module that steps itself)."""
-    return _present(host._manual, "a module with automatic_optimization = False has its ManualOptimization")
+    return _present(context.manual, "a module with automatic_optimization = False has its ManualOptimization")
 
 
-def signals_of(host: LoopHost) -> SignalGuard:
+def signals_of(context: RunContext) -> SignalGuard:
     """The signal guard of the running fit (an optimizer step happens only inside fit)."""
-    return _present(host._signals, "optimizer steps happen inside fit, under its signal guard")
+    return _present(context.signals, "optimizer steps happen inside fit, under its signal guard")
 
 
 def _present(value: T | None, guarantee: str) -> T:

@@ -12,8 +12,7 @@ import torch
 from trainer.logging.metrics import to_floats
 from trainer._utils import length_of, move_to_device, to_host
 from trainer.loops.batches import batch_mover, module_override
-from trainer.loops.context import LoopHost, module_of
-from trainer.core.weak import WeakAttribute
+from trainer.loops.context import RunContext, module_of
 
 __all__ = ["EvalLoop"]
 
@@ -28,10 +27,8 @@ class EvalLoop:
     user froze in eval mode stays that way.
     """
 
-    trainer: WeakAttribute[LoopHost] = WeakAttribute()  # the Trainer owns this object: no reference cycle (trainer/core/weak.py)
-
-    def __init__(self, trainer: LoopHost) -> None:
-        self.trainer = trainer
+    def __init__(self, context: RunContext) -> None:
+        self.context = context
         self.stage: str | None = None  # None while training: `self.log` then defaults to per-step
 
     def run(
@@ -46,10 +43,10 @@ class EvalLoop:
         The module's `on_<stage>_epoch_end` runs before the callbacks' (see docs/hooks.md):
         what it logs joins the epoch's results, which every callback then sees.
         """
-        trainer = self.trainer
-        module = module_of(trainer)
-        step = trainer.strategy.step_callable(module, _STEP[stage])  # Lightning lets a step omit batch_idx
-        timer = trainer._timer
+        context = self.context
+        module = module_of(context)
+        step = context.strategy.step_callable(module, _STEP[stage])  # Lightning lets a step omit batch_idx
+        timer = context.simple_profiler
         if timer is not None:  # profiler="simple"
             step = timer.wrap(step, f"[Module]{type(module).__name__}.{_STEP[stage]}")
         modes = {sub: sub.training for sub in module.modules()}
@@ -65,19 +62,19 @@ class EvalLoop:
         if limit is not None:  # limit_<stage>_batches / num_sanity_val_steps
             total = limit if total is None else min(total, limit)
             loader = itertools.islice(loader, limit)
-        trainer.strategy.check_eval_lengths(total, stage)  # FSDP: every step is a collective
-        with trainer._bookkeeping():
-            trainer._io.progress_start_eval(stage, total)
+        context.strategy.check_eval_lengths(total, stage)  # FSDP: every step is a collective
+        with context.uninterruptible():
+            context.output.progress_start_eval(stage, total)
         try:
-            with grad_mode(trainer):
+            with grad_mode(context):
                 results = self._run(loader, stage, step, keep, before_end)
             completed = True
             return results
         finally:
             self.stage = None
-            trainer._metrics.batch = None
-            with trainer._bookkeeping():
-                trainer._io.progress_end_eval()
+            context.metrics.batch = None
+            with context.uninterruptible():
+                context.output.progress_end_eval()
             if completed and train_hook is not None:
                 train_hook()  # the module's on_<stage>_model_train instead of restoring each mode
             else:
@@ -86,50 +83,50 @@ class EvalLoop:
 
     def _run(self, loader: Any, stage: str, step: Callable[[Any, int], Any], keep: bool,
              before_end: Callable[[], None] | None) -> dict[str, float] | list[Any]:
-        trainer = self.trainer
-        module = module_of(trainer)
-        device = trainer.strategy.device
-        wants = trainer._dispatch.wants
+        context = self.context
+        module = module_of(context)
+        device = context.strategy.device
+        wants = context.hooks.wants
         want_start, want_end = wants(f"on_{stage}_batch_start"), wants(f"on_{stage}_batch_end")
         predictions: list[Any] = []
-        trainer._call(f"on_{stage}_start")
-        trainer._call(f"on_{stage}_epoch_start")
-        mover = batch_mover(module, getattr(trainer, "_datamodule", None), device)  # the transfer hooks
+        context.call(f"on_{stage}_start")
+        context.call(f"on_{stage}_epoch_start")
+        mover = batch_mover(module, getattr(context, "_datamodule", None), device)  # the transfer hooks
         for batch_idx, batch in enumerate(loader):
             batch = move_to_device(batch, device) if mover is None else mover(batch)
-            trainer._metrics.batch = batch  # its size weights the epoch means
+            context.metrics.batch = batch  # its size weights the epoch means
             if want_start:
-                trainer._call(f"on_{stage}_batch_start", batch, batch_idx)
-            with trainer.precision.autocast():
+                context.call(f"on_{stage}_batch_start", batch, batch_idx)
+            with context.precision.autocast():
                 output = step(batch, batch_idx)
             if stage == "predict" and keep:
                 predictions.append(to_host(output))  # the hooks see the step's own output
             if want_end:
-                trainer._call(f"on_{stage}_batch_end", output, batch, batch_idx)
-            trainer._io.progress_advance_eval()
+                context.call(f"on_{stage}_batch_end", output, batch, batch_idx)
+            context.output.progress_advance_eval()
         if stage == "predict":
-            trainer._call("on_predict_epoch_end")
-            trainer._call("on_predict_end")
+            context.call("on_predict_epoch_end")
+            context.call("on_predict_end")
             return predictions
         # The module's epoch-end hook may still log (e.g. a metric computed over the
         # epoch), so it runs before the epoch closes; callbacks then see the results.
-        trainer._metrics.epoch_end_reached = True
+        context.metrics.epoch_end_reached = True
         try:
-            trainer._dispatch.call_module(f"on_{stage}_epoch_end")
+            context.hooks.call_module(f"on_{stage}_epoch_end")
         finally:
-            trainer._metrics.epoch_end_reached = False
-        epoch_values = trainer._metrics.close_epoch(trainer.strategy.reduce_epoch)
+            context.metrics.epoch_end_reached = False
+        epoch_values = context.metrics.close_epoch(context.strategy.reduce_epoch)
         results = to_floats(epoch_values)
-        if not trainer._sanity_checking:  # the sanity check's numbers are never written
-            trainer._io.log_eval(results)
-        trainer._dispatch.call_callbacks(f"on_{stage}_epoch_end", trainer, module)
+        if not context.sanity_checking:  # the sanity check's numbers are never written
+            context.output.log_eval(results)
+        context.hooks.call_callbacks(f"on_{stage}_epoch_end", context.trainer, module)
         if before_end is not None:
             before_end()
-        trainer._call(f"on_{stage}_end")
+        context.call(f"on_{stage}_end")
         return results
 
 
-def grad_mode(trainer: LoopHost) -> contextlib.AbstractContextManager[Any]:
+def grad_mode(context: RunContext) -> contextlib.AbstractContextManager[Any]:
     """`torch.inference_mode` for a whole pass (`Trainer(inference_mode=True)`, Lightning's default),
     else `torch.no_grad`; also `no_grad` where inference tensors are not supported: FSDP, and
     collectives over Gloo (as Lightning decides)."""
@@ -137,8 +134,8 @@ def grad_mode(trainer: LoopHost) -> contextlib.AbstractContextManager[Any]:
 
     distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
     if (
-        not trainer.args.inference_mode
-        or isinstance(trainer.strategy, FSDP)
+        not context.args.inference_mode
+        or isinstance(context.strategy, FSDP)
         or (distributed and torch.distributed.get_backend() == "gloo")
     ):
         return torch.no_grad()

@@ -33,10 +33,9 @@ from trainer.loops.batches import batch_mover, empty_loader_message, micro_batch
 from trainer.loops.resume import restore_after_epoch_start
 from trainer.loops.schedule import ValidationSchedule, batch_limit, parse_max_time
 from trainer.logging.profiler import StepProfiler
-from trainer.loops.context import LoopHost, ManualSteps, manual_of, module_of, optimizers_of
+from trainer.loops.context import Evaluation, ManualSteps, RunContext, manual_of, module_of, optimizers_of
 from trainer.loops.monitors import MonitorCheck
 from trainer.logging.metrics import MonitorError
-from trainer.core.weak import WeakAttribute
 
 __all__ = ["FitLoop"]
 
@@ -58,15 +57,14 @@ def isolated_rng() -> Iterator[None]:
 
 
 class FitLoop:
-    trainer: WeakAttribute[LoopHost] = WeakAttribute()  # the Trainer owns this object: no reference cycle (trainer/core/weak.py)
-
-    def __init__(self, trainer: LoopHost, val_loader: Any) -> None:
-        self.trainer = trainer
-        module, args = module_of(trainer), trainer.args
+    def __init__(self, context: RunContext, evaluation: Evaluation, val_loader: Any) -> None:
+        self.context, self.evaluation = context, evaluation
+        module, args = module_of(context), context.args
         self.optimization: AutomaticOptimization | ManualSteps = (
-            AutomaticOptimization(trainer) if module.automatic_optimization else manual_of(trainer)
+            AutomaticOptimization(context) if module.automatic_optimization else manual_of(context)
         )
-        wants = trainer._dispatch.wants
+        context.fit_loop = self  # what a checkpoint and Module.clip_gradients reach
+        wants = context.hooks.wants
         self.want_batch_start = wants("on_train_batch_start")
         self.want_batch_end = wants("on_train_batch_end")
         self.running = False  # inside run(): what trainer.num_val_batches reads
@@ -77,8 +75,8 @@ class FitLoop:
         self.validate_at_end = False
         self.val_limit: int | None = None
         self.profiler = StepProfiler.from_arg(args.profiler)
-        if trainer._timer is not None:  # profiler="simple": time every training batch
-            self.optimization.run = trainer._timer.wrap(self.optimization.run, "run_training_batch")  # type: ignore[method-assign]
+        if context.simple_profiler is not None:  # profiler="simple": time every training batch
+            self.optimization.run = context.simple_profiler.wrap(self.optimization.run, "run_training_batch")  # type: ignore[method-assign]
         self.loaded_epoch = 0  # reload_dataloaders_every_n_epochs: the epoch the loaders were made for
         self._warned_nothing_learned = False
         self.rng_before_validation: dict[str, Any] | None = None  # while a validation is pending
@@ -86,10 +84,10 @@ class FitLoop:
 
     # ------------------------------------------------------------------------ epochs
     def finished(self) -> bool:
-        args, state = self.trainer.args, self.trainer.state
+        args, state = self.context.args, self.context.state
         if args.max_steps is not None and state.global_step >= args.max_steps:
             return True
-        if self.max_time is not None and self.trainer.strategy.world_size == 1 and self._elapsed() >= self.max_time:
+        if self.max_time is not None and self.context.strategy.world_size == 1 and self._elapsed() >= self.max_time:
             return True
         max_epochs = args.max_epochs if args.max_epochs is not None else (None if args.max_steps or self.max_time else 1)
         return max_epochs is not None and state.epoch >= max_epochs
@@ -97,37 +95,37 @@ class FitLoop:
     def stop_now(self) -> bool:
         """A requested stop (EarlyStopping, should_stop) once min_epochs/min_steps are met;
         SIGTERM (preemption) at once."""
-        trainer = self.trainer
-        if not trainer.state.stop_requested:
+        context = self.context
+        if not context.state.stop_requested:
             return False
-        if trainer._preempted:
+        if context.preempted:
             return True
-        args, state = trainer.args, trainer.state
+        args, state = context.args, context.state
         min_epochs = args.min_epochs if args.min_epochs is not None else (1 if args.min_steps is not None else None)
         return (min_epochs is None or state.epoch >= min_epochs) and (  # min_steps alone: one epoch too (Lightning)
             args.min_steps is None or state.global_step >= args.min_steps
         )
 
     def _elapsed(self) -> float:
-        return self.trainer.state.elapsed_now()
+        return self.context.state.elapsed_now()
 
     def run(self, train_loader: Any) -> None:
-        trainer = self.trainer
+        context = self.context
         self.running = True  # the sanity check included (the clock starts after it)
         try:
             self._run(train_loader)
         except MonitorError as error:  # one monitor's own check: reported with every other one missing by now
-            combined = self.monitors.combined(trainer, error)
+            combined = self.monitors.combined(context, error)
             if combined is error:
                 raise
             raise combined from None
         finally:
-            trainer.state.stop_clock()
+            context.state.stop_clock()
             self.running = False
 
     def _measure(self, train_loader: Any) -> None:
         """Batches per epoch, the validation schedule and the validation limit of these loaders."""
-        args = self.trainer.args
+        args = self.context.args
         self.epoch_batches = batch_limit(args.limit_train_batches, length_of(train_loader), "limit_train_batches")
         if self.epoch_batches == 0:
             raise ValueError(
@@ -141,15 +139,15 @@ class FitLoop:
     def _reload(self, train_loader: Any) -> Any:
         """`reload_dataloaders_every_n_epochs=n`: at the start of every n-th epoch, the data
         source's loaders again (Lightning's rule); loaders passed to fit directly stay."""
-        trainer, n = self.trainer, self.trainer.args.reload_dataloaders_every_n_epochs
-        state = trainer.state
+        context, n = self.context, self.context.args.reload_dataloaders_every_n_epochs
+        state = context.state
         if not n or state.batches_done or state.epoch - self.loaded_epoch < n:
             return train_loader
         self.loaded_epoch = state.epoch
-        reloaded = trainer._reload_loaders(module_of(trainer))
+        reloaded = context.reload_loaders(module_of(context))
         if reloaded is not None:
             train_loader, val_loader = reloaded
-            self.val_loader = val_loader if trainer.args.limit_val_batches != 0 else None
+            self.val_loader = val_loader if context.args.limit_val_batches != 0 else None
             self._measure(train_loader)
         # Lightning opens a reloaded loader's iterator once more than it uses (its data setup
         # and its epoch start each call iter()): a DataLoader draws a seed each time, and the
@@ -158,61 +156,61 @@ class FitLoop:
         return train_loader
 
     def _run(self, train_loader: Any) -> None:
-        trainer, args = self.trainer, self.trainer.args
+        context, args = self.context, self.context.args
         self._measure(train_loader)
-        self.loaded_epoch = trainer.state.epoch
+        self.loaded_epoch = context.state.epoch
         if self.finished():
             log.warning(  # a warning, so a notebook (no logging configured) shows it
                 "Nothing to train: the run already reached max_epochs=%s / max_steps=%s%s. To train further, "
                 "create a Trainer with higher limits and call its fit with ckpt_path=%s (with the trainer command: "
                 "raise --trainer.max_epochs or --trainer.max_steps and pass --ckpt_path last).",
                 args.max_epochs, args.max_steps, "" if self.max_time is None else f" / max_time={args.max_time!r}",
-                repr(str(trainer._io.last_path)) if args.enable_checkpointing else "<a trainer.save_checkpoint(path) file>",
+                repr(str(context.output.last_path)) if args.enable_checkpointing else "<a trainer.save_checkpoint(path) file>",
             )
-            trainer._data_order.settle(train_loader)
+            context.data_order.settle(train_loader)
         self.sanity_check()
-        trainer._call("on_train_start")
-        trainer.state.start_clock()  # max_time counts training from here, as Lightning's Timer (no sanity check)
-        if self.profiler is not None and trainer.strategy.is_global_zero:
-            self.profiler.start(trainer._io.run_dir / "profiler")
+        context.call("on_train_start")
+        context.state.start_clock()  # max_time counts training from here, as Lightning's Timer (no sanity check)
+        if self.profiler is not None and context.strategy.is_global_zero:
+            self.profiler.start(context.output.run_dir / "profiler")
         try:
             while not self.finished() and not self.stop_now():
                 train_loader = self._reload(train_loader)
-                steps_before, batches_before = trainer.state.global_step, trainer.state.batches_done
+                steps_before, batches_before = context.state.global_step, context.state.batches_done
                 learned_before = getattr(self.optimization, "learning_windows", None)
                 if not self.train_epoch(train_loader):
                     break
-                if trainer.state.batches_done > batches_before:  # the epoch ran batches (not only its end)
+                if context.state.batches_done > batches_before:  # the epoch ran batches (not only its end)
                     self._check_progress(steps_before, learned_before)
                 self.end_epoch()
         finally:
             if self.profiler is not None:
                 self.profiler.stop()
         self.reconcile()
-        trainer._io.log_last_step()  # a run ending between logging steps writes its last step too
-        trainer._io.save_last()
-        trainer._call("on_train_end")
+        context.output.log_last_step()  # a run ending between logging steps writes its last step too
+        context.output.save_last()
+        context.call("on_train_end")
 
     def sanity_check(self) -> None:
         """`num_sanity_val_steps` validation batches before training: nothing is logged, no
         callback acts on them (`trainer.sanity_checking`), no random stream moves."""
-        trainer, steps = self.trainer, self.trainer.args.num_sanity_val_steps
+        context, steps = self.context, self.context.args.num_sanity_val_steps
         if self.val_loader is None or steps == 0:
             return
         limit = self.val_limit if steps == -1 else (steps if self.val_limit is None else min(steps, self.val_limit))
-        latest = dict(trainer._metrics.latest)
-        trainer._sanity_checking = True
+        latest = dict(context.metrics.latest)
+        context.sanity_checking = True
         try:
-            trainer._call("on_sanity_check_start")
+            context.call("on_sanity_check_start")
             with isolated_rng():
-                trainer._eval.run(self.val_loader, "validation", limit)
-            trainer._call("on_sanity_check_end")
-            names = set(trainer._metrics.latest)
+                self.evaluation.run(self.val_loader, "validation", limit)
+            context.call("on_sanity_check_end")
+            names = set(context.metrics.latest)
         finally:
-            trainer._sanity_checking = False
-            trainer._metrics.clear_latest()  # training starts a new callback_metrics dict, as Lightning's
-            trainer._metrics.latest = latest
-        self.monitors.after_validation(names, trainer)
+            context.sanity_checking = False
+            context.metrics.clear_latest()  # training starts a new callback_metrics dict, as Lightning's
+            context.metrics.latest = latest
+        self.monitors.after_validation(names, context)
 
     def validate(self) -> None:
         """Validation inside fit (epoch end, val_check_interval): it draws from the random
@@ -222,11 +220,11 @@ class FitLoop:
         Ctrl-C, a callback's save) holds the random state it began with, and a resume from
         that file runs it again, so its draws happen exactly once either way.
         """
-        trainer, state = self.trainer, self.trainer.state
-        isolate = trainer.args.isolate_validation_rng
+        context, state = self.context, self.context.state
+        isolate = context.args.isolate_validation_rng
         self.rng_before_validation = rng_state()
         state.validation_pending = True
-        module_of(trainer).on_validation_model_zero_grad()  # Lightning's, before a validation in fit
+        module_of(context).on_validation_model_zero_grad()  # Lightning's, before a validation in fit
 
         def complete() -> None:
             state.validation_pending = False
@@ -235,7 +233,7 @@ class FitLoop:
 
         self.monitors.due.add("validation_end")
         try:
-            trainer._eval.run(self.val_loader, "validation", self.val_limit, before_end=complete)
+            self.evaluation.run(self.val_loader, "validation", self.val_limit, before_end=complete)
         except BaseException:
             if state.validation_pending or isolate:  # the cut is the validation's start
                 set_rng_state(self.rng_before_validation)
@@ -244,7 +242,7 @@ class FitLoop:
             set_rng_state(self.rng_before_validation)
         self.rng_before_validation = None
         if not self.monitors.done:
-            self.monitors.after_validation((), trainer)
+            self.monitors.after_validation((), context)
 
     def rng_for_checkpoint(self) -> dict[str, Any] | None:
         """The random state a checkpoint written now must hold (None: the current one)."""
@@ -257,9 +255,9 @@ class FitLoop:
             optimization.reconcile(raise_now)
 
     def end_epoch(self) -> None:
-        trainer, state = self.trainer, self.trainer.state
+        context, state = self.context, self.context.state
         self.reconcile()
-        trainer._io.close_train_epoch()
+        context.output.close_train_epoch()
         assert self.schedule is not None
         if (
             self.val_loader is not None
@@ -271,59 +269,59 @@ class FitLoop:
         self.validate_at_end = False
         # The module's hook first; what it logs (on_epoch) closes into the epoch's values, which
         # the callbacks then see in callback_metrics (EarlyStopping(check_on_train_epoch_end=True)).
-        trainer._metrics.epoch_end_reached = True
+        context.metrics.epoch_end_reached = True
         try:
-            trainer._dispatch.call_module("on_train_epoch_end")
+            context.hooks.call_module("on_train_epoch_end")
         finally:
-            trainer._metrics.epoch_end_reached = False
-        trainer._io.close_train_epoch()
+            context.metrics.epoch_end_reached = False
+        context.output.close_train_epoch()
         self.monitors.due.add("train_epoch_end")
-        trainer._dispatch.call_callbacks("on_train_epoch_end", trainer, module_of(trainer))
+        context.hooks.call_callbacks("on_train_epoch_end", context.trainer, module_of(context))
         optimization = self.optimization
-        if optimizers_of(trainer).schedulers and isinstance(optimization, AutomaticOptimization):
+        if optimizers_of(context).schedulers and isinstance(optimization, AutomaticOptimization):
             optimization.step_schedulers("epoch", state.epoch + 1)
         state.epoch += 1
         state.epoch_end_validated = False
         state.batches_before_epoch += state.batches_done
         state.batches_done = 0
-        with trainer._bookkeeping():
-            trainer._io.end_epoch()
-        trainer._agree_stop()
+        with context.uninterruptible():
+            context.output.end_epoch()
+        context.agree_stop()
     def _check_progress(self, steps_before: int, learned_before: int | None) -> None:
         """An epoch without a single optimizer step: never loop forever on max_steps. An epoch
         whose every training_step returned None learned nothing: said once, loudly."""
-        trainer = self.trainer
+        context = self.context
         learned = getattr(self.optimization, "learning_windows", None)
         if learned is not None and learned == learned_before and not self._warned_nothing_learned:
             self._warned_nothing_learned = True
             log.warning(
                 "training_step returned None for every batch of epoch %d, so nothing was learned (each skipped "
                 "window still counts as an optimizer step, as in Lightning). Expected training_step to return "
-                "the loss; to step optimizers yourself, set self.automatic_optimization = False.", trainer.state.epoch,
+                "the loss; to step optimizers yourself, set self.automatic_optimization = False.", context.state.epoch,
             )
-        if trainer.state.global_step != steps_before or trainer.args.max_steps is None:
+        if context.state.global_step != steps_before or context.args.max_steps is None:
             return
         raise RuntimeError(
-            f"Epoch {trainer.state.epoch} ended without a single optimizer step, so max_steps="
-            f"{trainer.args.max_steps} would never be reached. Expected at least one step per epoch: call "
+            f"Epoch {context.state.epoch} ended without a single optimizer step, so max_steps="
+            f"{context.args.max_steps} would never be reached. Expected at least one step per epoch: call "
             "opt.step() on an optimizer from self.optimizers() in training_step."
         )
 
     # ------------------------------------------------------------------- one epoch
     def train_epoch(self, loader: Any) -> bool:
         """Run (the rest of) one epoch; return whether it reached its end."""
-        trainer = self.trainer
-        trainer._in_train_batches = True
+        context = self.context
+        context.in_train_batches = True
         try:
             return self._train_batches(loader)
         finally:
-            trainer._in_train_batches = False
-            trainer._metrics.batch = None
+            context.in_train_batches = False
+            context.metrics.batch = None
 
     def _train_batches(self, loader: Any) -> bool:
-        trainer = self.trainer
-        state, args, strategy = trainer.state, trainer.args, trainer.strategy
-        module_of(trainer).train()
+        context = self.context
+        state, args, strategy = context.state, context.args, context.strategy
+        module_of(context).train()
         strategy.set_epoch(loader, state.epoch)
         length = length_of(loader)
         if length == 0:
@@ -332,22 +330,22 @@ class FitLoop:
         distributed = strategy.world_size > 1
         if distributed:
             strategy.check_epoch_lengths(total)
-        trainer._call("on_train_epoch_start")  # also on a resume inside the epoch
-        restore_after_epoch_start(trainer)  # ...whose checkpoint then wins over what it reset (resume.py)
+        context.call("on_train_epoch_start")  # also on a resume inside the epoch
+        restore_after_epoch_start(context)  # ...whose checkpoint then wins over what it reset (resume.py)
         # The epoch's order is recorded at its start; a resume inside it replays the order and
         # skips what was consumed (loops/data.py), then restores the checkpoint's random state.
-        iterator = trainer._data_order.epoch_iterator(loader, state.batches_done, state.epoch)
+        iterator = context.data_order.epoch_iterator(loader, state.batches_done, state.epoch)
         if total is None and isinstance(args.limit_train_batches, int):  # an iterable loader, capped
             iterator = itertools.islice(iterator, max(args.limit_train_batches - state.batches_done, 0))
-        with trainer._bookkeeping():
-            trainer._io.progress_start_epoch(total)
+        with context.uninterruptible():
+            context.output.progress_start_epoch(total)
         device, optimization = strategy.device, self.optimization
-        mover = batch_mover(module_of(trainer), getattr(trainer, "_datamodule", None), device)  # the transfer hooks
+        mover = batch_mover(module_of(context), getattr(context, "_datamodule", None), device)  # the transfer hooks
         want_start, want_end = self.want_batch_start, self.want_batch_end
         k = args.accumulate_grad_batches if args.accumulate_grad_batches else 1
         optimization.reset()
         batch_idx = state.batches_done - 1
-        schedule, validating, metrics = self.schedule, self.val_loader is not None, trainer._metrics
+        schedule, validating, metrics = self.schedule, self.val_loader is not None, context.metrics
         assert schedule is not None
         fewest = strategy.fewest if distributed and total is None else None
         if state.validation_pending and not validating:
@@ -357,14 +355,14 @@ class FitLoop:
         for batch_idx, size, last, batch in micro_batches(iterator, total, k, state.batches_done, fewest):
             batch = move_to_device(batch, device) if mover is None else mover(batch)
             if want_start:
-                trainer._call("on_train_batch_start", batch, batch_idx)
+                context.call("on_train_batch_start", batch, batch_idx)
             before = state.batches_done  # the position at this window's start
             metrics.batch = batch  # its size weights epoch means logged without batch_size
             output = optimization.run(batch, batch_idx, size, last)  # advances the bar before a step logs
             if want_end:
-                trainer._call("on_train_batch_end", optimization.batch_end_outputs(output), batch, batch_idx)
+                context.call("on_train_batch_end", optimization.batch_end_outputs(output), batch, batch_idx)
             if not self.monitors.done:
-                self.monitors.after_training_batch(trainer)
+                self.monitors.after_training_batch(context)
             if last:
                 if self.profiler is not None:
                     self.profiler.step()
@@ -377,16 +375,16 @@ class FitLoop:
                         validated = True
                 stop = args.max_steps is not None and state.global_step >= args.max_steps
                 if not stop and self.max_time is not None and self._elapsed() >= self.max_time:
-                    stop = trainer.strategy.world_size == 1
-                    trainer._stop_request = True  # DDP: agreed at the next logging step
+                    stop = context.strategy.world_size == 1
+                    context.stop_request = True  # DDP: agreed at the next logging step
                 if not stop and state.global_step % args.log_every_n_steps == 0:
-                    trainer._agree_stop()  # DDP: no per-step collective, only at logging steps
+                    context.agree_stop()  # DDP: no per-step collective, only at logging steps
                 if stop or self.stop_now():
                     complete = total is not None and state.batches_done >= total
                     if complete:
                         if total == length:  # leave the loader as the uninterrupted run's loop does
-                            trainer._data_order.finish_epoch(iterator)
-                    elif not stop and not validated and not trainer._preempted and validating \
+                            context.data_order.finish_epoch(iterator)
+                    elif not stop and not validated and not context.preempted and validating \
                             and schedule.epoch_validates(state.epoch):
                         self.validate()  # a requested stop (should_stop) validates once more, as Lightning
                     return complete
@@ -395,7 +393,7 @@ class FitLoop:
         elif total is not None and total == length:
             # The whole loader: ask once past its end, as a `for` loop over it does (a sampler's
             # last draw). A limited epoch asks for nothing beyond its last batch.
-            trainer._data_order.finish_epoch(iterator)
+            context.data_order.finish_epoch(iterator)
         if total is None and state.epoch == 0 and state.batches_done == 0:
             raise ValueError(empty_loader_message(loader))
         return True

@@ -86,7 +86,7 @@ class HeldWindow:
 
     def __init__(self, optimization: Any, first_batch: int) -> None:
         self.optimization = optimization
-        self.trainer = optimization.trainer
+        self.context = optimization.context
         self.first_batch = first_batch
         self.losses: list[torch.Tensor] = []
         self.counts: list[torch.Tensor] = []
@@ -102,10 +102,10 @@ class HeldWindow:
 
     def forward(self, batch: Any, batch_idx: int) -> Any:
         """A later micro-batch of the window: its forward, with gradient sync off; held."""
-        trainer = self.trainer
-        with trainer.strategy.no_sync(False):
-            with trainer._precision.autocast():
-                output = trainer._train_step(batch, batch_idx)
+        context = self.context
+        with context.strategy.no_sync(False):
+            with context.precision.autocast():
+                output = context.train_step(batch, batch_idx)
         loss = extract_loss(output, batch_idx)
         if loss is None:  # None skips the batch, as in any window
             return output
@@ -116,8 +116,8 @@ class HeldWindow:
 
     def close(self, batches_done: int) -> tuple[torch.Tensor, bool]:
         """The window's backward passes; returns its per-item loss and whether it is finite."""
-        trainer = self.trainer
-        strategy, precision = trainer.strategy, trainer._precision
+        context = self.context
+        strategy, precision = context.strategy, context.precision
         losses, world = self.losses, strategy.world_size
         device = losses[-1].device
         # summed in int64 or float64 whatever the counts' own dtype: a window of uint8/int16 counts
@@ -150,7 +150,7 @@ class HeldWindow:
             self._malformed(bad_here > 0, int(bad_index), bad_value)
         self.total_seen = total_seen  # the window's items over all ranks (items/s)
         if not total_seen > 0:
-            state = trainer.state
+            state = context.state
             raise ValueError(
                 f"training_step returned num_items adding up to {total_seen:g} over the accumulation window of "
                 f"batches {state.batches_done}..{batches_done - 1} (epoch {state.epoch}"
@@ -170,10 +170,10 @@ class HeldWindow:
                 strategy.prepare_synced_backward(self.last_output)
             with strategy.no_sync(i == last):
                 if want_before:
-                    trainer._call("on_before_backward", scaled)
+                    context.call("on_before_backward", scaled)
                 precision.backward(scaled)
                 if want_after:
-                    trainer._call("on_after_backward")
+                    context.call("on_after_backward")
         self.losses, self.counts, self.batches, self.last_output = [], [], [], None
         return window_loss, math.isfinite(sum_seen)
 

@@ -41,7 +41,7 @@ import torch
 
 from trainer.precision import needs_closure
 from trainer.loops.batches import module_override, ordered_parameters
-from trainer.loops.context import LoopHost, module_of, optimizers_of
+from trainer.loops.context import RunContext, module_of, optimizers_of
 from trainer.core.weak import WeakAttribute
 
 __all__ = ["ManualOptimization", "ManagedOptimizer", "check_manual_arguments"]
@@ -119,9 +119,9 @@ class ManagedOptimizer:
         inside, and with `sync_grad=False` DDP does not all-reduce the backward passes made
         inside (accumulate locally; sync on the step's micro-batch)."""
         manual = self._manual
-        module = module_of(manual.trainer)
+        module = module_of(manual.context)
         module.toggle_optimizer(self)
-        sync = contextlib.nullcontext() if sync_grad else manual.trainer.strategy.manual_no_sync()
+        sync = contextlib.nullcontext() if sync_grad else manual.context.strategy.manual_no_sync()
         try:
             with sync:
                 yield
@@ -141,20 +141,20 @@ class ManagedOptimizer:
 class ManualOptimization:
     """Runs `training_step` once per batch; its `opt.step()` calls come back here."""
 
-    trainer: WeakAttribute[LoopHost] = WeakAttribute()  # the Trainer owns this object: no reference cycle (trainer/core/weak.py)
+    context: WeakAttribute[RunContext] = WeakAttribute()  # the run context owns this object: no reference cycle
 
-    def __init__(self, trainer: LoopHost) -> None:
-        self.trainer = trainer
-        self.optimizers = optimizers_of(trainer).optimizers
+    def __init__(self, context: RunContext) -> None:
+        self.context = context
+        self.optimizers = optimizers_of(context).optimizers
         self.managed = [ManagedOptimizer(opt, self) for opt in self.optimizers]
-        self.parameters = {id(opt): ordered_parameters(module_of(trainer), [opt]) for opt in self.optimizers}
-        wants = trainer._dispatch.wants
+        self.parameters = {id(opt): ordered_parameters(module_of(context), [opt]) for opt in self.optimizers}
+        wants = context.hooks.wants
         # A module's backward() override runs in manual_backward too (Lightning's); checked as in automatic.py.
-        hook = module_override(module_of(trainer), "backward")
+        hook = module_override(module_of(context), "backward")
         if hook is not None:
             from trainer.loops.overrides import check_overrides
 
-            check_overrides(module_of(trainer), trainer._precision, [], hook, None)
+            check_overrides(module_of(context), context.precision, [], hook, None)
         self.backward_through: Any = _ModuleBackward(hook) if hook is not None else None
         self.want_before_step = wants("on_before_optimizer_step")
         self.want_step_end = wants("on_train_step_end")
@@ -166,25 +166,25 @@ class ManualOptimization:
         self.marks: dict[int, list[Any]] = {}
         for opt in self.optimizers:
             self.mark(opt)  # gradients already there (an earlier fit's) are not this run's window
-        io = trainer._io  # the run's first training_step: its FLOPs counted once (logging/throughput.py)
-        self.flops = io.throughput.meter(io.writes and io.logging_on and not trainer.args.compile)
+        io = context.output  # the run's first training_step: its FLOPs counted once (logging/throughput.py)
+        self.flops = io.throughput.meter(io.writes and io.logging_on and not context.args.compile)
 
     def reset(self) -> None:
         self.steps_in_batch = 0
 
     # ------------------------------------------------------------ called by the module
     def step(self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None = None) -> bool:
-        trainer = self.trainer
+        context = self.context
         if self.want_before_step:
-            trainer._call("on_before_optimizer_step", optimizer)
-        signals = trainer._signals
+            context.call("on_before_optimizer_step", optimizer)
+        signals = context.signals
         if signals is not None:
             signals.in_critical = True  # the step and its count happen together
         try:
-            stepped = trainer._precision.optimizer_step(optimizer, update=False, closure=closure)
-            trainer.state.global_step += 1
+            stepped = context.precision.optimizer_step(optimizer, update=False, closure=closure)
+            context.state.global_step += 1
             if not stepped:
-                trainer.state.skipped_steps += 1
+                context.state.skipped_steps += 1
             self.steps_in_batch += 1
             self.stepped_in_batch.add(id(optimizer))
             self.backward_after_step = False
@@ -197,11 +197,11 @@ class ManualOptimization:
 
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """`Module.manual_backward`: hooks around the strategy's (scaled) backward."""
-        trainer = self.trainer
-        trainer._call("on_before_backward", loss)
+        context = self.context
+        context.call("on_before_backward", loss)
         self.backward_after_step = True
-        trainer.strategy.manual_backward(loss, self.backward_through or trainer._precision, *args, **kwargs)
-        trainer._call("on_after_backward")
+        context.strategy.manual_backward(loss, self.backward_through or context.precision, *args, **kwargs)
+        context.call("on_after_backward")
 
     def mark(self, optimizer: torch.optim.Optimizer) -> None:
         """Remember `optimizer`'s gradients as they are now (after its step or zero_grad)."""
@@ -209,7 +209,7 @@ class ManualOptimization:
 
     def clip_gradients(self, optimizer: Any, value: float | None, algorithm: str | None) -> torch.Tensor | None:
         """`Module.clip_gradients`: the Trainer's settings by default; 0/None: no clipping."""
-        args = self.trainer.args
+        args = self.context.args
         value = args.gradient_clip_val if value is None else value
         if value is None or value == 0:
             return None
@@ -225,7 +225,7 @@ class ManualOptimization:
                 "clip_gradients(optimizer, ...) expected one of the optimizers from self.optimizers(). "
                 f"Received: {raw!r}."
             )
-        return self.trainer._precision.clip_gradients(raw, value, algorithm, params)  # type: ignore[arg-type]
+        return self.context.precision.clip_gradients(raw, value, algorithm, params)  # type: ignore[arg-type]
 
     # --------------------------------------------------------------- called by the loop
     def run(self, batch: Any, batch_idx: int, size: int, last: bool) -> Any:
@@ -236,29 +236,29 @@ class ManualOptimization:
             if not meter.record(backward_ran=True):
                 self.flops = meter
             return output
-        trainer = self.trainer
-        state = trainer.state
+        context = self.context
+        state = context.state
         steps_before = state.global_step
         self.steps_in_batch = 0
         self.stepped_in_batch.clear()
         self.inside = True
         try:
-            with trainer.precision.autocast():
-                output = trainer._train_step(batch, batch_idx)
+            with context.precision.autocast():
+                output = context.train_step(batch, batch_idx)
         finally:
             self.inside = False
-        trainer._precision.update()  # what is still pending (AMP: a step or an unscale since the last update)
+        context.precision.update()  # what is still pending (AMP: a step or an unscale since the last update)
         self.steps_in_batch = 0
         state.batches_done = batch_idx + 1
-        trainer._io.progress_advance(batch)
+        context.output.progress_advance(batch)
         if state.global_step != steps_before:
             if self.want_step_end:
-                trainer._call("on_train_step_end", True)
-            n = trainer.args.log_every_n_steps
+                context.call("on_train_step_end", True)
+            n = context.args.log_every_n_steps
             if state.global_step // n != steps_before // n:
-                trainer._io.log_step(_loss_of(output), None)
+                context.output.log_step(_loss_of(output), None)
             else:
-                trainer._io.step_done(_loss_of(output))
+                context.output.step_done(_loss_of(output))
         return output
 
     def batch_end_outputs(self, output: Any) -> Any:
@@ -269,11 +269,11 @@ class ManualOptimization:
         return {"loss": output} if isinstance(output, torch.Tensor) else {} if output is None else output
 
     def end_window(self, batches_done: int) -> None:
-        self.trainer.state.batches_done = batches_done
+        self.context.state.batches_done = batches_done
 
     @property
     def device_type(self) -> str:
-        return self.trainer.strategy.device.type
+        return self.context.strategy.device.type
 
     def cut_problem(self) -> str | None:
         if self.steps_in_batch:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from trainer.logging.metrics import AUTOMATIC, MonitorError
 
 if TYPE_CHECKING:
-    from trainer.loops.context import LoopHost
+    from trainer.loops.context import RunContext
 
 __all__ = ["MonitorCheck"]
 
@@ -39,54 +39,54 @@ class MonitorCheck:
         self.seen: set[str] = set()  # names logged before they were restored away (the sanity check's)
         self.due = {"step"}  # the points a monitor is read at that the fit has reached (a step: from the first)
 
-    def after_validation(self, names: Iterable[str], host: LoopHost) -> None:
+    def after_validation(self, names: Iterable[str], context: RunContext) -> None:
         """After the sanity check or a validation inside fit, with the names it logged."""
         self.seen.update(names)
         self.validation_known = True
-        self._check_if_due(host)
+        self._check_if_due(context)
 
-    def after_training_batch(self, host: LoopHost) -> None:
+    def after_training_batch(self, context: RunContext) -> None:
         self.trained = True
-        self._check_if_due(host)
+        self._check_if_due(context)
 
-    def _check_if_due(self, host: LoopHost) -> None:
+    def _check_if_due(self, context: RunContext) -> None:
         if self.done or not (self.trained and self.validation_known):
             return
         self.done = True
-        error = _error(host, known_names(host) | self.seen, _later_logging(host), None, _EARLY)
+        error = _error(context, known_names(context) | self.seen, _later_logging(context), None, _EARLY)
         if error is not None:
             raise error
 
-    def combined(self, host: LoopHost, error: MonitorError) -> MonitorError:
+    def combined(self, context: RunContext, error: MonitorError) -> MonitorError:
         """`error` (one monitor's own check failed) as the list of every monitor missing now, among
         those read by this point of the fit; `error` itself when it is not about one of them."""
         if getattr(error, "all_monitors", False):
             return error
         if not self.done and self.trained:  # the first validation, without a sanity check before it
             self.done = True
-            found = _error(host, known_names(host), _later_logging(host), None, _EARLY)
+            found = _error(context, known_names(context), _later_logging(context), None, _EARLY)
         else:
-            found = _error(host, known_names(host), False, self.due, "checked when the first of them was read")
+            found = _error(context, known_names(context), False, self.due, "checked when the first of them was read")
         if found is None or not any(repr(name) in str(error) for name in getattr(found, "names", [])):
             return error
         return found
 
 
-def _later_logging(host: LoopHost) -> bool:
+def _later_logging(context: RunContext) -> bool:
     """Whether code that is not a monitor runs at the training epoch's end (it may log there)."""
-    dispatch = host._dispatch
-    monitoring = {id(cb) for cb in host.callbacks if _monitored(cb, host)}
+    dispatch = context.hooks
+    monitoring = {id(cb) for cb in context.hooks.callbacks if _monitored(cb, context)}
     return dispatch.module_defines("on_train_epoch_end") or any(
         id(cb) not in monitoring for cb in dispatch.overriding("on_train_epoch_end"))
 
 
-def _monitors(host: LoopHost) -> list[tuple[str, str, str]]:
+def _monitors(context: RunContext) -> list[tuple[str, str, str]]:
     """(who, name, when) for every strict monitor of this fit."""
     found = []
-    for callback in host.callbacks:
-        for name, when in _monitored(callback, host).items():
+    for callback in context.hooks.callbacks:
+        for name, when in _monitored(callback, context).items():
             found.append((f"{type(callback).__name__}(monitor={name!r})", name, when))
-    for config in host._opt.schedulers if host._opt is not None else []:
+    for config in context.optimizers.schedulers if context.optimizers is not None else []:
         if config.monitor is not None and config.strict:
             when = "train_epoch_end" if config.interval == "epoch" else "step"
             found.append((f"The LR scheduler {type(config.scheduler).__name__} ('monitor': {config.monitor!r})",
@@ -94,20 +94,20 @@ def _monitors(host: LoopHost) -> list[tuple[str, str, str]]:
     return found
 
 
-def known_names(host: LoopHost) -> set[str]:
+def known_names(context: RunContext) -> set[str]:
     """Every name the run has logged so far or writes by itself, in each spelling a monitor may use."""
-    metrics = host._metrics
+    metrics = context.metrics
     names = set(metrics.current()) | set(metrics.step) | set(metrics.epoch) | set(AUTOMATIC)
     names |= {reduction.source for reduction in (*metrics.step.values(), *metrics.epoch.values())}
-    for k, optimizer in enumerate(host._opt.optimizers if host._opt is not None else []):
+    for k, optimizer in enumerate(context.optimizers.optimizers if context.optimizers is not None else []):
         names |= {f"train/lr-{f'opt{k}-' if k else ''}group{i}" for i in range(len(optimizer.param_groups))}
     return names
 
 
-def _error(host: LoopHost, known: set[str], later: bool, due: set[str] | None, when_checked: str) -> MonitorError | None:
+def _error(context: RunContext, known: set[str], later: bool, due: set[str] | None, when_checked: str) -> MonitorError | None:
     """One MonitorError naming every monitor (read by a point in `due`; None: any) whose metric
     is not in `known`; a monitor read at the epoch's end waits when code may still log there."""
-    missing = [(who, name) for who, name, when in _monitors(host)
+    missing = [(who, name) for who, name, when in _monitors(context)
                if name not in known and (due is None or when in due) and not (later and when == "train_epoch_end")]
     if not missing:
         return None
@@ -123,7 +123,7 @@ def _error(host: LoopHost, known: set[str], later: bool, due: set[str] | None, w
     return error
 
 
-def _monitored(callback: Any, host: LoopHost) -> dict[str, str]:
+def _monitored(callback: Any, context: RunContext) -> dict[str, str]:
     """A callback's `monitored_metrics(trainer)` (trainer.Callback's; none for other objects)."""
     declared = getattr(callback, "monitored_metrics", None)
-    return declared(host) if callable(declared) else {}
+    return declared(context) if callable(declared) else {}

@@ -64,7 +64,7 @@ class OverrideSteps:
     module's `optimizer_step` override, and `clip_gradients` from `configure_gradient_clipping`."""
 
     if TYPE_CHECKING:
-        trainer: Any
+        context: Any
         optimizer: torch.optim.Optimizer
         parameters: list[torch.nn.Parameter]
         step_hook: Callable[..., Any] | None
@@ -84,7 +84,7 @@ class OverrideSteps:
 
     def _hooked_end(self, batch: Any, batch_idx: int, size: int) -> Any:
         """A window's last micro-batch through the module's `optimizer_step` override."""
-        trainer = self.trainer
+        context = self.context
         if self.held is not None:
             self._hold({}, torch.zeros(()), batch_idx, True)  # raises: item windows need no override
         hooked: dict[str, Any] = {
@@ -100,16 +100,16 @@ class OverrideSteps:
                 )
             hooked["ran"] = True
             hooked["output"] = self._micro_batch(batch, batch_idx, size, True)
-            trainer._io.progress_advance(batch)
+            context.output.progress_advance(batch)
             return hooked["loss"]  # type: ignore[no-any-return]
 
         self.hooked = hooked
         try:
             assert self.step_hook is not None and self.proxy is not None
-            self.step_hook(trainer.state.epoch, batch_idx, self.proxy, optimizer_closure)
+            self.step_hook(context.state.epoch, batch_idx, self.proxy, optimizer_closure)
             if not hooked["ran"]:
                 raise RuntimeError(
-                    f"{type(module_of(trainer)).__name__}.optimizer_step did not run its optimizer_closure, so "
+                    f"{type(module_of(context)).__name__}.optimizer_step did not run its optimizer_closure, so "
                     f"batch {batch_idx} was never trained on. Expected optimizer.step(closure=optimizer_closure) "
                     "(or optimizer_closure() itself when the step is skipped on purpose), as in Lightning."
                 )
@@ -117,19 +117,19 @@ class OverrideSteps:
                 return hooked["output"]  # skipped and counted (nonfinite_loss='skip')
             window_loss, self.window_loss = self.window_loss, None
             if window_loss is None:  # every micro-batch was skipped (training_step returned None)
-                trainer.state.batches_done = batch_idx + 1
+                context.state.batches_done = batch_idx + 1
                 return hooked["output"]
             self.learning_windows += 1  # a loss was backpropagated: this window learned
             if hooked["stepped"] is None:  # the override skipped the step: Lightning still counts it
                 norm, stepped, schedulers = None, True, True
-                signals_of(trainer).in_critical = True
+                signals_of(context).in_critical = True
             else:
                 norm, stepped = hooked["stepped"]
                 schedulers = stepped
             self._settle(batch_idx + 1, stepped, schedulers)
         finally:
             self.hooked = None
-            signals_of(trainer).exit_critical()
+            signals_of(context).exit_critical()
         self._report(window_loss, norm, stepped)
         return hooked["output"]
 
@@ -148,13 +148,13 @@ class OverrideSteps:
         window_loss = self.window_loss
         if not hooked["ran"] or window_loss is None:
             return result
-        trainer = self.trainer
+        context = self.context
         if self.device_guard:
-            hooked["stepped"] = self._apply(trainer.strategy.max_over_ranks((~torch.isfinite(window_loss)).float()))
+            hooked["stepped"] = self._apply(context.strategy.max_over_ranks((~torch.isfinite(window_loss)).float()))
         elif (
-            not trainer._precision.handles_nonfinite
-            and trainer.args.nonfinite_loss != "off"
-            and not trainer.strategy.all_finite(window_loss)
+            not context.precision.handles_nonfinite
+            and context.args.nonfinite_loss != "off"
+            and not context.strategy.all_finite(window_loss)
         ):
             hooked["nonfinite"] = True
             self.window_loss = None
@@ -166,7 +166,7 @@ class OverrideSteps:
     def clip_gradients(self, optimizer: Any, value: float | int | None, algorithm: str | None) -> None:
         """`Module.clip_gradients` in automatic optimization (from `configure_gradient_clipping`):
         Lightning's defaults and checks, then the precision's unscale and clip."""
-        args = self.trainer.args
+        args = self.context.args
         if value is None:
             value = args.gradient_clip_val or 0.0
         elif args.gradient_clip_val is not None and args.gradient_clip_val != value:
@@ -190,8 +190,8 @@ class OverrideSteps:
         if value <= 0:
             return
         raw: torch.optim.Optimizer = optimizer.optimizer if isinstance(optimizer, LoopOptimizer) else optimizer
-        params = self.parameters if raw is self.optimizer else ordered_parameters(module_of(self.trainer), [raw])
-        self.trainer._precision.clip_gradients(raw, float(value), algorithm, params)  # type: ignore[arg-type]
+        params = self.parameters if raw is self.optimizer else ordered_parameters(module_of(self.context), [raw])
+        self.context.precision.clip_gradients(raw, float(value), algorithm, params)  # type: ignore[arg-type]
 
 
 

@@ -17,35 +17,35 @@ from collections.abc import Sized
 from typing import Any
 
 from trainer.checkpoint import CheckpointError
-from trainer.loops.context import LoopHost
+from trainer.loops.context import RunContext
 from trainer.loops.data import loader_batch_size, rebatch_problem
 
 __all__ = ["check_resume", "restore_after_epoch_start"]
 
 
-def check_resume(host: LoopHost, checkpoint: dict[str, Any], loader: Any) -> None:
+def check_resume(context: RunContext, checkpoint: dict[str, Any], loader: Any) -> None:
     """After `restore`, with the loader the run trains on: the saved position still
     names the same samples (converted to a new batch size, or refused), and warn where
     the resume can't be exact."""
-    _check_position(host, checkpoint, loader)
-    reason = host._data_order.fresh_worker_iterator_warning(loader)
+    _check_position(context, checkpoint, loader)
+    reason = context.data_order.fresh_worker_iterator_warning(loader)
     if reason is not None:
         warnings.warn(f"This resume is not bit-identical to an uninterrupted run: {reason}.", stacklevel=4)
 
 
-def _check_position(host: LoopHost, checkpoint: dict[str, Any], loader: Any) -> None:
+def _check_position(context: RunContext, checkpoint: dict[str, Any], loader: Any) -> None:
     """`batches_done` counts micro-batches of the saved loader: with another batch size
     it would skip or repeat samples, so it is converted when that is exact, else refused."""
-    trainer = host
-    state, done = trainer.state, trainer.state.batches_done
+    context = context
+    state, done = context.state, context.state.batches_done
     if done == 0:  # an epoch boundary: nothing of the epoch was consumed
         return
     name = repr(str(checkpoint.get("_path", "<in memory>")))
     where = f"{done} batches into epoch {state.epoch}"
-    old, new = trainer._data_order.saved_batch_size(), loader_batch_size(loader)
+    old, new = context.data_order.saved_batch_size(), loader_batch_size(loader)
     # Counted over all ranks: a run on N processes takes N batches per step (a change of
     # world size that keeps the global batch is the documented, not bit-exact, re-split).
-    saved_world, world = len(checkpoint.get("rng") or [None]), trainer.strategy.world_size
+    saved_world, world = len(checkpoint.get("rng") or [None]), context.strategy.world_size
     if old is not None and (new is None or old * saved_world != new * world):
         samples = done * old * saved_world
         problem = rebatch_problem(loader)
@@ -64,7 +64,7 @@ def _check_position(host: LoopHost, checkpoint: dict[str, Any], loader: Any) -> 
                 "boundary (such as last.ckpt after an epoch ended)."
             )
         state.batches_done = samples // (new * world)
-        trainer._data_order.rebatched(new)
+        context.data_order.rebatched(new)
         warnings.warn(
             f"Checkpoint {name} was written {where} with batch_size={old}; this run's loader has "
             f"batch_size={new}, so it resumes after batch {state.batches_done} of {new}: the same {samples} "
@@ -73,7 +73,7 @@ def _check_position(host: LoopHost, checkpoint: dict[str, Any], loader: Any) -> 
             stacklevel=4,
         )
     saved_k = (checkpoint.get("config") or {}).get("accumulate_grad_batches")
-    k = trainer.args.accumulate_grad_batches
+    k = context.args.accumulate_grad_batches
     if isinstance(saved_k, int) and saved_k != k:
         warnings.warn(
             f"Checkpoint {name} was written {where} with accumulate_grad_batches={saved_k}; this run "
@@ -85,7 +85,7 @@ def _check_position(host: LoopHost, checkpoint: dict[str, Any], loader: Any) -> 
         )
 
 
-def restore_after_epoch_start(host: LoopHost) -> None:
+def restore_after_epoch_start(context: RunContext) -> None:
     """On a resume inside an epoch, after that epoch's `on_train_epoch_start` hooks ran
     again: what the checkpoint restores wins over what they reset. Once more, with the same
     checkpoint dict (then it is let go; only the first resumed epoch), in the checkpoint's
@@ -97,19 +97,19 @@ def restore_after_epoch_start(host: LoopHost) -> None:
     state), the random streams last, then `on_load_checkpoint` (module, then callbacks).
     Not the loop position, the loggers, the data order or the precision, which no epoch-start
     hook resets. A resume costs one more copy of these states; a step costs nothing."""
-    checkpoint = host._io.take_resumed_checkpoint()
+    checkpoint = context.output.take_resumed_checkpoint()
     if checkpoint is None:
         return
     path = checkpoint.get("_path")
     source = f"Checkpoint {path!r}" if path else "The checkpoint"
     parts = ["module", "callbacks"]
-    opt = host._opt
+    opt = context.optimizers
     if opt is not None and _still_fits(opt.optimizers, checkpoint.get("optimizers")):
         parts.append("optimizers")
     if opt is not None and _still_fits([config.scheduler for config in opt.schedulers], checkpoint.get("schedulers")):
         parts.append("schedulers")
-    host._state_parts.restore(checkpoint, host.strategy.rank, source, only=(*parts, "rng"))
-    host._dispatch.call("on_load_checkpoint", host, host._module, checkpoint)
+    context.state_parts.restore(checkpoint, context.strategy.rank, source, only=(*parts, "rng"))
+    context.hooks.call("on_load_checkpoint", context, context.module, checkpoint)
 
 
 def _still_fits(targets: list[Any], saved: Any) -> bool:

@@ -1,7 +1,8 @@
 """`Module`: the user's model and the hooks the Trainer calls on it.
 
-`Module` never imports the Trainer: it only knows that, once attached, `self.trainer`
-has a `_log_metric` method (the `_MetricSink` protocol below).
+`Module` never imports the Trainer: once attached it holds the Trainer (`self.trainer`) and
+the Trainer's run (the `TrainerLink` protocol below), both weakly: `self.log` writes into the
+run's metrics, `self.optimizers()` and `self.manual_backward` reach its optimizers.
 """
 
 from __future__ import annotations
@@ -23,8 +24,14 @@ __all__ = ["Module", "Reduce", "AttributeDict", "step_caller"]
 Reduce = Literal["mean", "sum", "max", "min"]
 
 
-class _MetricSink(Protocol):
-    def _log_metric(
+class TrainerLink(Protocol):
+    """What a module reaches in the Trainer's run (`trainer/loops/run.py`)."""
+
+    @property
+    def optimization(self) -> Any: ...
+    def optimizer_setup(self) -> Any: ...
+    def manual_optimization(self) -> Any: ...
+    def log_metric(
         self,
         name: str,
         value: torch.Tensor | float | int | Any,
@@ -32,7 +39,7 @@ class _MetricSink(Protocol):
         on_step: bool | None,
         on_epoch: bool | None,
         prog_bar: bool,
-        reduce: Reduce,
+        reduce: str,
         batch_size: int | None,
         logger: bool = True,
     ) -> None: ...
@@ -82,6 +89,7 @@ class Module(ModuleTools):
         super().__init__(*args, **kwargs)
         # Set through object.__setattr__ so nn.Module does not register the Trainer.
         object.__setattr__(self, "_trainer_ref", None)
+        object.__setattr__(self, "_run_ref", None)
         if "hparams" not in self.__dict__:
             object.__setattr__(self, "hparams", _Captured())  # filled with the subclass's init arguments
 
@@ -126,7 +134,7 @@ class Module(ModuleTools):
     def __getstate__(self) -> dict[str, Any]:
         """Pickle and `copy.deepcopy` without the Trainer (a copy starts detached)."""
         state = super().__getstate__()
-        state["_trainer_ref"] = None
+        state["_trainer_ref"] = state["_run_ref"] = None
         return state
 
     # ----------------------------------------------------------------- the Trainer link
@@ -141,10 +149,20 @@ class Module(ModuleTools):
             )
         return ref
 
-    def _attach(self, trainer: _MetricSink | None) -> None:
+    def _attach(self, trainer: Any, run: TrainerLink | None = None) -> None:
         # Weak: the Trainer holds the module, so a strong link back would be a reference cycle,
         # and a finished run's module (its GPU memory) would wait for the garbage collector.
         object.__setattr__(self, "_trainer_ref", None if trainer is None else weakref.ref(trainer))
+        object.__setattr__(self, "_run_ref", None if run is None else weakref.ref(run))
+
+    def _link(self) -> TrainerLink:
+        """What `self.log`, `self.optimizers()` and `self.manual_backward` reach in the Trainer."""
+        ref = self.__dict__.get("_run_ref")
+        run = ref() if ref is not None else None
+        if run is None:
+            self.trainer  # raises: not attached
+            raise RuntimeError(f"{type(self).__name__} is attached to a Trainer that is not running it.")
+        return run  # type: ignore[no-any-return]
 
     def _attached(self) -> Any:
         """The Trainer this module is attached to, or None (never attached, or gone)."""
@@ -274,12 +292,13 @@ class Module(ModuleTools):
         With both `on_step` and `on_epoch` the values are written as `<name>_step` and
         `<name>_epoch`, and `callback_metrics[name]` holds the latest (Lightning's rule).
         """
-        ref = self._attached()
-        if ref is None:
+        ref = self.__dict__.get("_run_ref")
+        run = ref() if ref is not None else None
+        if run is None:
             return  # called outside a Trainer (e.g. a unit test of the step): nothing to do
         if reduce_fx is not None:
             reduce = _reduce_name(name, reduce_fx)
-        ref._log_metric(
+        run.log_metric(
             name,
             value,
             on_step=on_step,
@@ -311,21 +330,21 @@ class Module(ModuleTools):
         step without the precision (no GradScaler) and without the step count.
         """
         if not use_pl_optimizer:
-            raw = list(self.trainer._opt_setup().optimizers)
+            raw = list(self._link().optimizer_setup().optimizers)
             return raw[0] if len(raw) == 1 else raw
-        managed = self.trainer._manual_optimization().managed
+        managed = self._link().manual_optimization().managed
         return managed[0] if len(managed) == 1 else managed
 
     def lr_schedulers(self) -> Any:
         """The LR schedulers of `configure_optimizers`: None, one, or a list."""
-        schedulers = [config.scheduler for config in self.trainer._opt_setup().schedulers]
+        schedulers = [config.scheduler for config in self._link().optimizer_setup().schedulers]
         if not schedulers:
             return None
         return schedulers[0] if len(schedulers) == 1 else schedulers
 
     def manual_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """`loss.backward()` through the Trainer: scaled under amp, hooks called."""
-        self.trainer._manual_optimization().backward(loss, *args, **kwargs)
+        self._link().manual_optimization().backward(loss, *args, **kwargs)
 
     def clip_gradients(
         self,
@@ -339,9 +358,9 @@ class Module(ModuleTools):
         optimization, call it from `configure_gradient_clipping` (Lightning's checks: a value that
         disagrees with the Trainer's raises).
         """
-        trainer = self.trainer
+        link = self._link()
         if self.automatic_optimization:
-            optimization = getattr(getattr(trainer, "_loop", None), "optimization", None)
+            optimization = link.optimization
             if optimization is None or not hasattr(optimization, "clip_gradients"):
                 raise RuntimeError(
                     "clip_gradients in automatic optimization clips before an optimizer step: expected it to be "
@@ -349,13 +368,13 @@ class Module(ModuleTools):
                 )
             optimization.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
             return
-        trainer._manual_optimization().clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+        link.manual_optimization().clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def toggle_optimizer(self, optimizer: Any) -> None:
         """Only `optimizer`'s parameters require grad until `untoggle_optimizer` (GANs)."""
         own = {id(p) for group in optimizer.param_groups for p in group["params"]}
         saved: dict[int, tuple[torch.nn.Parameter, bool]] = {}
-        for other in self.trainer._opt_setup().optimizers:
+        for other in self._link().optimizer_setup().optimizers:
             for group in other.param_groups:
                 for p in group["params"]:
                     if id(p) not in own and id(p) not in saved:

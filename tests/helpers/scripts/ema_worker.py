@@ -87,7 +87,7 @@ def main() -> None:
         results[precision] = {
             "average": weights(model), "training": weights(averaging.average_model.module),
             "n_averaged": int(averaging.average_model.n_averaged), "hand_average": hand["average"],
-            "hand_training": hand["training"], "hand_n_averaged": hand["n"], "skipped": trainer.state.skipped_steps, "flops_per_sample": trainer._io.throughput.flops_per_sample,
+            "hand_training": hand["training"], "hand_n_averaged": hand["n"], "skipped": trainer.state.skipped_steps, "flops_per_sample": trainer._run.output.throughput.flops_per_sample,
         }
     torch.save(results, out / f"ema_rank{RANK}.pt")
 

@@ -47,7 +47,7 @@ class HoldUntilSignalled(Callback):
         if trainer.strategy.rank == self.rank and trainer.global_step == 5:
             (OUT / "handshake").touch()
             deadline = time.monotonic() + 60
-            while not trainer._preempted and time.monotonic() < deadline:
+            while not trainer._run.preempted and time.monotonic() < deadline:
                 time.sleep(0.01)
 
 

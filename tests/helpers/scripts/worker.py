@@ -199,7 +199,7 @@ def main() -> None:
         stop_agreement(results)
         rank_zero_io(results, out)
         full = resume_run(out, max_steps=None, root="full")
-        results["resume/full"] = weights(full._module)
+        results["resume/full"] = weights(full._run.module)
         results["resume/full_step"] = full.global_step
         cut = resume_run(out, max_steps=4)
         results["resume/cut_state"] = cut.state.state_dict()
@@ -208,7 +208,7 @@ def main() -> None:
     else:
         ckpt = (out / "main_rank0.txt").read_text().strip()
         resumed = resume_run(out, max_steps=None, ckpt_path=ckpt, root="resumed")
-        results["resume/resumed"] = weights(resumed._module)
+        results["resume/resumed"] = weights(resumed._run.module)
         results["resume/resumed_step"] = resumed.global_step
     torch.save(results, out / f"{phase}_rank{RANK}.pt")
     if phase == "main" and RANK == 0:
