@@ -149,7 +149,7 @@ class Module(ModuleTools):
             )
         return ref
 
-    def _attach(self, trainer: Any, run: TrainerLink | None = None) -> None:
+    def _attach(self, trainer: object, run: TrainerLink | None = None) -> None:
         # Weak: the Trainer holds the module, so a strong link back would be a reference cycle,
         # and a finished run's module (its GPU memory) would wait for the garbage collector.
         object.__setattr__(self, "_trainer_ref", None if trainer is None else weakref.ref(trainer))
