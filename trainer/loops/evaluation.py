@@ -91,7 +91,7 @@ class EvalLoop:
         predictions: list[Any] = []
         context.call(f"on_{stage}_start")
         context.call(f"on_{stage}_epoch_start")
-        mover = batch_mover(module, getattr(context, "_datamodule", None), device)  # the transfer hooks
+        mover = batch_mover(module, context.datamodule, device)  # the transfer hooks
         for batch_idx, batch in enumerate(loader):
             batch = move_to_device(batch, device) if mover is None else mover(batch)
             context.metrics.batch = batch  # its size weights the epoch means

@@ -340,7 +340,7 @@ class FitLoop:
         with context.uninterruptible():
             context.output.progress_start_epoch(total)
         device, optimization = strategy.device, self.optimization
-        mover = batch_mover(module_of(context), getattr(context, "_datamodule", None), device)  # the transfer hooks
+        mover = batch_mover(module_of(context), context.datamodule, device)  # the transfer hooks
         want_start, want_end = self.want_batch_start, self.want_batch_end
         k = args.accumulate_grad_batches if args.accumulate_grad_batches else 1
         optimization.reset()

@@ -126,4 +126,4 @@ def _error(context: RunContext, known: set[str], later: bool, due: set[str] | No
 def _monitored(callback: Any, context: RunContext) -> dict[str, str]:
     """A callback's `monitored_metrics(trainer)` (trainer.Callback's; none for other objects)."""
     declared = getattr(callback, "monitored_metrics", None)
-    return declared(context) if callable(declared) else {}
+    return declared(context.trainer) if callable(declared) else {}

@@ -109,7 +109,7 @@ def restore_after_epoch_start(context: RunContext) -> None:
     if opt is not None and _still_fits([config.scheduler for config in opt.schedulers], checkpoint.get("schedulers")):
         parts.append("schedulers")
     context.state_parts.restore(checkpoint, context.strategy.rank, source, only=(*parts, "rng"))
-    context.hooks.call("on_load_checkpoint", context, context.module, checkpoint)
+    context.hooks.call("on_load_checkpoint", context.trainer, context.module, checkpoint)
 
 
 def _still_fits(targets: list[Any], saved: Any) -> bool:
