@@ -15,6 +15,8 @@ from typing_extensions import TypedDict
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
+from trainer._utils import check_run_name, parse_max_time, profiler_settings
+
 __all__ = ["TrainerArgs", "validate_trainer_args", "fast_dev_run_args"]
 
 
@@ -123,8 +125,6 @@ class TrainerArgs(BaseModel):
     @pydantic.field_validator("run_name", mode="before")
     @classmethod
     def _check_run_name(cls, value: Any, info: pydantic.ValidationInfo) -> str | None:
-        from trainer.logging.runs import check_run_name
-
         name = check_run_name(value, "")
         if name is not None and not isinstance(info.data.get("logger", True), bool):
             raise ValueError(
@@ -152,10 +152,8 @@ class TrainerArgs(BaseModel):
     @pydantic.field_validator("profiler")
     @classmethod
     def _check_profiler(cls, value: Any) -> Any:
-        from trainer.logging.profiler import StepProfiler
-
         try:
-            StepProfiler.from_arg(value)
+            profiler_settings(value)
         except (ValueError, TypeError) as error:
             raise ValueError(str(error).removeprefix("Trainer(profiler=...) ")) from None
         return value
@@ -168,8 +166,6 @@ class TrainerArgs(BaseModel):
     @pydantic.field_validator("max_time")
     @classmethod
     def _check_max_time(cls, value: Any) -> Any:
-        from trainer.loops.schedule import parse_max_time
-
         try:
             parse_max_time(value)
         except (ValueError, TypeError) as error:
@@ -238,11 +234,10 @@ class TrainerArgs(BaseModel):
 
     @pydantic.field_validator("callbacks")
     @classmethod
-    def _check_callbacks(cls, value: list[Any] | None) -> list[Any] | None:
-        from trainer.loops.hooks import CallbackBase  # trainer.Callback's base
-
+    def _check_callbacks(cls, value: list[Any] | None, info: pydantic.ValidationInfo) -> list[Any] | None:
+        base = (info.context or {}).get("callback_base")  # trainer.Callback's base, named by the caller
         for item in value or []:
-            if not isinstance(item, CallbackBase):
+            if base is not None and not isinstance(item, base):
                 raise ValueError(f"expected trainer.Callback instances, got {type(item).__name__}")
         return value
 
@@ -297,10 +292,11 @@ def _available_devices() -> str:
     return ", ".join(found)
 
 
-def validate_trainer_args(values: dict[str, Any]) -> TrainerArgs:
-    """Validate `Trainer(...)` keyword arguments; raise one ValueError listing every problem."""
+def validate_trainer_args(values: dict[str, Any], callback_base: type | None = None) -> TrainerArgs:
+    """Validate `Trainer(...)` keyword arguments; raise one ValueError listing every problem.
+    `callback_base`: the class every callback must be an instance of (`trainer.Callback`'s base)."""
     try:
-        return TrainerArgs(**values)
+        return TrainerArgs.model_validate(values, context={"callback_base": callback_base})
     except pydantic.ValidationError as error:
         lines = []
         for problem in error.errors():

@@ -1,15 +1,21 @@
-"""Small helpers: moving batches to a device, seeding, RNG state, one-line error reports."""
+"""Small helpers: moving batches to a device, seeding, RNG state, one-line error reports, weak
+back-references."""
 
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import random
+import re
+import weakref
 from collections.abc import Mapping
-from typing import Any
+from pathlib import Path
+from typing import Any, Generic, TypeVar
 
 import torch
 
-__all__ = ["move_to_device", "to_host", "seed_everything", "rng_state", "set_rng_state", "length_of", "first_line"]
+__all__ = ["move_to_device", "to_host", "seed_everything", "rng_state", "set_rng_state", "length_of", "first_line",
+           "WeakAttribute", "check_run_name", "parse_max_time", "profiler_settings", "PROFILER_KEYS"]
 
 
 def move_to_device(batch: Any, device: torch.device) -> Any:
@@ -173,3 +179,116 @@ def first_line(error: BaseException, empty: str | None = None) -> str:
     if lines:
         return lines[0]
     return type(error).__name__ if empty is None else empty
+
+
+# ------------------------------------------------- argument forms shared by several layers
+# The Trainer's argument check (`_args.py`) and the layers that use an argument parse it the
+# same way, with these (pydantic is loaded only by the check).
+_TIME = re.compile(r"^(\d+):(\d+):(\d+):(\d+)$")
+PROFILER_KEYS = ("wait", "warmup", "active", "repeat", "record_memory", "record_shapes", "with_stack", "row_limit")
+
+
+def profiler_settings(value: Any) -> dict[str, Any] | None:
+    """`Trainer(profiler=...)` as torch.profiler settings: None/False/"simple": no torch profiler;
+    True/"pytorch": the defaults ({}); a dict: those settings (keys from `PROFILER_KEYS`)."""
+    if value is None or value is False or value == "simple":
+        return None
+    if value is True or value == "pytorch":  # Lightning's name for torch.profiler
+        return {}
+    if value == "advanced":
+        raise ValueError(
+            "Trainer(profiler='advanced') is Lightning's cProfile report per action, which is not offered here. "
+            "Expected 'simple' (the time spent in every hook and step, logged when fit ends), 'pytorch' or True "
+            "(torch.profiler traces of a few optimizer steps), or a dict of torch.profiler schedule options."
+        )
+    if isinstance(value, dict):
+        unknown = sorted(set(value) - set(PROFILER_KEYS))
+        if unknown:
+            raise ValueError(
+                f"Trainer(profiler=...) got unknown key(s) {unknown}. Expected some of: {', '.join(PROFILER_KEYS)}."
+            )
+        return dict(value)
+    raise ValueError(
+        f"Trainer(profiler=...) expected None, True, 'simple', 'pytorch' or a dict such as {{'active': 3}}. "
+        f"Received: {value!r}."
+    )
+
+
+def check_run_name(value: object, where: str = "Trainer(run_name=...)") -> str | None:
+    """A run name is a plain folder name (no separators, not `.`/`..`); None stays None.
+
+    Raises:
+        ValueError: anything else, saying what is accepted.
+    """
+    if value is None:
+        return None
+    if isinstance(value, str) and value.strip() == value and value and Path(value).name == value and value not in (".", ".."):
+        return value
+    expected = "expected a plain folder name such as 'exp1' (no '/' or surrounding spaces), or None for a new version_N folder"
+    if not where:  # the Trainer's argument check adds the name and what it received
+        raise ValueError(expected)
+    raise ValueError(f"{where} {expected}. Received: {value!r} of type {type(value).__name__}.")
+
+
+def parse_max_time(value: Any) -> float | None:
+    """Seconds from Lightning's forms: "DD:HH:MM:SS", a timedelta, or a dict of timedelta keys."""
+    if value is None:
+        return None
+    if isinstance(value, datetime.timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, dict):
+        seconds = datetime.timedelta(**value).total_seconds()
+    elif isinstance(value, str) and _TIME.match(value.strip()):
+        days, hours, minutes, secs = (int(part) for part in _TIME.match(value.strip()).groups())  # type: ignore[union-attr]
+        seconds = datetime.timedelta(days=days, hours=hours, minutes=minutes, seconds=secs).total_seconds()
+    else:
+        raise ValueError(
+            f"Trainer(max_time=...) expected 'DD:HH:MM:SS', a datetime.timedelta or a dict such as "
+            f"{{'hours': 2}}. Received: {value!r} of type {type(value).__name__}."
+        )
+    if seconds <= 0:
+        raise ValueError(f"Trainer(max_time=...) expected a positive duration. Received: {value!r}.")
+    return seconds
+
+
+# ----------------------------------------------------------------- weak back-references
+# The run's context owns its helpers (the run's files, manual optimization) and each helper
+# refers back to it; with plain attributes that is a reference cycle, which only the cyclic
+# garbage collector frees, and everything the run holds (the module, the optimizer: on a GPU,
+# the run's memory) waits for it. The helpers hold their owner through `WeakAttribute`
+# instead, so the last reference to the Trainer frees the whole run at once.
+
+T = TypeVar("T")
+
+
+class WeakAttribute(Generic[T]):
+    """An attribute that refers to its value without keeping it alive.
+
+    Example:
+        >>> class Owner: ...
+        >>> class Helper:
+        ...     owner: WeakAttribute[Owner] = WeakAttribute()
+        ...     def __init__(self, owner: Owner) -> None:
+        ...         self.owner = owner
+        >>> owner = Owner(); helper = Helper(owner)
+        >>> helper.owner is owner
+        True
+
+    A descriptor: `obj.name = value` keeps a weak reference; reading it after `value` is
+    gone raises a RuntimeError (the owner outlived what it belongs to)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+        self.slot = f"_weak_{name}"
+
+    def __get__(self, obj: Any, owner: type | None = None) -> T:
+        if obj is None:
+            return self  # type: ignore[return-value]
+        ref = obj.__dict__.get(self.slot)
+        value = ref() if ref is not None else None
+        if value is None:
+            raise RuntimeError(f"{type(obj).__name__}.{self.name}: the object it belonged to no longer exists.")
+        return value  # type: ignore[no-any-return]
+
+    def __set__(self, obj: Any, value: T) -> None:
+        obj.__dict__[self.slot] = weakref.ref(value)

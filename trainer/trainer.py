@@ -129,7 +129,7 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
         arguments = dict(locals())
         for local in ("self", "fast_dev_run_args", "validate_trainer_args", "translate", "lightning_arguments"):
             arguments.pop(local)
-        self.args = check_flags(validate_trainer_args(translate(arguments, lightning_arguments)))  # barebones, overfit_batches
+        self.args = check_flags(validate_trainer_args(translate(arguments, lightning_arguments), CallbackBase))  # barebones, overfit_batches
         if self.args.fast_dev_run:  # validated first, then overridden (writes nothing)
             self.args = fast_dev_run_args(self.args)
         check_compile_options(self.args.compile, self.args.accumulate_grad_batches)  # CUDA graphs: no accumulation

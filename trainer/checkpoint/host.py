@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
     from trainer._args import TrainerArgs
     from trainer.checkpoint.registry import StateRegistry
-    from trainer.module import Module
+
     from trainer.precision import Precision
     from trainer.strategies import Strategy
 
@@ -88,7 +88,7 @@ class ShardHost(Protocol):
     @property
     def strategy(self) -> Strategy: ...
     @property
-    def module(self) -> Module | None: ...
+    def module(self) -> torch.nn.Module | None: ...
     @property
     def optimizers(self) -> Optimizers | None: ...
 
@@ -126,7 +126,7 @@ class StateHost(ShardHost, Protocol):
         """Call a hook on the callbacks and the module (`on_save_checkpoint`, `on_load_checkpoint`)."""
 
 
-def module_of(host: ShardHost) -> Module:
+def module_of(host: ShardHost) -> torch.nn.Module:
     """The Trainer's module; an AttributeError, as before, when it has none yet."""
     module = host.module
     if module is None:

@@ -335,8 +335,10 @@ def _check_trainer(section: Any) -> tuple[dict[str, Any], str | ResolvedSpec, li
 
         strategy_spec, found = check_spec(values.pop("strategy"), "trainer.strategy", Strategy)
         problems += found
+    from trainer.loops.hooks import CallbackBase
+
     try:
-        args = TrainerArgs.model_validate(values)
+        args = TrainerArgs.model_validate(values, context={"callback_base": CallbackBase})
     except pydantic.ValidationError as error:
         return {}, precision, problems + _from_pydantic(error, "trainer.")
     plain = args.model_dump(mode="json", exclude={*TOP_LEVEL_ONLY, "precision"})

@@ -23,11 +23,12 @@ from typing import Any
 
 import torch
 
+from trainer._utils import PROFILER_KEYS, profiler_settings
+
 __all__ = ["StepProfiler", "SimpleProfiler", "PROFILER_KEYS"]
 
 log = logging.getLogger("trainer")
 
-PROFILER_KEYS = ("wait", "warmup", "active", "repeat", "record_memory", "record_shapes", "with_stack", "row_limit")
 
 
 class StepProfiler:
@@ -53,27 +54,8 @@ class StepProfiler:
     @classmethod
     def from_arg(cls, value: Any) -> StepProfiler | None:
         """None/False/"simple": no torch profiler; True/"pytorch": the defaults; a dict: those settings."""
-        if value is None or value is False or value == "simple":
-            return None
-        if value is True or value == "pytorch":  # Lightning's name for torch.profiler
-            return cls()
-        if value == "advanced":
-            raise ValueError(
-                "Trainer(profiler='advanced') is Lightning's cProfile report per action, which is not offered here. "
-                "Expected 'simple' (the time spent in every hook and step, logged when fit ends), 'pytorch' or True "
-                "(torch.profiler traces of a few optimizer steps), or a dict of torch.profiler schedule options."
-            )
-        if isinstance(value, dict):
-            unknown = sorted(set(value) - set(PROFILER_KEYS))
-            if unknown:
-                raise ValueError(
-                    f"Trainer(profiler=...) got unknown key(s) {unknown}. Expected some of: {', '.join(PROFILER_KEYS)}."
-                )
-            return cls(**value)
-        raise ValueError(
-            f"Trainer(profiler=...) expected None, True, 'simple', 'pytorch' or a dict such as {{'active': 3}}. "
-            f"Received: {value!r}."
-        )
+        settings = profiler_settings(value)
+        return None if settings is None else cls(**settings)
 
     def start(self, folder: Path) -> None:
         from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler

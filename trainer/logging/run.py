@@ -29,7 +29,7 @@ from trainer.logging.progress import ProgressBar
 from trainer.logging.live import LineProgress, LiveNumbers, fresh_values, line_settings, ordered, run_progress, wants_lines
 from trainer.logging.throughput import Throughput
 from trainer.logging.summary import summarize
-from trainer.core.weak import WeakAttribute
+from trainer._utils import WeakAttribute
 
 __all__ = ["RunIO", "RunHost"]
 

@@ -28,6 +28,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from trainer._utils import check_run_name
+
 __all__ = [
     "DEFAULT_NAME",
     "check_run_name",
@@ -41,22 +43,6 @@ __all__ = [
 
 #: The experiment folder of the Trainer's own runs (and TensorBoardLogger's default `name`).
 DEFAULT_NAME = "default"
-
-
-def check_run_name(value: object, where: str = "Trainer(run_name=...)") -> str | None:
-    """A run name is a plain folder name (no separators, not `.`/`..`); None stays None.
-
-    Raises:
-        ValueError: anything else, saying what is accepted.
-    """
-    if value is None:
-        return None
-    if isinstance(value, str) and value.strip() == value and value and Path(value).name == value and value not in (".", ".."):
-        return value
-    expected = "expected a plain folder name such as 'exp1' (no '/' or surrounding spaces), or None for a new version_N folder"
-    if not where:  # the Trainer's argument check adds the name and what it received
-        raise ValueError(expected)
-    raise ValueError(f"{where} {expected}. Received: {value!r} of type {type(value).__name__}.")
 
 
 def version_folder(version: int | str) -> str:

@@ -42,7 +42,7 @@ import torch
 from trainer.precision import needs_closure
 from trainer.loops.batches import module_override, ordered_parameters
 from trainer.loops.context import RunContext, module_of, optimizers_of
-from trainer.core.weak import WeakAttribute
+from trainer._utils import WeakAttribute
 
 __all__ = ["ManualOptimization", "ManagedOptimizer", "check_manual_arguments"]
 

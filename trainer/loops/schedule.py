@@ -17,6 +17,8 @@ import datetime
 import re
 from typing import Any
 
+from trainer._utils import parse_max_time
+
 __all__ = ["batch_limit", "parse_max_time", "ValidationSchedule"]
 
 
@@ -36,28 +38,6 @@ def batch_limit(limit: int | float | None, length: int | None, name: str) -> int
     return max(count, 1) if limit > 0 else 0
 
 
-_TIME = re.compile(r"^(\d+):(\d+):(\d+):(\d+)$")
-
-
-def parse_max_time(value: Any) -> float | None:
-    """Seconds from Lightning's forms: "DD:HH:MM:SS", a timedelta, or a dict of timedelta keys."""
-    if value is None:
-        return None
-    if isinstance(value, datetime.timedelta):
-        seconds = value.total_seconds()
-    elif isinstance(value, dict):
-        seconds = datetime.timedelta(**value).total_seconds()
-    elif isinstance(value, str) and _TIME.match(value.strip()):
-        days, hours, minutes, secs = (int(part) for part in _TIME.match(value.strip()).groups())  # type: ignore[union-attr]
-        seconds = datetime.timedelta(days=days, hours=hours, minutes=minutes, seconds=secs).total_seconds()
-    else:
-        raise ValueError(
-            f"Trainer(max_time=...) expected 'DD:HH:MM:SS', a datetime.timedelta or a dict such as "
-            f"{{'hours': 2}}. Received: {value!r} of type {type(value).__name__}."
-        )
-    if seconds <= 0:
-        raise ValueError(f"Trainer(max_time=...) expected a positive duration. Received: {value!r}.")
-    return seconds
 
 
 class ValidationSchedule:

@@ -212,7 +212,7 @@ class Module(ModuleTools):
         is on the device the weights were loaded to (`map_location`, default: where they were saved,
         or the CPU when that device is missing).
         """
-        from trainer.core.module_load import load_module
+        from trainer.module.load import load_module
 
         return load_module(cls, checkpoint_path, map_location, strict, overrides)
 
