@@ -19,7 +19,7 @@ from torch import nn
 from torch.optim.swa_utils import SWALR, AveragedModel
 
 from trainer import Callback
-from trainer.module import step_caller
+from trainer.strategies.base import step_caller
 from trainer.utilities import rank_zero_info, rank_zero_warn
 
 from callbacks._weights import Rollback, copy_all

@@ -182,6 +182,45 @@ def test_no_import_cycles():
     assert not cycles, "\n".join(_describe(graph, c) for c in cycles)
 
 
+def folder_of(module: str) -> str:
+    """The layer a module belongs to: a folder of `trainer/` (`trainer.loops`), a module directly
+    in `trainer/` (`trainer.precision`), or the `callbacks` package."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "trainer" and len(parts) > 1 else parts[0]
+
+
+def folder_graph(graph: dict[str, dict[str, list[str]]]) -> dict[str, dict[str, list[str]]]:
+    """The import graph with each folder collapsed to one node. The package face (`trainer`'s
+    `__init__`, which re-exports every layer for users) is left out: nothing inside imports it."""
+    folders: dict[str, dict[str, list[str]]] = {}
+    for module, targets in graph.items():
+        source = folder_of(module)
+        if source == "trainer":
+            continue
+        edges = folders.setdefault(source, {})
+        for target, where in targets.items():
+            if folder_of(target) not in (source, "trainer"):
+                edges.setdefault(folder_of(target), []).extend(f"{module} -> {target} at {w}" for w in where)
+    for edges in list(folders.values()):
+        for target in edges:
+            folders.setdefault(target, {})
+    return folders
+
+
+def test_folders_import_one_way():
+    """A folder is one layer: if any module of `loops/` imports `checkpoint/`, no module of
+    `checkpoint/` may import `loops/` (the module-level check cannot see such circles)."""
+    folders = folder_graph(import_graph())
+    cycles = find_cycles(folders)
+    assert not cycles, "\n".join(_describe(folders, c) for c in cycles)
+
+
+def test_the_folder_check_sees_a_circle_between_folders():
+    graph = {"trainer.loops.fit": {"trainer.checkpoint.state": ["x.py:1"]},
+             "trainer.checkpoint.state": {"trainer.loops.data": ["y.py:2"]}, "trainer.loops.data": {}}
+    assert find_cycles(folder_graph(graph)) == [["trainer.checkpoint", "trainer.loops", "trainer.checkpoint"]]
+
+
 def test_the_core_never_imports_the_yaml_layer():
     core = [m for m in _modules("trainer") if not _under(m, "trainer.config") and m not in ENTRY_POINTS]
     assert _violations("the core imports trainer.config", core, ("trainer.config",)) == []

@@ -26,7 +26,7 @@ from typing import Any
 import pydantic
 from pydantic import ConfigDict, TypeAdapter
 
-from trainer.utilities.rank_zero import rank_zero_info
+from trainer.strategies.rank_zero import rank_zero_info
 
 __all__ = [
     "Problem", "ConfigError", "ResolvedSpec", "check_spec", "instantiate", "is_spec", "suggest", "USER_FOLDERS",

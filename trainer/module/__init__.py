@@ -19,7 +19,7 @@ from trainer._hparams import AttributeDict, _Captured, _capturing_init
 from trainer._hparams import save_hyperparameters as save_hparams
 from trainer.module.tools import ModuleTools
 
-__all__ = ["Module", "Reduce", "AttributeDict", "step_caller"]
+__all__ = ["Module", "Reduce", "AttributeDict"]
 
 Reduce = Literal["mean", "sum", "max", "min"]
 
@@ -403,17 +403,3 @@ def _reduce_name(name: str, reduce_fx: Any) -> Reduce:
         f"self.log({name!r}, ..., reduce_fx=...) expected 'mean', 'sum', 'max', 'min' or torch.mean/sum/max/min. "
         f"Received: {reduce_fx!r}."
     )
-
-
-def step_caller(module: Any, name: str) -> Callable[[Any, int], Any]:
-    """`module.<name>` as a `(batch, batch_idx)` callable; Lightning lets a step omit
-    `batch_idx`. Decided once (per fit), so a step pays nothing for it."""
-    method = getattr(module, name)
-    try:
-        params = list(inspect.signature(method).parameters.values())
-    except (TypeError, ValueError):
-        return method  # type: ignore[no-any-return]
-    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    if len(positional) >= 2 or any(p.kind is p.VAR_POSITIONAL for p in params):
-        return method  # type: ignore[no-any-return]
-    return lambda batch, batch_idx: method(batch)

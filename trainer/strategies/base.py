@@ -13,6 +13,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import math
 import os
@@ -21,7 +22,6 @@ from typing import Any
 
 import torch
 
-from trainer.module import step_caller
 from trainer.strategies._lightning_attributes import LightningAttributes
 
 __all__ = ["Strategy", "SingleDevice", "resolve_device", "launched_by_torchrun"]
@@ -207,3 +207,17 @@ SingleDevice = Strategy
 def launched_by_torchrun() -> bool:
     """Whether torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK) is present."""
     return all(name in os.environ for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
+
+
+def step_caller(module: Any, name: str) -> Callable[[Any, int], Any]:
+    """`module.<name>` as a `(batch, batch_idx)` callable; Lightning lets a step omit
+    `batch_idx`. Decided once (per fit), so a step pays nothing for it."""
+    method = getattr(module, name)
+    try:
+        params = list(inspect.signature(method).parameters.values())
+    except (TypeError, ValueError):
+        return method  # type: ignore[no-any-return]
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(positional) >= 2 or any(p.kind is p.VAR_POSITIONAL for p in params):
+        return method  # type: ignore[no-any-return]
+    return lambda batch, batch_idx: method(batch)

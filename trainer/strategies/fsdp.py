@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from trainer.module import step_caller
+from trainer.strategies.base import step_caller
 from trainer.strategies.base import _NO_SYNC
 from trainer.strategies.parallel import ProcessGroupStrategy, unequal_counts
 

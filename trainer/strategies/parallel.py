@@ -20,7 +20,7 @@ from trainer.strategies.cluster import ClusterEnvironment
 from trainer.strategies.collectives import CollectiveError, CollectiveGuard, parse_timeout
 from trainer.strategies.devices import group_backend, has_cpu_backend, local_cuda_index
 from trainer.strategies.sampler import _with_distributed_sampler
-from trainer.utilities.rank_zero import rank_zero_only
+from trainer.strategies.rank_zero import rank_zero_only
 
 __all__ = ["ProcessGroupStrategy", "unequal_counts"]
 
