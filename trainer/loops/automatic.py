@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from trainer.loops.batches import extract_loss, module_override, ordered_parameters
-from trainer.loops.context import RunContext, module_of, optimizers_of, signals_of
+from trainer.loops.context import RunContext, module_of, optimizers_of
 from trainer.loops.items import HeldWindow, is_item_output, mixed_window_error
 from trainer.loops.overrides import LoopOptimizer, OverrideSteps, check_overrides, step_schedulers
 
@@ -46,7 +46,7 @@ class AutomaticOptimization(OverrideSteps):
 
     def __init__(self, context: RunContext) -> None:
         self.context = context
-        opt = optimizers_of(context)
+        self.opt = opt = optimizers_of(context)
         self.optimizer: torch.optim.Optimizer = opt.optimizer
         # The module's parameters() order: clipping and the logged norm sum in the order a
         # hand-written clip_grad_norm_(model.parameters()) does, whatever the param groups.
@@ -190,36 +190,49 @@ class AutomaticOptimization(OverrideSteps):
         self.held.add(output, loss, batch_idx, synced)
 
     def end_window(self, batches_done: int) -> None:
-        """Close an accumulation window: guard against non-finite losses, then step."""
-        if self.held is not None:
-            self._end_item_window(batches_done)
-            return
-        window_loss, self.window_loss = self.window_loss, None
+        """Close an accumulation window: guard against non-finite losses, then step. SIGINT
+        waits from the optimizer step until the step is counted (the signal guard's critical
+        section, entered by `_apply`)."""
         context = self.context
-        if window_loss is None:
-            # Every micro-batch returned None (skipped): no gradient, so no weight moves, but the
-            # window counts as a step and the step-interval schedulers advance, as in Lightning.
-            self._settle(batches_done, stepped=True, schedulers=True)
-            if self.want_step_end:
-                context.call("on_train_step_end", True)
-            return
-        # A non-finite micro-batch loss makes the window's sum non-finite, so one host read
-        # per optimizer step guards the weights (amp's GradScaler makes its own read instead),
-        # or none with a fused optimizer, which skips on the device.
-        if self.device_guard:
-            self._step(window_loss, batches_done, found_inf=context.strategy.max_over_ranks((~torch.isfinite(window_loss)).float()))
-        elif (
-            not context.precision.handles_nonfinite
-            and context.args.nonfinite_loss != "off"
-            and not context.strategy.all_finite(window_loss)
-        ):
-            self._nonfinite_loss(batches_done)
+        found_inf = None
+        if self.held is not None:
+            window_loss = self._close_item_window(batches_done)
+            if window_loss is None:
+                return
         else:
-            self._step(window_loss, batches_done)
+            window_loss, self.window_loss = self.window_loss, None
+            if window_loss is None:
+                # Every micro-batch returned None (skipped): no gradient, so no weight moves, but the
+                # window counts as a step and the step-interval schedulers advance, as in Lightning.
+                self._settle(batches_done, stepped=True, schedulers=True)
+                if self.want_step_end:
+                    context.call("on_train_step_end", True)
+                return
+            # A non-finite micro-batch loss makes the window's sum non-finite, so one host read
+            # per optimizer step guards the weights (amp's GradScaler makes its own read instead),
+            # or none with a fused optimizer, which skips on the device.
+            if self.device_guard:
+                found_inf = context.strategy.max_over_ranks((~torch.isfinite(window_loss)).float())
+            elif (
+                not context.precision.handles_nonfinite
+                and context.args.nonfinite_loss != "off"
+                and not context.strategy.all_finite(window_loss)
+            ):
+                self._nonfinite_loss(batches_done)
+                return
+        self.learning_windows += 1
+        signals = context.signals
+        assert signals is not None, "optimizer steps happen inside fit, under its signal guard"
+        try:
+            norm, stepped = self._apply(found_inf)
+            self._settle(batches_done, stepped, schedulers=stepped)
+        finally:
+            signals.exit_critical()
+        self._report(window_loss, norm, stepped)
 
-    def _end_item_window(self, batches_done: int) -> None:
+    def _close_item_window(self, batches_done: int) -> torch.Tensor | None:
         """The held window's backward passes, then the guard (on the per-item loss, read to the
-        host with the total, the same on every rank) and the step."""
+        host with the total, the same on every rank); its loss, or None when it does not step."""
         held, self.held = self.held, None
         assert held is not None
         window_loss, finite = held.close(batches_done)
@@ -227,8 +240,8 @@ class AutomaticOptimization(OverrideSteps):
         args = self.context.args
         if not finite and not self.context.precision.handles_nonfinite and args.nonfinite_loss != "off":
             self._nonfinite_loss(batches_done)
-        else:
-            self._step(window_loss, batches_done)
+            return None
+        return window_loss
 
     def pending(self) -> bool:
         """Whether skips counted on the device (or not yet reported) wait for `reconcile`."""
@@ -261,16 +274,6 @@ class AutomaticOptimization(OverrideSteps):
             )
         log.warning("Skipped %s: non-finite loss (nonfinite_loss='skip', counted on the device).", where)
 
-    def _step(self, window_loss: torch.Tensor, batches_done: int, found_inf: torch.Tensor | None = None) -> None:
-        self.learning_windows += 1
-        signals = signals_of(self.context)
-        try:
-            norm, stepped = self._apply(found_inf)
-            self._settle(batches_done, stepped, schedulers=stepped)
-        finally:
-            signals.exit_critical()
-        self._report(window_loss, norm, stepped)
-
     def _apply(self, found_inf: torch.Tensor | None) -> tuple[torch.Tensor | None, bool]:
         """on_before_optimizer_step; unscale and clip; the step. Leaves the signal guard in its
         critical section (SIGINT waits until `_settle` counted the step)."""
@@ -281,7 +284,9 @@ class AutomaticOptimization(OverrideSteps):
         norm_wanted = (context.state.global_step + 1) % args.log_every_n_steps == 0 and context.output.logging_on
         if self.want_before_step:
             context.call("on_before_optimizer_step", optimizer)
-        signals_of(context).in_critical = True  # SIGINT now waits for the end of the step (see loops/signals.py)
+        signals = context.signals
+        assert signals is not None, "optimizer steps happen inside fit, under its signal guard"
+        signals.in_critical = True  # SIGINT now waits for the end of the step (see loops/signals.py)
         norm = None
         clip = args.gradient_clip_val
         if self.clip_hook is not None:  # the module's configure_gradient_clipping decides
@@ -314,7 +319,7 @@ class AutomaticOptimization(OverrideSteps):
         state.batches_done = batches_done  # with the step, so what follows sees a clean cut
         if not stepped:
             state.skipped_steps += 1
-        if schedulers and optimizers_of(context).schedulers:
+        if schedulers and self.opt.schedulers:
             self.step_schedulers("step", state.global_step)
         if self.zero_hook is None:  # an optimizer_zero_grad override runs at the next window's start instead
             if self.want_before_zero_grad:

@@ -109,12 +109,15 @@ class FitLoop:
     def _elapsed(self) -> float:
         return self.context.state.elapsed_now()
 
-    def run(self, train_loader: Any) -> None:
+    @contextlib.contextmanager
+    def _running(self) -> Iterator[None]:
+        """While `run` runs: what `trainer.num_val_batches` reads, the max_time clock stopped at
+        the end, and a monitor's own error reported with every other monitor missing by then."""
         context = self.context
         self.running = True  # the sanity check included (the clock starts after it)
         try:
-            self._run(train_loader)
-        except MonitorError as error:  # one monitor's own check: reported with every other one missing by now
+            yield
+        except MonitorError as error:
             combined = self.monitors.combined(context, error)
             if combined is error:
                 raise
@@ -155,41 +158,42 @@ class FitLoop:
         iter(train_loader)
         return train_loader
 
-    def _run(self, train_loader: Any) -> None:
-        context, args = self.context, self.context.args
-        self._measure(train_loader)
-        self.loaded_epoch = context.state.epoch
-        if self.finished():
-            log.warning(  # a warning, so a notebook (no logging configured) shows it
-                "Nothing to train: the run already reached max_epochs=%s / max_steps=%s%s. To train further, "
-                "create a Trainer with higher limits and call its fit with ckpt_path=%s (with the trainer command: "
-                "raise --trainer.max_epochs or --trainer.max_steps and pass --ckpt_path last).",
-                args.max_epochs, args.max_steps, "" if self.max_time is None else f" / max_time={args.max_time!r}",
-                repr(str(context.output.last_path)) if args.enable_checkpointing else "<a trainer.save_checkpoint(path) file>",
-            )
-            context.data_order.settle(train_loader)
-        self.sanity_check()
-        context.call("on_train_start")
-        context.state.start_clock()  # max_time counts training from here, as Lightning's Timer (no sanity check)
-        if self.profiler is not None and context.strategy.is_global_zero:
-            self.profiler.start(context.output.run_dir / "profiler")
-        try:
-            while not self.finished() and not self.stop_now():
-                train_loader = self._reload(train_loader)
-                steps_before, batches_before = context.state.global_step, context.state.batches_done
-                learned_before = getattr(self.optimization, "learning_windows", None)
-                if not self.train_epoch(train_loader):
-                    break
-                if context.state.batches_done > batches_before:  # the epoch ran batches (not only its end)
-                    self._check_progress(steps_before, learned_before)
-                self.end_epoch()
-        finally:
-            if self.profiler is not None:
-                self.profiler.stop()
-        self.reconcile()
-        context.output.log_last_step()  # a run ending between logging steps writes its last step too
-        context.output.save_last()
-        context.call("on_train_end")
+    def run(self, train_loader: Any) -> None:
+        with self._running():
+            context, args = self.context, self.context.args
+            self._measure(train_loader)
+            self.loaded_epoch = context.state.epoch
+            if self.finished():
+                log.warning(  # a warning, so a notebook (no logging configured) shows it
+                    "Nothing to train: the run already reached max_epochs=%s / max_steps=%s%s. To train further, "
+                    "create a Trainer with higher limits and call its fit with ckpt_path=%s (with the trainer command: "
+                    "raise --trainer.max_epochs or --trainer.max_steps and pass --ckpt_path last).",
+                    args.max_epochs, args.max_steps, "" if self.max_time is None else f" / max_time={args.max_time!r}",
+                    repr(str(context.output.last_path)) if args.enable_checkpointing else "<a trainer.save_checkpoint(path) file>",
+                )
+                context.data_order.settle(train_loader)
+            self.sanity_check()
+            context.call("on_train_start")
+            context.state.start_clock()  # max_time counts training from here, as Lightning's Timer (no sanity check)
+            if self.profiler is not None and context.strategy.is_global_zero:
+                self.profiler.start(context.output.run_dir / "profiler")
+            try:
+                while not self.finished() and not self.stop_now():
+                    train_loader = self._reload(train_loader)
+                    steps_before, batches_before = context.state.global_step, context.state.batches_done
+                    learned_before = getattr(self.optimization, "learning_windows", None)
+                    if not self.train_epoch(train_loader):
+                        break
+                    if context.state.batches_done > batches_before:  # the epoch ran batches (not only its end)
+                        self._check_progress(steps_before, learned_before)
+                    self.end_epoch()
+            finally:
+                if self.profiler is not None:
+                    self.profiler.stop()
+            self.reconcile()
+            context.output.log_last_step()  # a run ending between logging steps writes its last step too
+            context.output.save_last()
+            context.call("on_train_end")
 
     def sanity_check(self) -> None:
         """`num_sanity_val_steps` validation batches before training: nothing is logged, no
@@ -308,93 +312,95 @@ class FitLoop:
         )
 
     # ------------------------------------------------------------------- one epoch
-    def train_epoch(self, loader: Any) -> bool:
-        """Run (the rest of) one epoch; return whether it reached its end."""
+    @contextlib.contextmanager
+    def _training_batches(self) -> Iterator[None]:
+        """Inside an epoch's batch loop, where `self.log` defaults to per-step values."""
         context = self.context
         context.in_train_batches = True
         try:
-            return self._train_batches(loader)
+            yield
         finally:
             context.in_train_batches = False
             context.metrics.batch = None
 
-    def _train_batches(self, loader: Any) -> bool:
-        context = self.context
-        state, args, strategy = context.state, context.args, context.strategy
-        module_of(context).train()
-        strategy.set_epoch(loader, state.epoch)
-        length = length_of(loader)
-        if length == 0:
-            raise ValueError(empty_loader_message(loader))
-        total = self.epoch_batches
-        distributed = strategy.world_size > 1
-        if distributed:
-            strategy.check_epoch_lengths(total)
-        context.call("on_train_epoch_start")  # also on a resume inside the epoch
-        restore_after_epoch_start(context)  # ...whose checkpoint then wins over what it reset (resume.py)
-        # The epoch's order is recorded at its start; a resume inside it replays the order and
-        # skips what was consumed (loops/data.py), then restores the checkpoint's random state.
-        iterator = context.data_order.epoch_iterator(loader, state.batches_done, state.epoch)
-        if total is None and isinstance(args.limit_train_batches, int):  # an iterable loader, capped
-            iterator = itertools.islice(iterator, max(args.limit_train_batches - state.batches_done, 0))
-        with context.uninterruptible():
-            context.output.progress_start_epoch(total)
-        device, optimization = strategy.device, self.optimization
-        mover = batch_mover(module_of(context), context.datamodule, device)  # the transfer hooks
-        want_start, want_end = self.want_batch_start, self.want_batch_end
-        k = args.accumulate_grad_batches if args.accumulate_grad_batches else 1
-        optimization.reset()
-        batch_idx = state.batches_done - 1
-        schedule, validating, metrics = self.schedule, self.val_loader is not None, context.metrics
-        assert schedule is not None
-        fewest = strategy.fewest if distributed and total is None else None
-        if state.validation_pending and not validating:
-            state.validation_pending = False  # resumed without a validation loader: nothing is owed
-        elif state.validation_pending and (total is None or state.batches_done < total):
-            self.validate()  # resumed from a checkpoint written during a mid-epoch validation
-        for batch_idx, size, last, batch in micro_batches(iterator, total, k, state.batches_done, fewest):
-            batch = move_to_device(batch, device) if mover is None else mover(batch)
-            if want_start:
-                context.call("on_train_batch_start", batch, batch_idx)
-            before = state.batches_done  # the position at this window's start
-            metrics.batch = batch  # its size weights epoch means logged without batch_size
-            output = optimization.run(batch, batch_idx, size, last)  # advances the bar before a step logs
-            if want_end:
-                context.call("on_train_batch_end", optimization.batch_end_outputs(output), batch, batch_idx)
-            if not self.monitors.done:
-                self.monitors.after_training_batch(context)
-            if last:
-                if self.profiler is not None:
-                    self.profiler.step()
-                validated = False
-                if validating and schedule.crossed(state.epoch, before, state.batches_done, state.batches_before_epoch):
-                    if total is not None and state.batches_done >= total:
-                        self.validate_at_end = True  # the epoch's end validates, after the epoch's metrics
-                    else:
-                        self.validate()
-                        validated = True
-                stop = args.max_steps is not None and state.global_step >= args.max_steps
-                if not stop and self.max_time is not None and self._elapsed() >= self.max_time:
-                    stop = context.strategy.world_size == 1
-                    context.stop_request = True  # DDP: agreed at the next logging step
-                if not stop and state.global_step % args.log_every_n_steps == 0:
-                    context.agree_stop()  # DDP: no per-step collective, only at logging steps
-                if stop or self.stop_now():
-                    complete = total is not None and state.batches_done >= total
-                    if complete:
-                        if total == length:  # leave the loader as the uninterrupted run's loop does
-                            context.data_order.finish_epoch(iterator)
-                    elif not stop and not validated and not context.preempted and validating \
-                            and schedule.epoch_validates(state.epoch):
-                        self.validate()  # a requested stop (should_stop) validates once more, as Lightning
-                    return complete
-        if batch_idx + 1 > state.batches_done:  # the loader ended inside a window (len() overstated it)
-            optimization.end_window(batch_idx + 1)
-        elif total is not None and total == length:
-            # The whole loader: ask once past its end, as a `for` loop over it does (a sampler's
-            # last draw). A limited epoch asks for nothing beyond its last batch.
-            context.data_order.finish_epoch(iterator)
-        if total is None and state.epoch == 0 and state.batches_done == 0:
-            raise ValueError(empty_loader_message(loader))
-        return True
-
+    def train_epoch(self, loader: Any) -> bool:
+        """Run (the rest of) one epoch; return whether it reached its end."""
+        with self._training_batches():
+            context = self.context
+            state, args, strategy = context.state, context.args, context.strategy
+            module_of(context).train()
+            strategy.set_epoch(loader, state.epoch)
+            length = length_of(loader)
+            if length == 0:
+                raise ValueError(empty_loader_message(loader))
+            total = self.epoch_batches
+            distributed = strategy.world_size > 1
+            if distributed:
+                strategy.check_epoch_lengths(total)
+            context.call("on_train_epoch_start")  # also on a resume inside the epoch
+            restore_after_epoch_start(context)  # ...whose checkpoint then wins over what it reset (resume.py)
+            # The epoch's order is recorded at its start; a resume inside it replays the order and
+            # skips what was consumed (loops/data.py), then restores the checkpoint's random state.
+            iterator = context.data_order.epoch_iterator(loader, state.batches_done, state.epoch)
+            if total is None and isinstance(args.limit_train_batches, int):  # an iterable loader, capped
+                iterator = itertools.islice(iterator, max(args.limit_train_batches - state.batches_done, 0))
+            with context.uninterruptible():
+                context.output.progress_start_epoch(total)
+            device, optimization = strategy.device, self.optimization
+            mover = batch_mover(module_of(context), context.datamodule, device)  # the transfer hooks
+            want_start, want_end = self.want_batch_start, self.want_batch_end
+            k = args.accumulate_grad_batches if args.accumulate_grad_batches else 1
+            optimization.reset()
+            batch_idx = state.batches_done - 1
+            schedule, validating, metrics = self.schedule, self.val_loader is not None, context.metrics
+            assert schedule is not None
+            fewest = strategy.fewest if distributed and total is None else None
+            if state.validation_pending and not validating:
+                state.validation_pending = False  # resumed without a validation loader: nothing is owed
+            elif state.validation_pending and (total is None or state.batches_done < total):
+                self.validate()  # resumed from a checkpoint written during a mid-epoch validation
+            for batch_idx, size, last, batch in micro_batches(iterator, total, k, state.batches_done, fewest):
+                batch = move_to_device(batch, device) if mover is None else mover(batch)
+                if want_start:
+                    context.call("on_train_batch_start", batch, batch_idx)
+                before = state.batches_done  # the position at this window's start
+                metrics.batch = batch  # its size weights epoch means logged without batch_size
+                output = optimization.run(batch, batch_idx, size, last)  # advances the bar before a step logs
+                if want_end:
+                    context.call("on_train_batch_end", optimization.batch_end_outputs(output), batch, batch_idx)
+                if not self.monitors.done:
+                    self.monitors.after_training_batch(context)
+                if last:
+                    if self.profiler is not None:
+                        self.profiler.step()
+                    validated = False
+                    if validating and schedule.crossed(state.epoch, before, state.batches_done, state.batches_before_epoch):
+                        if total is not None and state.batches_done >= total:
+                            self.validate_at_end = True  # the epoch's end validates, after the epoch's metrics
+                        else:
+                            self.validate()
+                            validated = True
+                    stop = args.max_steps is not None and state.global_step >= args.max_steps
+                    if not stop and self.max_time is not None and self._elapsed() >= self.max_time:
+                        stop = context.strategy.world_size == 1
+                        context.stop_request = True  # DDP: agreed at the next logging step
+                    if not stop and state.global_step % args.log_every_n_steps == 0:
+                        context.agree_stop()  # DDP: no per-step collective, only at logging steps
+                    if stop or self.stop_now():
+                        complete = total is not None and state.batches_done >= total
+                        if complete:
+                            if total == length:  # leave the loader as the uninterrupted run's loop does
+                                context.data_order.finish_epoch(iterator)
+                        elif not stop and not validated and not context.preempted and validating \
+                                and schedule.epoch_validates(state.epoch):
+                            self.validate()  # a requested stop (should_stop) validates once more, as Lightning
+                        return complete
+            if batch_idx + 1 > state.batches_done:  # the loader ended inside a window (len() overstated it)
+                optimization.end_window(batch_idx + 1)
+            elif total is not None and total == length:
+                # The whole loader: ask once past its end, as a `for` loop over it does (a sampler's
+                # last draw). A limited epoch asks for nothing beyond its last batch.
+                context.data_order.finish_epoch(iterator)
+            if total is None and state.epoch == 0 and state.batches_done == 0:
+                raise ValueError(empty_loader_message(loader))
+            return True
