@@ -8,6 +8,13 @@ reported with their ratio.
 
     python benchmarks/overhead.py            # full table (a few minutes on 2 cores)
     python benchmarks/overhead.py --quick    # fewer rounds and cases
+    python benchmarks/overhead.py --against ../other-checkout   # two versions side by side
+
+`--against DIR` compares this checkout's Trainer with the one in DIR (another git worktree,
+e.g. `git worktree add ../before <commit>`) on the tiny model with the logger and the bar off:
+the two run in alternating subprocesses, round after round, each timing its Trainer against
+the same raw loop, so machine load moves both alike. An A/A control (the raw loop timed
+against itself) shows how large a difference the noise alone makes.
 """
 
 from __future__ import annotations
@@ -25,7 +32,10 @@ from typing import Any
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if "--worker" in sys.argv:  # --against's subprocess: the Trainer of the checkout it names
+    sys.path.insert(0, sys.argv[sys.argv.index("--worker") + 1])
+else:
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from trainer import Module, Trainer  # noqa: E402
 
@@ -216,12 +226,63 @@ def import_time(rounds: int) -> tuple[float, float]:
     return statistics.median(torch_only) * 1e3, statistics.median(with_trainer) * 1e3
 
 
+def one_round(precision: str, control: bool) -> tuple[float, float]:
+    """µs per step of the raw loop and of the Trainer (or, for the A/A control, of the raw loop
+    again), tiny model, logger and bar off: one interleaved round after a warm-up round."""
+    raw, ours = measure("tiny", precision, 1, None, False, 1, 40, 1040) if not control else _aa(precision)
+    return raw, ours
+
+
+def _aa(precision: str) -> tuple[float, float]:
+    data_short, data_long = batches("tiny", 40), batches("tiny", 1040)
+    costs: list[float] = []
+    for r in range(2):
+        pair = []
+        for _ in range(2):
+            spent = []
+            for data in (data_short, data_long):
+                torch.manual_seed(r)
+                model = MLP(32, 1, 32)
+                spent.append(timed(lambda: raw_loop(model, data, precision, 1, None)))
+            pair.append((spent[1] - spent[0]) / 1000 * 1e6)
+        costs = pair
+    return costs[0], costs[1]
+
+
+def compare(other: str, rounds: int) -> None:
+    """This checkout against `other`, in alternating subprocesses (see the module docstring)."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    script = os.path.abspath(__file__)
+    trees = {"this checkout": here, f"{other}": os.path.abspath(other), "A/A control (raw vs raw)": here}
+    ratios: dict[str, list[float]] = {name: [] for name in trees}
+    for _ in range(rounds):
+        for name, tree in trees.items():
+            control = name.startswith("A/A")
+            command = [sys.executable, script, "--worker", tree] + (["--control"] if control else [])
+            out = subprocess.run(command, check=True, capture_output=True, text=True).stdout.split()
+            ratios[name].append(float(out[1]) / float(out[0]))
+    print("| Trainer from | median ratio to the raw loop | rounds (ratios) |")
+    print("|---|---|---|")
+    for name, values in ratios.items():
+        print(f"| {name} | {statistics.median(values):.3f} | {', '.join(f'{v:.3f}' for v in values)} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--tiny-only", action="store_true", help="only the tiny-model and GAN rows")
+    parser.add_argument("--against", metavar="DIR", help="compare with the Trainer of another checkout")
+    parser.add_argument("--rounds", type=int, default=9, help="rounds of --against")
+    parser.add_argument("--worker", metavar="DIR", help=argparse.SUPPRESS)
+    parser.add_argument("--control", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.worker:
+        print(*one_round("fp32", args.control))
+        return
+    if args.against:
+        compare(args.against, args.rounds)
+        return
     rounds = 5 if args.quick else 9
     cases = []
     for size in ("tiny", "large"):
