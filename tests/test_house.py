@@ -221,6 +221,15 @@ def test_the_folder_check_sees_a_circle_between_folders():
     assert find_cycles(folder_graph(graph)) == [["trainer.checkpoint", "trainer.loops", "trainer.checkpoint"]]
 
 
+def test_only_the_trainer_and_the_layers_above_it_use_its_own_pieces():
+    """`trainer/core/` holds the Trainer's own pieces (its properties, loaders, evaluation entry
+    points, run flags, compile): the Trainer and what sits above it may import them, nothing below."""
+    above = ("trainer.core", "trainer.trainer", "trainer.config", "trainer.tuner", "trainer.cli", "trainer.__main__", "callbacks")
+    below = [m for m in import_graph() if m != "trainer" and not _under(m, *above)]
+    found = _violations("the layers below the Trainer import its own pieces", below, ("trainer.core",))
+    assert found == [], "\n".join(found)
+
+
 def test_the_core_never_imports_the_yaml_layer():
     core = [m for m in _modules("trainer") if not _under(m, "trainer.config") and m not in ENTRY_POINTS]
     assert _violations("the core imports trainer.config", core, ("trainer.config",)) == []
