@@ -54,6 +54,16 @@ class Throughput:
         if flops is not None:
             self._flops.append(flops * self.world_size)
 
+    @property
+    def times(self) -> deque[float]:
+        """The times of the updates in the window (seconds since the meter's start)."""
+        return self._time
+
+    def reset(self) -> None:
+        """Empty every window (a new stage starts counting from zero)."""
+        for window in (self._time, self._batches, self._samples, self._lengths, self._flops):
+            window.clear()
+
     def compute(self) -> dict[str, float]:
         sep, size = self.separator, self.world_size
         metrics: dict[str, float] = {"time": self._time[-1], "batches": self._batches[-1], "samples": self._samples[-1]}
@@ -133,10 +143,7 @@ class ThroughputMonitor(Callback):
 
     def _start(self, stage: str) -> None:
         if self._fitting or stage not in self._totals:
-            self._meters[stage]._time.clear()
-            for window in (self._meters[stage]._batches, self._meters[stage]._samples,
-                           self._meters[stage]._lengths, self._meters[stage]._flops):
-                window.clear()
+            self._meters[stage].reset()
             self._totals[stage] = [0, 0, 0]
         self._t0[stage] = time.perf_counter()
 
@@ -209,7 +216,7 @@ class ThroughputMonitor(Callback):
         if not trainer.is_global_zero or trainer.sanity_checking or not self._fitting or "train" not in self._t0:
             return
         # the validation's time is not training time: move the training clock's origin past it
-        train_times, val_times = self._meters["train"]._time, self._meters["validate"]._time
+        train_times, val_times = self._meters["train"].times, self._meters["validate"].times
         train_finished = self._t0["train"] + (train_times[-1] if train_times else 0.0)
         gap = self._t0["validate"] - train_finished
         self._t0["train"] += gap + (val_times[-1] if val_times else 0.0)
