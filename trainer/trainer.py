@@ -121,14 +121,14 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
         barebones: bool = False,
         **lightning_arguments: Any,
     ) -> None:
-        from trainer._args import fast_dev_run_args, validate_trainer_args  # pydantic loads on first use, not on import
-
-        from trainer._lightning import translate
+        from trainer._args import TrainerArgs, fast_dev_run_args, validate_trainer_args  # pydantic loads on first use
+        from trainer.lightning.arguments import translate
 
         arguments = dict(locals())
-        for local in ("self", "fast_dev_run_args", "validate_trainer_args", "translate", "lightning_arguments"):
+        for local in ("self", "TrainerArgs", "fast_dev_run_args", "validate_trainer_args", "translate", "lightning_arguments"):
             arguments.pop(local)
-        self.args = check_flags(validate_trainer_args(translate(arguments, lightning_arguments)))  # barebones, overfit_batches
+        arguments = translate(arguments, lightning_arguments, TrainerArgs.model_fields)  # Lightning's spellings
+        self.args = check_flags(validate_trainer_args(arguments))  # barebones, overfit_batches
         if self.args.fast_dev_run:  # validated first, then overridden (writes nothing)
             self.args = fast_dev_run_args(self.args)
         check_compile_options(self.args.compile, self.args.accumulate_grad_batches)  # CUDA graphs: no accumulation

@@ -9,7 +9,7 @@ from typing import Any
 
 from trainer.checkpoint.format import FORMAT, FORMAT_VERSION, plain_state
 from trainer.checkpoint.host import StateHost, module_of
-from trainer.checkpoint.layout import add_lightning_keys, adopt_streams, reunite
+from trainer.lightning.checkpoint import add_lightning_keys, adopt_streams, reunite
 from trainer.checkpoint.parts import callback_keys, restore_module
 
 __all__ = ["callback_keys", "cut_problem", "collect_state", "collect_weights", "restore_module", "restore_state"]

@@ -347,22 +347,22 @@ def _check_trainer(section: Any) -> tuple[dict[str, Any], str | ResolvedSpec, li
 
 def _lightning_names(values: dict[str, Any]) -> tuple[dict[str, Any], list[Problem]]:
     """Lightning's Trainer spellings (`default_root_dir`, `accelerator`, `devices: [i]`), read
-    as `Trainer(...)` reads them (trainer/_lightning.py); a Lightning name we do not take says
+    as `Trainer(...)` reads them (trainer/lightning/arguments.py); a Lightning name we do not take says
     what to write instead. A name nobody knows is left to the validation, which suggests one."""
-    from trainer._lightning import translate
+    from trainer.lightning.arguments import translate
 
     problems: list[Problem] = []
     lightning: dict[str, Any] = {}
     for name in [n for n in values if n not in TrainerArgs.model_fields]:
         try:
-            translate({}, {name: values[name]})
+            translate({}, {name: values[name]}, TrainerArgs.model_fields)
         except ValueError as error:
             if "unknown argument" not in str(error):
                 problems.append(Problem(f"trainer.{name}", f"{error} {received(values.pop(name))}"))
             continue
         lightning[name] = values.pop(name)
     try:
-        return translate(values, lightning), problems
+        return translate(values, lightning, TrainerArgs.model_fields), problems
     except ValueError as error:
         return values, problems + [Problem("trainer", str(error))]
 

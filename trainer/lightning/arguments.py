@@ -2,7 +2,7 @@
 saying what to write instead where it is not (docs/lightning.md has the whole table).
 
 Example:
-    >>> translate({"precision": "bf16", "callbacks": None}, {"default_root_dir": "runs/x", "accelerator": "cpu"})
+    >>> translate({"precision": "bf16", "callbacks": None}, {"default_root_dir": "runs/x", "accelerator": "cpu"}, ["precision"])
     {'precision': 'bf16', 'callbacks': None, 'root_dir': 'runs/x', 'device': 'cpu'}
 
 Lightning's precision names ("16-mixed", ...) are mapped where the Trainer validates its
@@ -12,6 +12,7 @@ no equivalent are refused.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 __all__ = ["translate"]
@@ -45,9 +46,10 @@ _INSTEAD = {
 }
 
 
-def translate(arguments: dict[str, Any], lightning: dict[str, Any]) -> dict[str, Any]:
+def translate(arguments: dict[str, Any], lightning: dict[str, Any], known: Iterable[str]) -> dict[str, Any]:
     """`arguments` (ours) with Lightning's spellings in `lightning` and in values mapped
-    onto them; a spelling that has no equivalent raises a ValueError saying what to write."""
+    onto them; a spelling that has no equivalent raises a ValueError saying what to write,
+    a name that is neither one says which of `known` (our argument names) it may mean."""
     out = dict(arguments)
     precision = out.get("precision")
     if isinstance(precision, (str, int)) and not isinstance(precision, bool):
@@ -76,7 +78,7 @@ def translate(arguments: dict[str, Any], lightning: dict[str, Any]) -> dict[str,
         elif name in _INSTEAD:
             raise ValueError(f"Trainer({name}=...) is Lightning's; it is not an argument here: {_INSTEAD[name]}.")
         else:
-            raise ValueError(_unknown(name))
+            raise ValueError(_unknown(name, known))
     return out
 
 
@@ -92,12 +94,10 @@ def _check_devices(value: list[Any], out: dict[str, Any]) -> None:
     )
 
 
-def _unknown(name: str) -> str:
+def _unknown(name: str, ours: Iterable[str]) -> str:
     import difflib
 
-    from trainer._args import TrainerArgs
-
-    known = list(TrainerArgs.model_fields) + ["accelerator", "default_root_dir"]
+    known = list(ours) + ["accelerator", "default_root_dir"]
     close = difflib.get_close_matches(name, known, n=1)
     hint = f" Did you mean {close[0]!r}?" if close else ""
     return f"Trainer() got an unknown argument {name!r}.{hint} Expected one of: {', '.join(known)}."
