@@ -1,14 +1,15 @@
-"""The keys of a checkpoint: Lightning's beside ours, older versions of ours, and Lightning's own files.
+"""Lightning's checkpoint keys: beside ours in the files we write, and Lightning's own files read.
 
 - `add_lightning_keys`: a file reads the Lightning way too (`state_dict`, `epoch`,
   `global_step`, `hyper_parameters`, `optimizer_states`, `lr_schedulers`); each is the same
-  object as our entry, so the file stores it once;
-- `upgrade`: a file of an older version of ours gets the current keys, in memory;
+  object as our entry, so the file stores it once (`reunite` keeps them one after a hook);
 - `from_lightning`: a checkpoint written by PyTorch Lightning 2.x in our layout (weights,
   optimizer and scheduler states, epoch and step, the GradScaler), and `adopt_streams`: what
   such a file can't give (random streams, data order) taken from the running process.
 
-Nothing here reads a file: `format.load_checkpoint` calls these on what `torch.load(weights_only=True)` returned.
+Nothing here reads a file: the checkpoint reader (`trainer/checkpoint/format.py`) calls these on
+what `torch.load(weights_only=True)` returned, and the writer (`trainer/checkpoint/state.py`)
+on the dict it builds.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ __all__ = [
     "lightning_epoch",
     "add_lightning_keys",
     "reunite",
-    "upgrade",
     "is_lightning",
     "from_lightning",
     "lightning_refusal",
@@ -77,23 +77,6 @@ def reunite(state: dict[str, Any], before: dict[str, Any]) -> None:
             state[ours] = state[lightning]
         elif ours in state and state[ours] is not before.get(ours):
             state[lightning] = state[ours]
-
-
-def upgrade(state: dict[str, Any]) -> None:
-    """Give a file of an older format version the current keys (in memory; checked later
-    by `check_layout`). 1: one bare optimizer and scheduler; 2: `lr_schedulers` held
-    `{"class", "state"}` entries (now `schedulers`) and Lightning's keys were absent."""
-    version = state.get("format_version")
-    if not isinstance(version, int) or version >= 3:
-        return
-    if version < 2:
-        for single, listed in (("optimizer", "optimizers"), ("lr_scheduler", "schedulers")):
-            if listed not in state:
-                value = state.get(single)
-                state[listed] = [] if value is None else [{"class": None, "state": value}]
-    elif "schedulers" not in state and "lr_schedulers" in state:
-        state["schedulers"] = state.pop("lr_schedulers")
-    add_lightning_keys(state, state.get("loop"))
 
 
 # ------------------------------------------------------------------- Lightning's files
