@@ -180,11 +180,12 @@ class TrainerArgs(BaseModel):
     @pydantic.field_validator("precision")
     @classmethod
     def _check_precision(cls, value: Any) -> Any:
-        from trainer.precision import PRECISIONS, Precision, precision_name
+        from trainer.lightning.arguments import precision_name
+        from trainer.precision import PRECISIONS, Precision
 
         if isinstance(value, Precision):
             return value
-        name = precision_name(value)  # ours, or Lightning's spellings ("16-mixed", ...): the one place they map
+        name = precision_name(value)  # ours, or Lightning's (trainer/lightning/arguments.py)
         if name is not None:
             return name
         raise ValueError(f"expected one of {', '.join(map(repr, PRECISIONS))} or a Precision instance")

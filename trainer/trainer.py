@@ -33,7 +33,8 @@ from trainer.strategies.launch import launch_processes
 from trainer.strategies.requeue import Requeue
 from trainer.module import Module
 from trainer.core.activation_checkpointing import checkpoint_activations
-from trainer.precision import Precision, needs_closure, resolve_precision
+from trainer.precision import Precision, needs_closure
+from trainer.lightning.arguments import precision_of, translate
 
 __all__ = ["Trainer"]
 
@@ -122,10 +123,9 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
         **lightning_arguments: Any,
     ) -> None:
         from trainer._args import TrainerArgs, fast_dev_run_args, validate_trainer_args  # pydantic loads on first use
-        from trainer.lightning.arguments import translate
 
         arguments = dict(locals())
-        for local in ("self", "TrainerArgs", "fast_dev_run_args", "validate_trainer_args", "translate", "lightning_arguments"):
+        for local in ("self", "TrainerArgs", "fast_dev_run_args", "validate_trainer_args", "lightning_arguments"):
             arguments.pop(local)
         arguments = translate(arguments, lightning_arguments, TrainerArgs.model_fields)  # Lightning's spellings
         self.args = check_flags(validate_trainer_args(arguments))  # barebones, overfit_batches
@@ -136,7 +136,7 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
         if self.args.seed is not None:  # the model a script builds next is seeded too; a run's start seeds again
             seed_everything(self.args.seed)
         self.strategy: Strategy = resolve_strategy(self.args.strategy, self.args.device)
-        self._precision = resolve_precision(self.args.precision, self.strategy.device)  # "16-mixed": by device
+        self._precision = precision_of(self.args.precision, self.strategy.device)  # Lightning's names: by device
         self._requeue = Requeue(self.args.requeue, self.args.requeue_signal)  # SLURM: the warning signal, requeueing
         self.strategy.setup_precision(self._precision)  # AMP's scaler exists from the start
         self.state = LoopState()

@@ -308,7 +308,8 @@ def _from_pydantic(error: pydantic.ValidationError, prefix: str = "") -> list[Pr
 
 def _check_trainer(section: Any) -> tuple[dict[str, Any], str | ResolvedSpec, list[Problem]]:
     """Validate the `trainer:` section with TrainerArgs; a precision may be a class spec."""
-    from trainer.precision import PRECISIONS, Precision, precision_name
+    from trainer.lightning.arguments import precision_name
+    from trainer.precision import PRECISIONS, Precision
 
     problems: list[Problem] = []
     values = dict(section)
@@ -323,7 +324,7 @@ def _check_trainer(section: Any) -> tuple[dict[str, Any], str | ResolvedSpec, li
         spec, found = check_spec(precision, "trainer.precision", Precision)
         problems += found
         precision = spec if spec is not None else "fp32"
-    elif (name := precision_name(precision)) is not None:  # ours, or Lightning's "16-mixed", "bf16-mixed", "32-true"
+    elif (name := precision_name(precision)) is not None:  # ours, or Lightning's
         precision = name
     elif precision not in PRECISIONS:
         problems.append(Problem("trainer.precision", f"Expected one of {', '.join(map(repr, PRECISIONS))} or "

@@ -1,21 +1,33 @@
-"""Lightning's spellings of Trainer arguments: aliases where the meaning is ours, a clear error
-saying what to write instead where it is not (docs/lightning.md has the whole table).
+"""Lightning's spellings of the Trainer's arguments, wherever they are given: aliases where the
+meaning is ours, a clear error saying what to write instead where it is not (docs/lightning.md
+has the whole table).
+
+- `translate`: `Trainer(...)`'s keyword arguments (`default_root_dir`, `accelerator`,
+  `devices=[i]`, one callback alone, ...); called by `Trainer.__init__` before validation;
+- `precision_name` / `precision_of`: `precision="16-mixed"`, `"bf16-mixed"`, `"32-true"`, 16,
+  ...: the validated name (`TrainerArgs`), then the `Precision` object as Lightning runs it on
+  the run's device (`Trainer.__init__`);
 
 Example:
-    >>> translate({"precision": "bf16", "callbacks": None}, {"default_root_dir": "runs/x", "accelerator": "cpu"}, ["precision"])
+    >>> translate({"precision": "bf16", "callbacks": None}, {"default_root_dir": "runs/x", "accelerator": "cpu"},
+    ...           known=["precision", "callbacks"])
     {'precision': 'bf16', 'callbacks': None, 'root_dir': 'runs/x', 'device': 'cpu'}
-
-Lightning's precision names ("16-mixed", ...) are mapped where the Trainer validates its
-arguments (`TrainerArgs`, via `trainer.precision.precision_name`); here only the ones with
-no equivalent are refused.
+    >>> precision_name(16), precision_name("32-true"), precision_name("bf16"), precision_name("fp16")
+    ('16-mixed', 'fp32', 'bf16', None)
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["translate"]
+if TYPE_CHECKING:
+    import torch
+
+    from trainer.precision import Precision
+
+__all__ = ["translate", "precision_name", "precision_of"]
 
 _PRECISION_REFUSED = {
     "bf16-true": "bfloat16 weights (no float32 master copy); we keep float32 weights: precision='bf16'",
@@ -24,6 +36,13 @@ _PRECISION_REFUSED = {
     "64": "float64; call model.double() and pass float64 batches with precision='fp32'",
     64: "float64; call model.double() and pass float64 batches with precision='fp32'",
     "transformer-engine": "Transformer Engine's FP8; not supported",
+}
+#: Lightning's precision names with a meaning here: fp32, or the mixed precisions as Lightning
+#: runs them (`precision_of`).
+_PRECISION_NAMES: dict[Any, str] = {
+    "16-mixed": "16-mixed", "16": "16-mixed", 16: "16-mixed",
+    "bf16-mixed": "bf16-mixed",
+    "32-true": "fp32", "32": "fp32", 32: "fp32",
 }
 _ACCELERATORS = {"cpu": "cpu", "gpu": "cuda", "cuda": "cuda", "mps": "mps", "auto": "auto"}
 
@@ -101,3 +120,41 @@ def _unknown(name: str, ours: Iterable[str]) -> str:
     close = difflib.get_close_matches(name, known, n=1)
     hint = f" Did you mean {close[0]!r}?" if close else ""
     return f"Trainer() got an unknown argument {name!r}.{hint} Expected one of: {', '.join(known)}."
+
+
+# ------------------------------------------------------------------------------ precision
+def precision_name(value: Any) -> str | None:
+    """The name a precision given by name goes by: ours, or Lightning's mixed ones (kept, since
+    what they mean depends on the device); None for anything else."""
+    from trainer.precision import PRECISIONS
+
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        return None
+    if isinstance(value, str) and value in PRECISIONS:
+        return value
+    return _PRECISION_NAMES.get(value)
+
+
+def precision_of(precision: str | Precision, device: torch.device | None = None) -> Precision:
+    """The `Precision` object for a validated `Trainer(precision=...)` on `device`.
+
+    Lightning's `"bf16-mixed"` and `"16-mixed"` are `BF16`/`AMP` as Lightning's Trainer runs
+    them: without autocast's weight cache; and `"16-mixed"` on a CPU runs as `"bf16-mixed"`
+    (with Lightning's warning), so a Lightning project trains to Lightning's weights. Our own
+    names and instances are `trainer.precision.resolve_precision`'s.
+    """
+    from trainer.precision import AMP, BF16, resolve_precision
+
+    if precision == "bf16-mixed":
+        return BF16(autocast_cache=False)
+    if precision == "16-mixed":
+        if device is not None and device.type == "cpu":
+            warnings.warn(
+                "Trainer(precision='16-mixed') on a CPU runs as 'bf16-mixed', as Lightning does (float16 "
+                "autocast is not supported there). For float16 autocast with a GradScaler on a CPU, pass "
+                "precision='amp'.",
+                stacklevel=3,
+            )
+            return BF16(autocast_cache=False)
+        return AMP(autocast_cache=False)
+    return resolve_precision(precision)
