@@ -7,6 +7,8 @@ has the whole table).
 - `precision_name` / `precision_of`: `precision="16-mixed"`, `"bf16-mixed"`, `"32-true"`, 16,
   ...: the validated name (`TrainerArgs`), then the `Precision` object as Lightning runs it on
   the run's device (`Trainer.__init__`);
+- `strategy_of`: `strategy="ddp_find_unused_parameters_true"`, `"fsdp_cpu_offload"`, ...: our
+  name or object (`TrainerArgs`); `"ddp_spawn"`, `"deepspeed"`, ... say what to write instead;
 
 Example:
     >>> translate({"precision": "bf16", "callbacks": None}, {"default_root_dir": "runs/x", "accelerator": "cpu"},
@@ -26,8 +28,9 @@ if TYPE_CHECKING:
     import torch
 
     from trainer.precision import Precision
+    from trainer.strategies.base import Strategy
 
-__all__ = ["translate", "precision_name", "precision_of"]
+__all__ = ["translate", "precision_name", "precision_of", "strategy_of"]
 
 _PRECISION_REFUSED = {
     "bf16-true": "bfloat16 weights (no float32 master copy); we keep float32 weights: precision='bf16'",
@@ -158,3 +161,38 @@ def precision_of(precision: str | Precision, device: torch.device | None = None)
             return BF16(autocast_cache=False)
         return AMP(autocast_cache=False)
     return resolve_precision(precision)
+
+
+# ------------------------------------------------------------------------------- strategy
+#: Lightning's strategy names that have no counterpart here, with what to write instead.
+_STRATEGIES_INSTEAD = {
+    "ddp_spawn": "processes are started by torchrun or devices=N, never spawned from a running one: strategy='ddp'",
+    "ddp_fork": "processes are started by torchrun or devices=N: strategy='ddp'",
+    "ddp_notebook": "a notebook trains in one process; for several, run a script with torchrun and strategy='ddp'",
+    "dp": "DataParallel is not supported (PyTorch recommends DDP): strategy='ddp' under torchrun",
+    "deepspeed": "DeepSpeed is not integrated: strategy='fsdp' shards parameters, gradients and optimizer state",
+}
+
+
+def strategy_of(name: str) -> Strategy | str | None:
+    """A Lightning strategy name as ours ("ddp_find_unused_parameters_true" is
+    `DDP(find_unused_parameters=True)`), None for a name Lightning doesn't have either.
+
+    Raises:
+        ValueError: a Lightning name without a counterpart, saying what to write instead.
+    """
+    from trainer.strategies.ddp import DDP
+    from trainer.strategies.fsdp import FSDP
+
+    if name == "ddp_find_unused_parameters_true":
+        return DDP(find_unused_parameters=True)
+    if name == "ddp_find_unused_parameters_false":
+        return "ddp"
+    if name == "fsdp_cpu_offload":
+        return FSDP(cpu_offload=True)
+    if name == "single_device":
+        return "single"
+    base = name.split("_stage")[0] if name.startswith("deepspeed") else name
+    if base in _STRATEGIES_INSTEAD:
+        raise ValueError(f"{name!r} is Lightning's; it is not a strategy here: {_STRATEGIES_INSTEAD[base]}")
+    return None
