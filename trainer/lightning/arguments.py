@@ -9,6 +9,9 @@ has the whole table).
   the run's device (`Trainer.__init__`);
 - `strategy_of`: `strategy="ddp_find_unused_parameters_true"`, `"fsdp_cpu_offload"`, ...: our
   name or object (`TrainerArgs`); `"ddp_spawn"`, `"deepspeed"`, ... say what to write instead;
+- `lightning_layout` / `lightning_trainer_section`: the same in a YAML file (the YAML schema,
+  `trainer/config/schema.py`): LightningCLI's `trainer.callbacks` / `trainer.logger`, and
+  `translate` on the `trainer:` section. Problems come back as (YAML path, message) pairs.
 
 Example:
     >>> translate({"precision": "bf16", "callbacks": None}, {"default_root_dir": "runs/x", "accelerator": "cpu"},
@@ -21,7 +24,7 @@ Example:
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -30,7 +33,7 @@ if TYPE_CHECKING:
     from trainer.precision import Precision
     from trainer.strategies.base import Strategy
 
-__all__ = ["translate", "precision_name", "precision_of", "strategy_of"]
+__all__ = ["translate", "precision_name", "precision_of", "strategy_of", "lightning_layout", "lightning_trainer_section"]
 
 _PRECISION_REFUSED = {
     "bf16-true": "bfloat16 weights (no float32 master copy); we keep float32 weights: precision='bf16'",
@@ -196,3 +199,45 @@ def strategy_of(name: str) -> Strategy | str | None:
     if base in _STRATEGIES_INSTEAD:
         raise ValueError(f"{name!r} is Lightning's; it is not a strategy here: {_STRATEGIES_INSTEAD[base]}")
     return None
+
+
+# ------------------------------------------------------------------- a YAML file's trainer section
+def lightning_layout(config: Mapping[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """LightningCLI's layout as ours: `trainer.callbacks` / `trainer.logger` (where
+    `Trainer(callbacks=..., logger=...)` takes them) are the top-level sections, and one
+    callback alone is a list of one. `config` itself is left as it is."""
+    out, problems = dict(config), []
+    section = out.get("trainer")
+    if isinstance(section, dict) and ("callbacks" in section or "logger" in section):
+        out["trainer"] = section = dict(section)
+        for key in ("callbacks", "logger"):
+            if key not in section:
+                continue
+            if key in out:
+                problems.append((f"trainer.{key}", f"given twice: also at the top level. Expected one `{key}:`."))
+            out[key] = section.pop(key)
+    if isinstance(out.get("callbacks"), dict):
+        out["callbacks"] = [out["callbacks"]]
+    return out, problems
+
+
+def lightning_trainer_section(values: dict[str, Any], known: Collection[str]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """Lightning's Trainer spellings in a YAML `trainer:` section (`default_root_dir`,
+    `accelerator`, `devices: [i]`), read as `Trainer(...)` reads them; a Lightning name we do
+    not take says what to write instead. A name nobody knows (not in `known`, our argument
+    names) is left to the validation, which suggests one."""
+    problems: list[tuple[str, str]] = []
+    lightning: dict[str, Any] = {}
+    for name in [n for n in values if n not in known]:
+        try:
+            translate({}, {name: values[name]}, known)
+        except ValueError as error:
+            if "unknown argument" not in str(error):
+                value = values.pop(name)
+                problems.append((f"trainer.{name}", f"{error} Received: {value!r} of type {type(value).__name__}."))
+            continue
+        lightning[name] = values.pop(name)
+    try:
+        return translate(values, lightning, known), problems
+    except ValueError as error:
+        return values, problems + [("trainer", str(error))]
