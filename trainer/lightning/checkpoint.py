@@ -26,6 +26,7 @@ __all__ = [
     "LIGHTNING_VERSION_KEY",
     "lightning_epoch",
     "add_lightning_keys",
+    "sharded_lightning_keys",
     "reunite",
     "is_lightning",
     "from_lightning",
@@ -63,6 +64,14 @@ def add_lightning_keys(state: dict[str, Any], loop: dict[str, Any] | None) -> No
     if isinstance(loop, dict) and isinstance(loop.get("epoch"), int) and isinstance(loop.get("batches_done"), int):
         state["epoch"], state["global_step"] = lightning_epoch(loop), int(loop.get("global_step", 0))
     state.setdefault(LIGHTNING_VERSION_KEY, LIGHTNING_LAYOUT)
+
+
+def sharded_lightning_keys(meta: dict[str, Any]) -> None:
+    """Lightning's keys in a sharded folder's state file, after its tensors went into the
+    shards: no weights (`state_dict` empty), the optimizer entries it keeps."""
+    meta["state_dict"] = {}
+    if isinstance(meta.get("optimizers"), list):
+        meta["optimizer_states"] = [_state_of(entry) for entry in meta["optimizers"]]
 
 
 def _state_of(entry: Any) -> Any:
