@@ -9,7 +9,9 @@ The layers, top to bottom: `callbacks/` (optional behaviours, public API only) a
 `trainer/config/` (YAML experiments and the `trainer` command) compose the core; the core is
 `trainer.Trainer` over `trainer/loops/`, which use `trainer/checkpoint/` and
 `trainer/logging/`, which use `trainer/strategies/` and the base modules (`module.py`,
-`precision.py`, `_utils.py`, ...).
+`precision.py`, `_utils.py`, ...). `trainer/lightning/` (Lightning's spellings, translated)
+is called by the argument check, the YAML schema and the checkpoint files, and uses only
+`trainer/strategies/`, `precision.py` and `_utils.py`.
 """
 
 from __future__ import annotations

@@ -33,7 +33,9 @@ if TYPE_CHECKING:
     from trainer.precision import Precision
     from trainer.strategies.base import Strategy
 
-__all__ = ["translate", "precision_name", "precision_of", "strategy_of", "lightning_layout", "lightning_trainer_section"]
+__all__ = [
+    "translate", "precision_name", "precision_of", "strategy_of", "lightning_layout", "lightning_trainer_section",
+]
 
 _PRECISION_REFUSED = {
     "bf16-true": "bfloat16 weights (no float32 master copy); we keep float32 weights: precision='bf16'",
@@ -221,7 +223,9 @@ def lightning_layout(config: Mapping[str, Any]) -> tuple[dict[str, Any], list[tu
     return out, problems
 
 
-def lightning_trainer_section(values: dict[str, Any], known: Collection[str]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+def lightning_trainer_section(
+    values: dict[str, Any], known: Collection[str],
+) -> tuple[dict[str, Any], list[tuple[str, str]]]:
     """Lightning's Trainer spellings in a YAML `trainer:` section (`default_root_dir`,
     `accelerator`, `devices: [i]`), read as `Trainer(...)` reads them; a Lightning name we do
     not take says what to write instead. A name nobody knows (not in `known`, our argument
