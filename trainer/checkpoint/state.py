@@ -97,7 +97,7 @@ def restore_state(trainer: StateHost, checkpoint: dict[str, Any]) -> None:
     """Put the Trainer back exactly where `collect_state` found it: every registered part
     (`trainer/checkpoint/parts.py`), then the module's and callbacks' `on_load_checkpoint`."""
     source = _source(checkpoint)
-    lightning = adopt_streams(checkpoint, source) if "lightning" in (checkpoint.get("origin") or {}) else None
+    lightning = adopt_streams(checkpoint, source)  # a file Lightning wrote: this run's streams
     module_of(trainer)
     parts = trainer._state_parts
     world_size = trainer.strategy.world_size

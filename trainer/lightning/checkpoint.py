@@ -203,10 +203,13 @@ def lightning_refusal(path: Path, name: str, detail: str) -> str | None:
     )
 
 
-def adopt_streams(checkpoint: dict[str, Any], source: str) -> str:
+def adopt_streams(checkpoint: dict[str, Any], source: str) -> str | None:
     """Before a Lightning file is restored: the run keeps this process's random streams
     (seeded by `Trainer(seed=...)` when given), and a position inside an epoch skips that
-    many batches of an order drawn from them. Returns the warning to give."""
+    many batches of an order drawn from them. Returns the warning to give; None, with
+    nothing changed, for a file of ours."""
+    if "lightning" not in (checkpoint.get("origin") or {}):
+        return None
     loop = checkpoint["loop"]
     inside = loop["batches_done"] > 0
     checkpoint["rng"] = [rng_state()]
