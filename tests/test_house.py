@@ -9,7 +9,9 @@ The layers, top to bottom: `callbacks/` (optional behaviours, public API only) a
 `trainer/config/` (YAML experiments and the `trainer` command) compose the core; the core is
 `trainer.Trainer` over `trainer/loops/`, which use `trainer/checkpoint/` and
 `trainer/logging/`, which use `trainer/strategies/` and the base modules (`module.py`,
-`precision.py`, `_utils.py`, ...).
+`precision.py`, `_utils.py`, ...). `trainer/lightning/` (Lightning's spellings, translated)
+is called by the argument check, the YAML schema and the checkpoint files, and uses only
+`trainer/strategies/`, `precision.py` and `_utils.py`.
 """
 
 from __future__ import annotations
@@ -291,3 +293,45 @@ def test_every_folder_of_trainer_is_a_package_with_a_docstring():
         init = folder / "__init__.py"
         assert init.is_file(), f"{folder} has no __init__.py"
         assert ast.get_docstring(ast.parse(init.read_text())), f"{init} does not say what the folder holds"
+
+
+# Lightning's spellings, as string values: translated in trainer/lightning/ only (docs/design.md,
+# "Where Lightning's spellings are read").
+LIGHTNING_SPELLINGS = {
+    "16-mixed", "bf16-mixed", "32-true", "16-true", "bf16-true", "64-true", "transformer-engine",
+    "ddp_spawn", "ddp_fork", "ddp_notebook", "deepspeed", "ddp_find_unused_parameters_true",
+    "ddp_find_unused_parameters_false", "fsdp_cpu_offload", "single_device", "default_root_dir", "accelerator",
+    "num_nodes", "gpus", "plugins", "resume_from_checkpoint", "pytorch-lightning_version", "optimizer_states",
+    "hyper_parameters", "lr_schedulers",
+}
+# Where such a string is not a translation: an object's own API, or one of our keys that shares the name.
+LIGHTNING_SPELLINGS_ELSEWHERE = {
+    "trainer/strategies/lightning.py": {"accelerator"},  # DDPStrategy(accelerator=...) refused by the class itself
+    "trainer/module/tools.py": {"hyper_parameters"},  # LightningModule.CHECKPOINT_HYPER_PARAMS_KEY, read by users
+    "trainer/module/load.py": {"hyper_parameters"},  # load_from_checkpoint's fallback to Lightning's key
+    "trainer/checkpoint/layout.py": {"lr_schedulers"},  # our own format version 2's key
+    "callbacks/stochastic_weight_avg.py": {"lr_schedulers"},  # the hook's checkpoint dict, as Lightning's SWA edits it
+}
+
+
+def test_lightnings_spellings_are_translated_in_trainer_lightning_only():
+    found = []
+    for name, path in _files().items():
+        if _under(name, "trainer.lightning"):
+            continue
+        where = str(path.relative_to(ROOT))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Constant) and node.value in LIGHTNING_SPELLINGS
+                    and node.value not in LIGHTNING_SPELLINGS_ELSEWHERE.get(where, set())):
+                found.append(f"{where}:{node.lineno} {node.value!r}")
+    assert found == [], "Lightning's spellings outside trainer/lightning/: " + ", ".join(found)
+
+
+def test_trainer_lightning_sits_above_the_strategies_and_below_its_callers():
+    below = ("trainer.lightning", "trainer.strategies", "trainer.precision", "trainer._utils")
+    graph = import_graph()
+    found = [f"{source} imports {target}" for source in _modules("trainer.lightning") for target in graph[source]
+             if not _under(target, *below)]
+    assert found == []
+    lower = _modules("trainer.strategies", "trainer.precision", "trainer._utils")
+    assert _violations("a layer below trainer.lightning imports it", lower, ("trainer.lightning",)) == []

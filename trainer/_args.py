@@ -176,11 +176,12 @@ class TrainerArgs(BaseModel):
     @pydantic.field_validator("precision")
     @classmethod
     def _check_precision(cls, value: Any) -> Any:
-        from trainer.precision import PRECISIONS, Precision, precision_name
+        from trainer.lightning.arguments import precision_name
+        from trainer.precision import PRECISIONS, Precision
 
         if isinstance(value, Precision):
             return value
-        name = precision_name(value)  # ours, or Lightning's spellings ("16-mixed", ...): the one place they map
+        name = precision_name(value)  # ours, or Lightning's (trainer/lightning/arguments.py)
         if name is not None:
             return name
         raise ValueError(f"expected one of {', '.join(map(repr, PRECISIONS))} or a Precision instance")
@@ -188,13 +189,13 @@ class TrainerArgs(BaseModel):
     @pydantic.field_validator("strategy")
     @classmethod
     def _check_strategy(cls, value: Any) -> Any:
+        from trainer.lightning.arguments import strategy_of
         from trainer.strategies import Strategy
-        from trainer.strategies.resolve import lightning_strategy
 
         if isinstance(value, Strategy) or (isinstance(value, str) and value in ("auto", "ddp", "fsdp", "single")):
             return value
         if isinstance(value, str):
-            translated = lightning_strategy(value)  # Lightning's names: ours, or an error saying what to write
+            translated = strategy_of(value)  # Lightning's names: ours, or an error saying what to write
             if translated is not None:
                 return translated
         raise ValueError("expected 'auto', 'ddp', 'fsdp', 'single' or a Strategy instance such as trainer.distributed.DDP(...) or FSDP(...)")

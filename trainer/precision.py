@@ -20,14 +20,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-import warnings
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal
 
 import torch
 
-__all__ = ["Precision", "FP32", "AMP", "BF16", "PRECISIONS", "PRECISION_ALIASES", "precision_name", "resolve_precision"]
+__all__ = ["Precision", "FP32", "AMP", "BF16", "PRECISIONS", "resolve_precision"]
 
 ClipAlgorithm = Literal["norm", "value"]
 _NO_AUTOCAST = contextlib.nullcontext()  # stateless, so one shared instance serves every step
@@ -168,7 +167,8 @@ class BF16(Precision):
         autocast_cache: keep autocast's cache of low-precision weight copies inside a forward
             (PyTorch's default, what a hand-written loop gets). A weight used twice in one step
             then sums its two gradients in bfloat16; without the cache each use casts again and
-            the sum is float32. Lightning turns it off: `precision="bf16-mixed"` does too.
+            the sum is float32. Lightning turns it off, and so does its precision name here
+            (trainer/lightning/arguments.py).
     """
 
     name = "bf16"
@@ -191,7 +191,7 @@ class AMP(Precision):
 
     Args:
         init_scale, growth_factor, backoff_factor, growth_interval: GradScaler settings.
-        autocast_cache: as for `BF16` (`precision="16-mixed"`, Lightning's spelling, turns it off).
+        autocast_cache: as for `BF16` (Lightning's precision name turns it off).
     """
 
     name = "amp"
@@ -356,55 +356,17 @@ def _step_requires_closure(cls: Any) -> bool:
 
 
 PRECISIONS: dict[str, type[Precision]] = {"fp32": FP32, "amp": AMP, "bf16": BF16}
-#: Lightning's spellings (`Trainer(precision="16-mixed")`, also in YAML): fp32, or the mixed
-#: precisions as Lightning runs them (`resolve_precision`).
-PRECISION_ALIASES: dict[Any, str] = {
-    "16-mixed": "16-mixed", "16": "16-mixed", 16: "16-mixed",
-    "bf16-mixed": "bf16-mixed",
-    "32-true": "fp32", "32": "fp32", 32: "fp32",
-}
 
 
-def precision_name(value: Any) -> str | None:
-    """The name a precision given by name goes by: ours, or Lightning's mixed ones; None for
-    anything else.
-
-    Example:
-        >>> precision_name("bf16"), precision_name(16), precision_name(32), precision_name("fp16")
-        ('bf16', '16-mixed', 'fp32', None)
-    """
-    if isinstance(value, bool) or not isinstance(value, (str, int)):
-        return None
-    if isinstance(value, str) and value in PRECISIONS:
-        return value
-    return PRECISION_ALIASES.get(value)
-
-
-def resolve_precision(precision: str | Precision, device: torch.device | None = None) -> Precision:
-    """Turn a name or an instance into a strategy object.
-
-    Lightning's `"bf16-mixed"` and `"16-mixed"` are `BF16`/`AMP` as Lightning's Trainer runs
-    them: without autocast's weight cache; and `"16-mixed"` on a CPU runs as `"bf16-mixed"`
-    (with Lightning's warning), so a Lightning project trains to Lightning's weights. Our
-    `"bf16"` and `"amp"` are what a hand-written loop does (the cache on; `"amp"` is float16
-    with a GradScaler on every device).
-    """
+def resolve_precision(precision: str | Precision) -> Precision:
+    """Turn one of our names (`PRECISIONS`) or an instance into a strategy object: our
+    `"bf16"` and `"amp"` are what a hand-written loop does (autocast's weight cache on;
+    `"amp"` is float16 with a GradScaler on every device). Lightning's names are turned into
+    objects before they come here (trainer/lightning/arguments.py)."""
     if isinstance(precision, Precision):
         return precision
     if isinstance(precision, str) and precision in PRECISIONS:
         return PRECISIONS[precision]()
-    if precision == "bf16-mixed":
-        return BF16(autocast_cache=False)
-    if precision == "16-mixed":
-        if device is not None and device.type == "cpu":
-            warnings.warn(
-                "Trainer(precision='16-mixed') on a CPU runs as 'bf16-mixed', as Lightning does (float16 "
-                "autocast is not supported there). For float16 autocast with a GradScaler on a CPU, pass "
-                "precision='amp'.",
-                stacklevel=3,
-            )
-            return BF16(autocast_cache=False)
-        return AMP(autocast_cache=False)
     accepted = ", ".join(repr(name) for name in PRECISIONS)
     raise ValueError(
         f"Trainer(precision=...) expected one of {accepted} or a trainer.precision.Precision "

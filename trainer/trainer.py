@@ -34,7 +34,8 @@ from trainer.strategies.launch import launch_processes
 from trainer.strategies.requeue import Requeue
 from trainer.module import Module
 from trainer.core.activation_checkpointing import checkpoint_activations
-from trainer.precision import Precision, needs_closure, resolve_precision
+from trainer.precision import Precision, needs_closure
+from trainer.lightning.arguments import precision_of, translate
 
 __all__ = ["Trainer"]
 
@@ -122,14 +123,13 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
         barebones: bool = False,
         **lightning_arguments: Any,
     ) -> None:
-        from trainer._args import fast_dev_run_args, validate_trainer_args  # pydantic loads on first use, not on import
-
-        from trainer._lightning import translate
+        from trainer._args import TrainerArgs, fast_dev_run_args, validate_trainer_args  # pydantic loads on first use
 
         arguments = dict(locals())
-        for local in ("self", "fast_dev_run_args", "validate_trainer_args", "translate", "lightning_arguments"):
+        for local in ("self", "TrainerArgs", "fast_dev_run_args", "validate_trainer_args", "lightning_arguments"):
             arguments.pop(local)
-        self.args = check_flags(validate_trainer_args(translate(arguments, lightning_arguments), CallbackBase))  # barebones, overfit_batches
+        arguments = translate(arguments, lightning_arguments, TrainerArgs.model_fields)  # Lightning's spellings
+        self.args = check_flags(validate_trainer_args(arguments, CallbackBase))  # barebones, overfit_batches
         if self.args.fast_dev_run:  # validated first, then overridden (writes nothing)
             self.args = fast_dev_run_args(self.args)
         check_compile_options(self.args.compile, self.args.accumulate_grad_batches)  # CUDA graphs: no accumulation
@@ -137,7 +137,7 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
         if self.args.seed is not None:  # the model a script builds next is seeded too; a run's start seeds again
             seed_everything(self.args.seed)
         strategy = resolve_strategy(self.args.strategy, self.args.device)
-        precision = resolve_precision(self.args.precision, strategy.device)  # "16-mixed": by device
+        precision = precision_of(self.args.precision, strategy.device)  # Lightning's names: by device
         self._requeue = Requeue(self.args.requeue, self.args.requeue_signal)  # SLURM: the warning signal, requeueing
         strategy.setup_precision(precision)  # AMP's scaler exists from the start
         self.callbacks: list[CallbackBase] = checkpoint_callbacks_last(list(self.args.callbacks or []))

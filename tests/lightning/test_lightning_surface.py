@@ -22,9 +22,10 @@ def test_precision_aliases(lightning, ours):
 @pytest.mark.parametrize("lightning", ["16-mixed", "16", 16])
 def test_16_mixed_is_float16_with_a_scaler_on_a_gpu_and_bf16_on_a_cpu_as_lightning_runs_it(lightning):
     # Lightning's accelerator connector: '16-mixed' with accelerator='cpu' warns and becomes 'bf16-mixed'.
-    from trainer.precision import AMP, BF16, resolve_precision
+    from trainer.lightning.arguments import precision_of
+    from trainer.precision import AMP, BF16
 
-    gpu = resolve_precision("16-mixed", torch.device("cuda"))
+    gpu = precision_of("16-mixed", torch.device("cuda"))
     assert isinstance(gpu, AMP) and gpu.autocast_cache is False
     with pytest.warns(UserWarning, match=r"precision='16-mixed'\) on a CPU runs as 'bf16-mixed'.*precision='amp'"):
         cpu = Trainer(precision=lightning, logger=False, device="cpu").precision

@@ -39,7 +39,8 @@ from typing import IO, Any, cast
 import torch
 
 from trainer._utils import first_line
-from trainer.checkpoint.layout import from_lightning, is_lightning, lightning_refusal, upgrade
+from trainer.checkpoint.layout import upgrade
+from trainer.lightning.checkpoint import from_lightning, is_lightning, lightning_refusal
 
 __all__ = [
     "FORMAT",

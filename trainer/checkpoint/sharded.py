@@ -36,6 +36,7 @@ import torch
 from trainer.checkpoint.format import (CheckpointError, _alive, _fsync_directory, load_checkpoint, other_kind_at,
                                        remove_checkpoint, save_atomic)
 from trainer.checkpoint.host import ShardHost, module_of
+from trainer.lightning.checkpoint import sharded_lightning_keys
 
 __all__ = ["STATE_FILE", "is_sharded", "save_sharded", "read_sharded", "restore_sharded", "restore_sharded_optimizers",
            "export_weights"]
@@ -64,7 +65,7 @@ def save_sharded(state: dict[str, Any], target: Path, trainer: ShardHost, *,
 
     strategy, module = trainer.strategy, module_of(trainer)
     tensors: dict[str, Any] = {"module": state["module"], "optimizers": {}}
-    meta = dict(state, module={}, state_dict={}, sharded={"world_size": strategy.world_size})  # tensors: in the shards
+    meta = dict(state, module={}, sharded={"world_size": strategy.world_size})  # tensors: in the shards
     entries = []
     optimizers = trainer.optimizers.optimizers if trainer.optimizers is not None and "optimizers" in state else []
     for index, (optimizer, entry) in enumerate(zip(optimizers, state.get("optimizers", []))):
@@ -75,7 +76,7 @@ def save_sharded(state: dict[str, Any], target: Path, trainer: ShardHost, *,
             entries.append(entry)
     if "optimizers" in state:
         meta["optimizers"] = entries
-        meta["optimizer_states"] = [entry["state"] for entry in entries]  # Lightning's key: the same objects
+    sharded_lightning_keys(meta)  # Lightning's keys of what moved into the shards
     token = strategy.broadcast_object(os.getpid())
     temporary = target.with_name(f".{target.name}.{token}.tmp")
     prepared: Exception | None = None

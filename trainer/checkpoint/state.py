@@ -9,7 +9,7 @@ from typing import Any
 
 from trainer.checkpoint.format import FORMAT, FORMAT_VERSION, plain_state
 from trainer.checkpoint.host import StateHost, module_of
-from trainer.checkpoint.layout import add_lightning_keys, adopt_streams, reunite
+from trainer.lightning.checkpoint import add_lightning_keys, adopt_streams, reunite
 from trainer.checkpoint.parts import callback_keys, restore_module
 
 __all__ = ["callback_keys", "cut_problem", "collect_state", "collect_weights", "restore_module", "restore_state"]
@@ -97,7 +97,7 @@ def restore_state(trainer: StateHost, checkpoint: dict[str, Any]) -> None:
     """Put the Trainer back exactly where `collect_state` found it: every registered part
     (`trainer/checkpoint/parts.py`), then the module's and callbacks' `on_load_checkpoint`."""
     source = _source(checkpoint)
-    lightning = adopt_streams(checkpoint, source) if "lightning" in (checkpoint.get("origin") or {}) else None
+    lightning = adopt_streams(checkpoint, source)  # a file Lightning wrote: this run's streams
     module_of(trainer)
     parts = trainer.state_parts
     world_size = trainer.strategy.world_size

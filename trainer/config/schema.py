@@ -35,6 +35,7 @@ from trainer.config.classpath import LOGGER_HOMES, ConfigError, Problem, Resolve
 from trainer.config.experiment import DRY_RUN, LOADER_OF, Experiment, ResolvedConfig, Stage, build
 from trainer.config.optim import OPTIMIZER_SECTIONS, as_spec, check_optimizers, check_strategy, set_section
 from trainer.config.yaml_io import dump_yaml, parse_yaml
+from trainer.lightning.arguments import lightning_layout, lightning_trainer_section, precision_name
 
 __all__ = [
     "ClassSpec",
@@ -185,7 +186,8 @@ def resolve_config(config: Mapping[str, Any], stage: Stage = "fit", source: str 
     from trainer.callback import Callback
     from trainer.module import Module
 
-    config, problems = _lightning_layout(config)
+    config, moved = lightning_layout(config)  # LightningCLI's trainer.callbacks / trainer.logger
+    problems = [Problem(path, message) for path, message in moved]
     shape, found = _check_shape(config)
     problems += found
     bad = {p.path.split(".")[0].split("[")[0] for p in problems}
@@ -239,25 +241,6 @@ def resolve_config(config: Mapping[str, Any], stage: Stage = "fit", source: str 
     return ResolvedConfig(seed, model, data, trainer, precision, callbacks, logger, resolved, optimizer, lr_scheduler)
 
 
-def _lightning_layout(config: Mapping[str, Any]) -> tuple[dict[str, Any], list[Problem]]:
-    """LightningCLI's layout as ours: `trainer.callbacks` / `trainer.logger` (where
-    `Trainer(callbacks=..., logger=...)` takes them) are the top-level sections, and one
-    callback alone is a list of one. `config` itself is left as it is."""
-    out, problems = dict(config), []
-    section = out.get("trainer")
-    if isinstance(section, dict) and ("callbacks" in section or "logger" in section):
-        out["trainer"] = section = dict(section)
-        for key in ("callbacks", "logger"):
-            if key not in section:
-                continue
-            if key in out:
-                problems.append(Problem(f"trainer.{key}", f"given twice: also at the top level. Expected one `{key}:`."))
-            out[key] = section.pop(key)
-    if isinstance(out.get("callbacks"), dict):
-        out["callbacks"] = [out["callbacks"]]
-    return out, problems
-
-
 def _seed(shape: ExperimentConfig | None) -> tuple[int | None, list[Problem]]:
     """`seed`, or LightningCLI's `seed_everything` (true: a random seed, drawn once here so
     the resolved config records it, as LightningCLI does)."""
@@ -308,7 +291,7 @@ def _from_pydantic(error: pydantic.ValidationError, prefix: str = "") -> list[Pr
 
 def _check_trainer(section: Any) -> tuple[dict[str, Any], str | ResolvedSpec, list[Problem]]:
     """Validate the `trainer:` section with TrainerArgs; a precision may be a class spec."""
-    from trainer.precision import PRECISIONS, Precision, precision_name
+    from trainer.precision import PRECISIONS, Precision
 
     problems: list[Problem] = []
     values = dict(section)
@@ -317,13 +300,13 @@ def _check_trainer(section: Any) -> tuple[dict[str, Any], str | ResolvedSpec, li
             values.pop(key)
             problems.append(Problem(f"trainer.{key}", f"set `{key}:` at the top level of the file, not under trainer."))
     precision: str | ResolvedSpec = values.pop("precision", "fp32")
-    values, found = _lightning_names(values)
-    problems += found
+    values, named = lightning_trainer_section(values, TrainerArgs.model_fields)
+    problems += [Problem(path, message) for path, message in named]
     if isinstance(precision, dict):
         spec, found = check_spec(precision, "trainer.precision", Precision)
         problems += found
         precision = spec if spec is not None else "fp32"
-    elif (name := precision_name(precision)) is not None:  # ours, or Lightning's "16-mixed", "bf16-mixed", "32-true"
+    elif (name := precision_name(precision)) is not None:  # ours, or Lightning's
         precision = name
     elif precision not in PRECISIONS:
         problems.append(Problem("trainer.precision", f"Expected one of {', '.join(map(repr, PRECISIONS))} or "
@@ -345,28 +328,6 @@ def _check_trainer(section: Any) -> tuple[dict[str, Any], str | ResolvedSpec, li
     if strategy_spec is not None:
         plain["strategy"] = strategy_spec  # built by build(), written back as its class spec
     return plain, precision, problems
-
-
-def _lightning_names(values: dict[str, Any]) -> tuple[dict[str, Any], list[Problem]]:
-    """Lightning's Trainer spellings (`default_root_dir`, `accelerator`, `devices: [i]`), read
-    as `Trainer(...)` reads them (trainer/_lightning.py); a Lightning name we do not take says
-    what to write instead. A name nobody knows is left to the validation, which suggests one."""
-    from trainer._lightning import translate
-
-    problems: list[Problem] = []
-    lightning: dict[str, Any] = {}
-    for name in [n for n in values if n not in TrainerArgs.model_fields]:
-        try:
-            translate({}, {name: values[name]})
-        except ValueError as error:
-            if "unknown argument" not in str(error):
-                problems.append(Problem(f"trainer.{name}", f"{error} {received(values.pop(name))}"))
-            continue
-        lightning[name] = values.pop(name)
-    try:
-        return translate(values, lightning), problems
-    except ValueError as error:
-        return values, problems + [Problem("trainer", str(error))]
 
 
 # ------------------------------------------------------------------------ entry points

@@ -8,7 +8,7 @@
 - `ddp.py`: `DDP`, PyTorch's DistributedDataParallel under torchrun or srun;
 - `fsdp.py`: `FSDP`, parameters, gradients and optimizer state sharded with FSDP2;
 - `sampler.py`: each rank's share of a DataLoader;
-- `resolve.py`: `Trainer(strategy=...)` from a name or an instance;
+- `resolve.py`: `Trainer(strategy=...)` from one of our names or an instance (Lightning's names: trainer/lightning/);
 - `launch.py`: `devices=N` without torchrun or srun (this process is rank 0, it starts the others);
 - `lightning.py`: Lightning's `DDPStrategy`, `FSDPStrategy`, `SingleDeviceStrategy` onto ours, and its
   base names (`ParallelStrategy`, ...) for `isinstance` checks;

@@ -10,7 +10,7 @@ from trainer.strategies.ddp import DDP
 from trainer.strategies.fsdp import FSDP
 from trainer.strategies.parallel import ProcessGroupStrategy
 
-__all__ = ["resolve_strategy", "lightning_strategy"]
+__all__ = ["resolve_strategy"]
 
 
 def resolve_strategy(strategy: str | Strategy, device: str) -> Strategy:
@@ -47,34 +47,3 @@ def resolve_strategy(strategy: str | Strategy, device: str) -> Strategy:
         f"Trainer(strategy=...) expected 'auto', 'ddp', 'fsdp', 'single' or a Strategy instance such as "
         f"DDP(...) or FSDP(...). Received: {strategy!r}."
     )
-
-
-#: Lightning's strategy names that have no counterpart here, with what to write instead.
-_LIGHTNING_INSTEAD = {
-    "ddp_spawn": "processes are started by torchrun or devices=N, never spawned from a running one: strategy='ddp'",
-    "ddp_fork": "processes are started by torchrun or devices=N: strategy='ddp'",
-    "ddp_notebook": "a notebook trains in one process; for several, run a script with torchrun and strategy='ddp'",
-    "dp": "DataParallel is not supported (PyTorch recommends DDP): strategy='ddp' under torchrun",
-    "deepspeed": "DeepSpeed is not integrated: strategy='fsdp' shards parameters, gradients and optimizer state",
-}
-
-
-def lightning_strategy(name: str) -> Strategy | str | None:
-    """A Lightning strategy name as ours ("ddp_find_unused_parameters_true" is
-    `DDP(find_unused_parameters=True)`), None for a name Lightning doesn't have either.
-
-    Raises:
-        ValueError: a Lightning name without a counterpart, saying what to write instead.
-    """
-    if name == "ddp_find_unused_parameters_true":
-        return DDP(find_unused_parameters=True)
-    if name == "ddp_find_unused_parameters_false":
-        return "ddp"
-    if name == "fsdp_cpu_offload":
-        return FSDP(cpu_offload=True)
-    if name == "single_device":
-        return "single"
-    base = name.split("_stage")[0] if name.startswith("deepspeed") else name
-    if base in _LIGHTNING_INSTEAD:
-        raise ValueError(f"{name!r} is Lightning's; it is not a strategy here: {_LIGHTNING_INSTEAD[base]}")
-    return None
