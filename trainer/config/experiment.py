@@ -158,7 +158,7 @@ class Experiment:
         now (a named run, a logger with a version) and already holds the config file."""
         if self.config_overwrite is not False or self.dry_run:
             return
-        planned = getattr(getattr(self.trainer, "_io", None), "_planned_dir", lambda: None)()
+        planned = self.trainer._run.output.planned_dir()
         if planned is not None and (Path(planned) / self.config_filename).exists():
             raise _exists(Path(planned) / self.config_filename)
 

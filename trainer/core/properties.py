@@ -186,7 +186,7 @@ class TrainerProperties:
         """Training batches per epoch (after `limit_train_batches`); inf when unknown. Known in
         every hook of `fit` (in `configure_optimizers` too), as in Lightning."""
         batches = getattr(self._loop, "epoch_batches", None)
-        loader = self._fit_loaders()[0] if self._fit_loaders is not None else getattr(self, "_train_loader", None)
+        loader = self._fit_loaders()[0] if self._fit_loaders is not None else self._run.train_loader
         if (batches is None or self._fit_loaders is not None) and loader is not None:
             batches = batch_limit(self.args.limit_train_batches, length_of(loader), "limit_train_batches")
         return math.inf if batches is None else batches
@@ -202,7 +202,7 @@ class TrainerProperties:
         return min(total, self.args.max_steps) if self.args.max_steps is not None else total
 
     def _manual_free(self) -> bool:
-        module = getattr(self, "_module", None)
+        module = self._run.module
         return module is None or bool(module.automatic_optimization)
 
     @property
@@ -291,7 +291,7 @@ class TrainerProperties:
     @property
     def received_sigterm(self) -> bool:
         """Whether fit was asked to stop by SIGTERM (or SLURM's requeue signal) on some rank."""
-        return bool(getattr(self, "_preempted", False))
+        return self._run.preempted
 
     @property
     def is_last_batch(self) -> bool:
@@ -310,7 +310,7 @@ class TrainerProperties:
     def train_dataloader(self) -> Any:
         """The loader fit trains on, as the Trainer prepared it (with its DistributedSampler
         under DDP); None before fit."""
-        return getattr(self, "_train_loader", None)
+        return self._run.train_loader
 
     @property
     def val_dataloaders(self) -> Any:

@@ -126,6 +126,11 @@ class RunIO:
         return self._logger
 
     @property
+    def progress_bar(self) -> Any:
+        """The open progress bar (a ProgressBar, or what a progress-bar callback made), else None."""
+        return self._progress
+
+    @property
     def loggers(self) -> list[Any]:
         """Every logger this process writes to (`logger=[...]`'s list; [] on ranks other than 0)."""
         logger = self.logger
@@ -142,7 +147,7 @@ class RunIO:
                 self._run_dir = self._continued_dir or make_run_dir(args.root_dir, DEFAULT_NAME, args.run_name)
         return self._run_dir
 
-    def _planned_dir(self) -> Path | None:
+    def planned_dir(self) -> Path | None:
         """The run's folder when it is named (run_name, a logger's version, SLURM's job id),
         without creating anything; None when the run would get a new version_N."""
         logger, args = self._logger_arg, self.context.args
@@ -162,7 +167,7 @@ class RunIO:
         """Before training, on every rank: the run folder's last.ckpt, if any, is of the kind this
         run writes (a file, or FSDP's sharded folder), so no save replaces one with the other."""
         strategy, problem = self.context.strategy, None
-        folder = self._run_dir or self._continued_dir or (self._planned_dir() if self.writes else None)
+        folder = self._run_dir or self._continued_dir or (self.planned_dir() if self.writes else None)
         if self.writes and folder is not None:
             problem = other_kind_in(Path(folder), strategy.sharded_checkpoints)
         if strategy.world_size > 1:
@@ -190,7 +195,7 @@ class RunIO:
         if strategy.world_size > 1 and (args.logger is not False or args.enable_checkpointing):
             # Every rank uses rank 0's folder (for last.ckpt paths); only rank 0 creates it.
             self._run_dir = Path(strategy.broadcast_object(str(self.run_dir) if self.writes else None))
-        if self.writes and self.saves == 0 and self.context.state.global_step == 0 and self._planned_dir() is not None:
+        if self.writes and self.saves == 0 and self.context.state.global_step == 0 and self.planned_dir() is not None:
             warn_if_restarting(self.run_dir)  # a named run's folder, and a fit from the beginning
         if self.writes and not self._summary_logged:
             log.info("%s", fit_summary(self.context, module))
@@ -491,7 +496,7 @@ class RunIO:
         else:
             state = self._read(ckpt_path)
             ckpt.check_layout(state, weights_only=weights_only)
-            if not weights_only and str(ckpt_path) != "best" and self.writes and self._planned_dir() is None:
+            if not weights_only and str(ckpt_path) != "best" and self.writes and self.planned_dir() is None:
                 self._continued_dir = self._continued_dir or self._run_folder_holding(ckpt_path)
         if state is not None and not weights_only:
             self._adopt_run(state)
@@ -542,7 +547,7 @@ class RunIO:
     def _read_last(self, evaluating: bool, facts: dict[str, Any] | None = None) -> dict[str, Any] | None:
         """The newest complete checkpoint of this run (trainer/logging/last_run.py): a run of the
         same experiment (`facts`); an unnamed run continues in the folder of the run it resumes."""
-        root, planned = self.context.args.root_dir, self._planned_dir() if self.writes else None
+        root, planned = self.context.args.root_dir, self.planned_dir() if self.writes else None
         state, folder = agree_on_last(self.context.strategy, root, planned, self._read, facts, evaluating)
         if state is None and evaluating:
             raise ckpt.CheckpointError(
