@@ -1,4 +1,4 @@
-"""Bad Trainer arguments fail at construction, naming the argument, before any work (issue 15)."""
+"""Bad Trainer arguments fail at construction, naming the argument, before any work."""
 
 from __future__ import annotations
 

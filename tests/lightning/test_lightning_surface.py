@@ -1,5 +1,5 @@
 """Lightning's Trainer spellings: aliases where the meaning is ours, an error that says what to
-write where it is not (issue 11; Lightning's accelerator_connector.py is the reference)."""
+write where it is not (Lightning's accelerator_connector.py is the reference)."""
 
 from __future__ import annotations
 
