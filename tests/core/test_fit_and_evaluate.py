@@ -48,7 +48,7 @@ def test_dict_with_loss_equals_plain_loss():
 def test_none_skips_the_batch():
     """A batch whose training_step returns None teaches nothing (no gradient, so no weight
     moves), and its window still counts as an optimizer step, as in Lightning: global_step and
-    the step-interval schedulers advance (tests/lightning/test_against_lightning3.py)."""
+    the step-interval schedulers advance (tests/lightning/test_parity_optimization.py)."""
     torch.manual_seed(0)
     model = Returns("none-odd")
     model.net[2].p = 0.0  # no dropout: a skipped batch's forward draws nothing either

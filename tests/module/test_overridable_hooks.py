@@ -207,7 +207,7 @@ def load(framework: str) -> types.ModuleType:
     source = SOURCE if framework == "ours" else lightning_source(SOURCE)
     module = types.ModuleType(f"_module_hooks_{framework}_{next(_counter)}")
     sys.modules[module.__name__] = module
-    exec(compile(source, f"test_module_hooks [{framework}]", "exec"), module.__dict__)
+    exec(compile(source, f"test_overridable_hooks [{framework}]", "exec"), module.__dict__)
     return module
 
 
