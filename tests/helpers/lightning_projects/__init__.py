@@ -68,23 +68,29 @@ def lightning_source(source: str) -> str:
     return "\n".join(lines)
 
 
-def load_file(path: Path, framework: str) -> ModuleType:
-    """Execute the project file `path` as a new module: `framework="ours"` runs the file as
-    written, `"lightning"` runs it with its imports rewritten. Each call gives a fresh module
-    (its own classes), registered in `sys.modules` under a unique name."""
+def load_source(source: str, framework: str, name: str, path: Path | None = None) -> ModuleType:
+    """Execute a project's `source` as a new module: `framework="ours"` runs it as written,
+    `"lightning"` with its imports rewritten. Each call gives a fresh module (its own classes),
+    registered in `sys.modules` under a unique name built from `name` (dataclasses and
+    pickling look classes up there)."""
     if framework not in ("ours", "lightning"):
         raise ValueError(f"load_project(framework=...) expected 'ours' or 'lightning'. Received: {framework!r}.")
-    source = path.read_text()
     if framework == "lightning":
         source = lightning_source(source)
-    module_name = f"_lightning_project_{path.parent.name}_{path.stem}_{framework}_{next(_counter)}"
-    spec = importlib.util.spec_from_loader(module_name, loader=None, origin=str(path))
+    module_name = f"_lightning_project_{name}_{framework}_{next(_counter)}"
+    spec = importlib.util.spec_from_loader(module_name, loader=None, origin=str(path) if path else None)
     assert spec is not None
     module = importlib.util.module_from_spec(spec)
-    module.__file__ = str(path)
+    if path is not None:
+        module.__file__ = str(path)
     sys.modules[module_name] = module
-    exec(compile(source, f"{path} [{framework}]", "exec"), module.__dict__)
+    exec(compile(source, f"{path or name} [{framework}]", "exec"), module.__dict__)
     return module
+
+
+def load_file(path: Path, framework: str) -> ModuleType:
+    """`load_source` for the project file `path`."""
+    return load_source(path.read_text(), framework, path.stem, path)
 
 
 def load_project(name: str, framework: str) -> ModuleType:
