@@ -1,14 +1,17 @@
-"""Bad Trainer arguments fail at construction, naming the argument, before any work (issue 15)."""
+"""Bad Trainer arguments fail at construction, naming the argument, before any work."""
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.helpers.reference import TinyNet, loader, make_data
+from tests.helpers.reference import TinyNet, loader, make_data, make_model
 from trainer import Trainer
+from trainer._args import TrainerArgs
+from trainer.precision import AMP, BF16, FP32, Precision
 
 QUIET = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False)
 
@@ -89,3 +92,64 @@ def test_several_loaders_in_one_stage_are_refused_with_what_to_do(stage):
     with pytest.raises(ValueError, match="expected one loader. Received: a (list|dict) of 2 DataLoaders.*ConcatDataset"):
         call()
     assert trainer.global_step == 0
+
+
+@pytest.mark.parametrize(
+    "kwargs,names",
+    [
+        ({"precision": "fp64"}, ["precision", "'fp64'", "'amp'", "'bf16'"]),
+        ({"accumulate_grad_batches": 0}, ["accumulate_grad_batches", "greater than or equal to 1", "0"]),
+        ({"max_epochs": -2}, ["max_epochs", "-2"]),  # -1 is Lightning's "no limit"
+        ({"gradient_clip_val": -0.5}, ["gradient_clip_val", "-0.5"]),
+        ({"gradient_clip_algorithm": "l2"}, ["gradient_clip_algorithm", "'norm'", "'value'", "'l2'"]),
+        ({"log_every_n_steps": 0}, ["log_every_n_steps"]),
+        ({"device": "gpu7"}, ["device", "'gpu7'"]),
+        ({"callbacks": [object()]}, ["callbacks", "Callback"]),
+        ({"logger": "tensorboard"}, ["logger", "'tensorboard'"]),
+        ({"strategy": "zero3"}, ["strategy", "'ddp'", "'fsdp'", "zero3"]),
+        ({"nonfinite_loss": "ignore"}, ["nonfinite_loss", "'skip'"]),
+    ],
+)
+def test_invalid_arguments_name_argument_value_and_accepted(kwargs, names):
+    with pytest.raises(ValueError) as error:
+        Trainer(**kwargs)
+    for name in names:
+        assert name in str(error.value)
+
+
+def test_all_problems_reported_at_once():
+    with pytest.raises(ValueError) as error:
+        Trainer(max_epochs=0, accumulate_grad_batches=0)
+    assert "max_epochs" in str(error.value) and "accumulate_grad_batches" in str(error.value)
+
+
+def test_trainer_signature_and_args_model_cannot_drift():
+    params = inspect.signature(Trainer.__init__).parameters
+    fields = TrainerArgs.model_fields
+    assert [p for p in params if p not in ("self", "lightning_arguments")] == list(fields)
+    assert params["lightning_arguments"].kind is inspect.Parameter.VAR_KEYWORD  # Lightning's spellings
+    for name, field in fields.items():
+        default = params[name].default
+        assert str(field.default) == str(default), name
+        assert params[name].kind is inspect.Parameter.KEYWORD_ONLY
+
+
+@pytest.mark.parametrize("name,cls", [("fp32", FP32), ("amp", AMP), ("bf16", BF16)])
+def test_precision_names_and_instances(name, cls):
+    assert type(Trainer(precision=name).precision) is cls
+    custom = cls()
+    assert Trainer(precision=custom).precision is custom
+
+
+def test_custom_precision_strategy_is_used():
+    class Halved(Precision):
+        name = "halved"
+        calls = 0
+
+        def backward(self, loss):
+            Halved.calls += 1
+            (loss * 0.5).backward()
+
+    trainer = Trainer(precision=Halved(), device="cpu", **QUIET)
+    trainer.fit(make_model(), loader(make_data()))
+    assert Halved.calls == 10

@@ -1,5 +1,5 @@
 """benchmarks/models.py runs at tiny sizes on a CPU (the GPU run uses the same code), and the
-Trainer and the raw loop train the same models there (issue 13)."""
+Trainer and the raw loop train the same models there."""
 
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ from trainer import Trainer
 ROOT = Path(__file__).resolve().parents[1]
 AVX2_ONLY = {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
 #: the tests that run an op some CPUs lack under autocast (an LSTM in bfloat16 or float16)
-DEPENDS_ON_CPU_FEATURES = ["tests/test_script_parity2.py::test_mnist_rnn",
+DEPENDS_ON_CPU_FEATURES = ["tests/examples/test_mnist_rnn.py::test_mnist_rnn",
                            "tests/test_cpu_features.py::test_a_bf16_lstm_trains_to_the_hand_written_loop_s_weights"]
 QUIET = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, device="cpu")
 x86_64 = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"),

@@ -1,4 +1,4 @@
-"""DataModule and Lightning's loader arguments (issue 11): fit(model, dm),
+"""DataModule and Lightning's loader arguments: fit(model, dm),
 fit(datamodule=...), train_dataloaders=/val_dataloaders=/dataloaders=, hooks in Lightning's
 order (prepare_data, setup(stage), ..., teardown(stage)), state in the checkpoint."""
 

@@ -178,7 +178,7 @@ def test_learning_rate_monitor_records_each_epoch(tmp_path: Path) -> None:
 
 
 def test_a_monitor_never_logged_is_a_clean_error_after_last_ckpt_was_written(tmp_path):
-    """issue 15: found at the first validation end; the finished epoch is kept in last.ckpt."""
+    """Found at the first validation end; the finished epoch is kept in last.ckpt."""
     import callbacks as cbs
     from trainer import MonitorError
     from trainer.checkpoint import load_checkpoint

@@ -1,4 +1,4 @@
-"""Callback options as Lightning defines them (issue 11): ModelCheckpoint's names and
+"""Callback options as Lightning defines them: ModelCheckpoint's names and
 options, EarlyStopping's thresholds, LearningRateMonitor's interval. The Lightning
 behaviour each test matches is named in its docstring (Lightning's
 tests/tests_pytorch/checkpointing/test_model_checkpoint.py, callbacks/test_early_stopping.py,

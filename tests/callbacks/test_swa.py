@@ -18,7 +18,7 @@ import torch
 from torch.optim.swa_utils import SWALR, AveragedModel, update_bn
 
 import callbacks
-from tests.helpers.lightning_projects import lightning_source
+from tests.helpers.lightning_projects import load_source
 from trainer import Callback, seed_everything
 
 PROJECT = '''
@@ -92,10 +92,7 @@ def main(precision="32-true", max_epochs=5, max_steps=-1, validate=False, swa=No
 
 def load(framework: str = "ours") -> types.ModuleType:
     """The project as a fresh module: as written, or with its imports rewritten to Lightning's."""
-    module = types.ModuleType(f"swa_project_{framework}")
-    exec(compile(lightning_source(PROJECT) if framework == "lightning" else PROJECT, f"<swa project, {framework}>", "exec"),
-         module.__dict__)
-    return module
+    return load_source(PROJECT, framework, "swa")
 
 
 def run(framework: str = "ours", **kwargs: Any) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """Every file the Trainer writes loads again with torch.load(weights_only=True); what can't be
-stored that way fails the save at once, naming the entry (issue 15)."""
+stored that way fails the save at once, naming the entry."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Resume is bit-exact under every kind of loader and every way a run stops (issue 15).
+"""Resume is bit-exact under every kind of loader and every way a run stops.
 
 Loader kinds x stop points x interrupt kinds: each interrupted run is resumed from its
 last.ckpt into a fresh process state and must end with the uninterrupted run's weights

@@ -222,7 +222,7 @@ def test_predictions_of_several_ranks_go_to_one_file_each(workspace: Path, monke
     assert not (workspace / "dry.pt").exists() and "saved" not in caplog.text  # a dry run writes nothing
 
 
-# ----------------------------------- issue 15: errors found before anything is written
+# --------------------------------------------- errors found before anything is written
 EARLY: list[tuple[str, list[str], str]] = [
     ("model __init__ raises", ["--model.init_args.hidden", "-1"], "model.init_args: mypkg.models.TinyClassifier(**init_args) raised RuntimeError"),
     ("seed overflow", ["--seed", str(2**70)], "seed"),
@@ -279,7 +279,7 @@ def test_the_same_fit_command_starts_its_run_then_continues_it(workspace: Path, 
 
 def test_lightning_cli_shorthand_and_hints(workspace: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any, tmp_path: Path,
                                           caplog: pytest.LogCaptureFixture) -> None:
-    """issue 11: `--model.hidden 256` means `--model.init_args.hidden 256` (LightningCLI);
+    """`--model.hidden 256` means `--model.init_args.hidden 256` (LightningCLI);
     validate without --ckpt_path says it scores untrained weights."""
     monkeypatch.syspath_prepend(str(workspace))
     monkeypatch.chdir(workspace)
@@ -291,7 +291,7 @@ def test_lightning_cli_shorthand_and_hints(workspace: Path, monkeypatch: pytest.
 
 
 def test_dry_run_validates_the_real_config_first(workspace: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
-    """issue 11: `--dry_run` used to pass a config whose real run fails (max_epochs: -3)."""
+    """`--dry_run` used to pass a config whose real run fails (max_epochs: -3)."""
     monkeypatch.syspath_prepend(str(workspace))
     monkeypatch.chdir(workspace)
     assert main(["fit", str(workspace / "exp.yaml"), "--dry_run", "--trainer.max_epochs", "-3"]) == 2
@@ -299,7 +299,7 @@ def test_dry_run_validates_the_real_config_first(workspace: Path, monkeypatch: p
 
 
 def test_several_config_files_and_model_help(workspace: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
-    """issue 11 (LightningCLI): later config files override earlier ones; --model.help lists
+    """LightningCLI: later config files override earlier ones; --model.help lists
     the model class's arguments."""
     monkeypatch.syspath_prepend(str(workspace))
     monkeypatch.chdir(workspace)
@@ -313,7 +313,7 @@ def test_several_config_files_and_model_help(workspace: Path, monkeypatch: pytes
 
 
 def test_a_bad_override_is_blamed_on_the_command_line(workspace: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
-    """issue 11: a mistake made on the command line says so, instead of blaming the YAML file."""
+    """A mistake made on the command line says so, instead of blaming the YAML file."""
     monkeypatch.syspath_prepend(str(workspace))
     monkeypatch.chdir(workspace)
     assert main(["fit", str(workspace / "exp.yaml"), "--trainer.max_epochs", "-3"]) == 2

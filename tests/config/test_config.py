@@ -129,7 +129,7 @@ def test_top_level_values_are_the_validated_ones_and_empty_sections_mean_default
 
 
 def test_an_exception_from_a_constructor_is_a_config_error_naming_the_yaml_path() -> None:
-    """issue 15: the user's __init__ rejecting its init_args is one clean message (CLI exit 2)."""
+    """The user's __init__ rejecting its init_args is one clean message (CLI exit 2)."""
     config = base()
     config["callbacks"] = [{"class_path": f"{PKG}.models.FailingCallback"}]
     with pytest.raises(ConfigError, match="bug in a callback's __init__") as caught:

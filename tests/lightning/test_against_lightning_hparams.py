@@ -1,4 +1,4 @@
-"""Two Lightning-style projects that move by their imports alone (tests/helpers/lightning_projects3):
+"""Two Lightning-style projects that move by their imports alone (tests/helpers/lightning_projects):
 
 - `hparams_hierarchy`: a base class and two levels of subclasses, `save_hyperparameters` at two
   levels (the child's `ignore=` dropping a name the base saved), the best checkpoint rebuilt
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.lightning_projects3 import both, lightnings_values
+from tests.helpers.lightning_projects import both, lightnings_values
 from tests.helpers.reference import assert_same_weights
 
 pytest.importorskip("lightning")

@@ -1,4 +1,4 @@
-"""Three more Lightning-style projects (tests/helpers/lightning_projects3) that move by their
+"""Three more Lightning-style projects (tests/helpers/lightning_projects) that move by their
 imports alone, each run under Lightning and under ours in this process:
 
 - `hydra_digits`: the Lightning-Hydra template's layout (a net passed in and ignored by
@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.helpers.lightning_projects3 import both, lightnings_values, load_project
+from tests.helpers.lightning_projects import both, lightnings_values, load_project
 from tests.helpers.reference import assert_same_weights
 
 pytest.importorskip("lightning")

@@ -1,4 +1,4 @@
-"""Two Lightning-style projects (tests/helpers/lightning_projects3) that move by their imports
+"""Two Lightning-style projects (tests/helpers/lightning_projects) that move by their imports
 alone to Lightning's weights (torch.equal):
 
 - `limited_augmentation`: short epochs (`limit_train_batches`, an int or a fraction, or
@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.helpers.lightning_projects3 import load_project
+from tests.helpers.lightning_projects import load_project
 
 pytest.importorskip("lightning")
 

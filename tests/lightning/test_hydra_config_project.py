@@ -1,4 +1,4 @@
-"""The Hydra-style project (tests/helpers/lightning_projects3/hydra_config.py): callbacks,
+"""The Hydra-style project (tests/helpers/lightning_projects/hydra_config.py): callbacks,
 logger and Trainer built from `_target_` paths with every argument written out, Lightning's
 defaults included; with only its import lines changed it gives Lightning's weights, steps,
 checkpoint files, best checkpoint, `callback_metrics`, hyperparameters and `metrics.csv`."""
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from tests.helpers.csv_compare import as_lightning_writes
-from tests.helpers.lightning_projects3 import load_project
+from tests.helpers.lightning_projects import load_project
 
 pytest.importorskip("lightning")
 

@@ -1,5 +1,5 @@
 """`self.log` as Lightning defines it: step/epoch naming, batch-size weighted epoch means,
-`log_dict`, `reduce_fx`, `logger=False` (issue 11). Each test names the Lightning behaviour
+`log_dict`, `reduce_fx`, `logger=False`. Each test names the Lightning behaviour
 it matches (tests/tests_pytorch/trainer/logging_/test_train_loop_logging.py and
 test_eval_loop_logging.py in Lightning's repository)."""
 

@@ -1,4 +1,4 @@
-"""`Trainer(profiler=...)` (issue 13): a window of optimizer steps traced into the run folder
+"""`Trainer(profiler=...)`: a window of optimizer steps traced into the run folder
 as Chrome-trace JSON (TensorBoard's profiler view, Perfetto), with a summary; off by default."""
 
 from __future__ import annotations

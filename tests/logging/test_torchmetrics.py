@@ -14,8 +14,6 @@ torchmetrics) checks the same rules without torchmetrics.
 
 from __future__ import annotations
 
-import itertools
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -24,7 +22,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from tests.helpers.lightning_projects import lightning_source
+from tests.helpers.lightning_projects import lightning_source, load_source
 from trainer import Module, Trainer
 
 PROJECT = '''
@@ -113,7 +111,6 @@ def main(mode, root):
     return {"model": model, "fit": fitted, "val": val, "test": test}
 '''
 
-_count = itertools.count()
 #: The training metrics each mode must put in callback_metrics (both frameworks).
 EXPECTED = {
     "step_and_epoch": {"train_acc", "train_acc_step", "train_acc_epoch"},
@@ -127,11 +124,7 @@ MODES = list(EXPECTED)
 
 
 def load(framework: str) -> ModuleType:
-    source = PROJECT if framework == "ours" else lightning_source(PROJECT)
-    module = ModuleType(f"_torchmetrics_project_{framework}_{next(_count)}")
-    sys.modules[module.__name__] = module  # dataclasses and pickling look classes up there
-    exec(compile(source, f"<torchmetrics project, {framework}>", "exec"), module.__dict__)
-    return module
+    return load_source(PROJECT, framework, "torchmetrics")
 
 
 def floats(values: dict[str, Any]) -> dict[str, float]:

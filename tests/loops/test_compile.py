@@ -1,4 +1,4 @@
-"""`Trainer(compile=...)` (issue 13): the module is compiled in place, the weights equal a
+"""`Trainer(compile=...)`: the module is compiled in place, the weights equal a
 hand-written loop that compiles the same model the same way, and checkpoints move between
 compiled and eager runs (no `_orig_mod.` prefixes). Inductor on CPU needs a C compiler."""
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from tests.helpers.reference import TinyNet, make_data
+from tests.helpers.reference import TinyNet, assert_same_weights, loader, make_data, make_model
 from trainer import Callback, Module, Trainer
 from trainer.callback import HOOKS
 
@@ -280,3 +280,96 @@ def test_on_train_batch_end_outputs_in_manual_optimization() -> None:
     outputs, returned = _outputs_run(Module, Trainer, Callback, 1, manual=True)
     assert [set(o) for o in outputs[:3]] == [{"loss"}, {"loss", "extra"}, set()]
     assert torch.equal(outputs[0]["loss"].detach(), returned[0])
+
+
+# ---------------------------------------------- callbacks: order against the module, dispatch, stop, interrupt
+class EventRecorder(Callback):
+    def __init__(self):
+        self.events = []
+
+    def on_fit_start(self, trainer, module):
+        self.events.append("fit_start")
+
+    def on_train_epoch_start(self, trainer, module):
+        self.events.append(f"epoch_start{trainer.current_epoch}")
+
+    def on_before_optimizer_step(self, trainer, module, optimizer):
+        assert all(p.grad is not None for p in module.parameters())
+        self.events.append("step")
+
+    def on_validation_epoch_end(self, trainer, module):
+        self.events.append("val_end")
+
+    def on_train_epoch_end(self, trainer, module):
+        self.events.append("epoch_end")
+
+    def on_fit_end(self, trainer, module):
+        self.events.append("fit_end")
+
+
+def test_hook_order_and_module_hooks_first():
+    order = []
+
+    class WithHooks(TinyNet):
+        def on_train_epoch_end(self):
+            order.append("module")
+
+    class After(Callback):
+        def on_train_epoch_end(self, trainer, module):
+            order.append("callback")
+
+    recorder = EventRecorder()
+    torch.manual_seed(0)
+    trainer = Trainer(max_epochs=2, accumulate_grad_batches=5, callbacks=[recorder, After()], **QUIET)
+    trainer.fit(WithHooks(), loader(make_data()), val_loader=loader(make_data(8)))
+    assert recorder.events == ["fit_start", "val_end",  # the sanity check (2 validation batches)
+                               "epoch_start0", "step", "step", "val_end", "epoch_end",
+                               "epoch_start1", "step", "step", "val_end", "epoch_end", "fit_end"]
+    assert order == ["module", "callback"] * 2
+
+
+def test_dispatch_only_to_overriding_callbacks():
+    from trainer.loops.hooks import Dispatcher
+
+    dispatcher = Dispatcher(None, [EventRecorder(), Callback()])
+    assert len(dispatcher._targets["on_fit_start"]) == 1
+    assert dispatcher._targets["on_train_batch_start"] == []
+    assert not dispatcher.wants("on_train_batch_end")
+
+
+def test_request_stop_from_a_callback():
+    class StopAtThree(Callback):
+        def on_train_step_end(self, trainer, module, stepped):
+            if trainer.global_step == 3:
+                trainer.request_stop()
+
+    trainer = Trainer(max_epochs=3, callbacks=[StopAtThree()], **QUIET)
+    trainer.fit(make_model(), loader(make_data()))
+    assert trainer.global_step == 3
+
+
+def test_interrupt_keeps_last_completed_step(tmp_path):
+    class Interrupt(TinyNet):
+        def training_step(self, batch, batch_idx):
+            if self.calls == 7:
+                raise KeyboardInterrupt
+            return super().training_step(batch, batch_idx)
+
+    torch.manual_seed(0)
+    model = Interrupt()
+    trainer = Trainer(accumulate_grad_batches=2, logger=False, enable_progress_bar=False, device="cpu", root_dir=tmp_path)
+    torch.manual_seed(1)
+    with pytest.raises(KeyboardInterrupt):
+        trainer.fit(model, loader(make_data()))
+    assert trainer.global_step == 3  # micro-batches 0..5 = 3 steps; the 4th window was cut
+    assert all(p.grad is None for p in model.parameters())  # the partial window was dropped
+    ref = make_model()
+    torch.manual_seed(1)
+    stopped = Trainer(max_steps=3, accumulate_grad_batches=2, **QUIET)
+    stopped.fit(ref, loader(make_data()))
+    assert_same_weights(ref, model)
+    assert (trainer.log_dir / "last.ckpt").is_file()
+    # The process is usable: the same trainer continues.
+    model.calls = 100
+    trainer.fit(model, loader(make_data()))
+    assert trainer.global_step == 5 and trainer.current_epoch == 1

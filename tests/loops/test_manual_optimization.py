@@ -56,7 +56,7 @@ def test_amp_overflow_skips_that_optimizer_only_and_backs_off_once():
 
 
 def test_fused_adam_under_amp_reports_the_skipped_step():
-    """issue 15: a fused optimizer always runs its kernel; the skip must still be seen."""
+    """A fused optimizer always runs its kernel; the skip must still be seen."""
     model, trainer = fit_gan("amp", epochs=1, blow_up_at=(3,), fused=True)
     expected_model, expected = reference("amp", epochs=1, blow_up_at=(3,), fused=True)
     assert_same_weights(model, expected_model)

@@ -117,7 +117,7 @@ class Plateau(TinyNet):
 
 
 def test_reduce_on_plateau_steps_on_a_training_step_metric():
-    """issue 15: a step-interval plateau monitoring what training_step logged works (Lightning)."""
+    """A step-interval plateau monitoring what training_step logged works (Lightning)."""
     trainer = Trainer(max_steps=4, **QUIET)
     trainer.fit(Plateau("step", "train/const"), loader(make_data()))
     # The first step sets the best value; each of steps 2-4 has no improvement: 3 halvings.
@@ -160,7 +160,7 @@ def test_clipping_sums_the_norm_in_module_parameter_order():
 
 
 def test_sparse_gradients_train_with_the_default_logging(tmp_path: Path):
-    """issue 15: the logged gradient norm must not break nn.Embedding(sparse=True)."""
+    """The logged gradient norm must not break nn.Embedding(sparse=True)."""
 
     class Sparse(Module):
         def __init__(self) -> None:

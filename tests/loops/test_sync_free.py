@@ -1,4 +1,4 @@
-"""The non-finite guard without a host read per step (issue 13): with a fused optimizer
+"""The non-finite guard without a host read per step: with a fused optimizer
 (`fused=True`) a step whose loss is nan/inf is skipped on the device through the optimizer's
 `found_inf`, counted on the device and reported at the next logging step."""
 

@@ -1,5 +1,5 @@
 """A failing rank ends the whole job within seconds, never a 30-minute hang; uneven inputs
-either work (loaders without len()) or fail clearly on every rank (issue 15). 2 CPU
+either work (loaders without len()) or fail clearly on every rank. 2 CPU
 processes on Gloo under torchrun; each scenario is bounded by a timeout."""
 
 from __future__ import annotations

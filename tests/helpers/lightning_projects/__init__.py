@@ -1,10 +1,13 @@
-"""Small projects written the Lightning way with this package's imports, and their Lightning twins.
+"""Projects written the Lightning way with this package's imports, and their Lightning twins.
 
 Each module here (other than this one) is a complete project: model, data and a
-`main(root_dir, precision)` that trains it and returns `{"model", "trainer", "val", "test"}`.
-`lightning_source` rewrites only a project's import lines to Lightning's, and `load_project`
-executes either version as a fresh module, so `tests/lightning/test_against_lightning.py` can
-train both and compare the weights.
+`main(root_dir, precision="32-true", **options)` that trains it and returns what the tests
+compare (`{"model", "trainer", "val", ...}`). Some are typical projects (a GAN, an autoencoder,
+a classifier with its LightningCLI, a DQN, a small language model), others combine the
+features real projects use together (torchmetrics, schedulers, DataModules, resumes,
+checkpoint cadences, the `self.log` options, ...). `lightning_source` rewrites only a project's
+import lines to Lightning's, and `load_project` executes either version as a fresh module, so
+the tests in tests/lightning/ train both in one process and compare (`both`, `assert_same_run`).
 """
 
 from __future__ import annotations
@@ -15,9 +18,12 @@ import re
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
+
+import torch
 
 FOLDER = Path(__file__).resolve().parent
-PROJECTS = sorted(path.stem for path in FOLDER.glob("*.py") if path.stem != "__init__")  # see projects_in
+PROJECTS = sorted(path.stem for path in FOLDER.glob("*.py") if path.stem != "__init__")
 
 #: (our import line, Lightning's), as regular expressions over one line each.
 IMPORT_RULES: tuple[tuple[str, str], ...] = (
@@ -28,6 +34,7 @@ IMPORT_RULES: tuple[tuple[str, str], ...] = (
     (r"^(\s*)from trainer\.loggers import ", r"\1from lightning.pytorch.loggers import "),
     (r"^(\s*)from trainer\.cli import LightningCLI\b", r"\1from lightning.pytorch.cli import LightningCLI"),
     (r"^(\s*)from trainer\.utilities import ", r"\1from lightning.pytorch.utilities import "),
+    (r"^(\s*)from trainer\.demos\.boring_classes import ", r"\1from lightning.pytorch.demos.boring_classes import "),
 )
 
 _OURS = re.compile(r"^\s*(import (trainer|callbacks)\b|from (trainer|callbacks)[ .])")
@@ -61,38 +68,81 @@ def lightning_source(source: str) -> str:
     return "\n".join(lines)
 
 
-def project_path_in(folder: Path, name: str) -> Path:
-    """The file of project `name` in a projects folder, or a ValueError naming the projects."""
-    names = projects_in(folder)
-    if name not in names:
-        raise ValueError(f"No Lightning-style project {name!r}. Expected one of {names}.")
-    return folder / f"{name}.py"
-
-
-def projects_in(folder: Path) -> list[str]:
-    """The project module names of a projects folder (every `.py` file but `__init__`)."""
-    return sorted(path.stem for path in folder.glob("*.py") if path.stem != "__init__")
-
-
-def load_file(path: Path, framework: str) -> ModuleType:
-    """Execute the project file `path` as a new module: `framework="ours"` runs the file as
-    written, `"lightning"` runs it with its imports rewritten. Each call gives a fresh module
-    (its own classes), registered in `sys.modules` under a unique name."""
+def load_source(source: str, framework: str, name: str, path: Path | None = None) -> ModuleType:
+    """Execute a project's `source` as a new module: `framework="ours"` runs it as written,
+    `"lightning"` with its imports rewritten. Each call gives a fresh module (its own classes),
+    registered in `sys.modules` under a unique name built from `name` (dataclasses and
+    pickling look classes up there)."""
     if framework not in ("ours", "lightning"):
         raise ValueError(f"load_project(framework=...) expected 'ours' or 'lightning'. Received: {framework!r}.")
-    source = path.read_text()
     if framework == "lightning":
         source = lightning_source(source)
-    module_name = f"_lightning_project_{path.parent.name}_{path.stem}_{framework}_{next(_counter)}"
-    spec = importlib.util.spec_from_loader(module_name, loader=None, origin=str(path))
+    module_name = f"_lightning_project_{name}_{framework}_{next(_counter)}"
+    spec = importlib.util.spec_from_loader(module_name, loader=None, origin=str(path) if path else None)
     assert spec is not None
     module = importlib.util.module_from_spec(spec)
-    module.__file__ = str(path)
+    if path is not None:
+        module.__file__ = str(path)
     sys.modules[module_name] = module
-    exec(compile(source, f"{path} [{framework}]", "exec"), module.__dict__)
+    exec(compile(source, f"{path or name} [{framework}]", "exec"), module.__dict__)
     return module
 
 
+def load_file(path: Path, framework: str) -> ModuleType:
+    """`load_source` for the project file `path`."""
+    return load_source(path.read_text(), framework, path.stem, path)
+
+
 def load_project(name: str, framework: str) -> ModuleType:
-    """`load_file` for project `name` of this folder."""
+    """Project `name` as a fresh module: `"ours"` as written, `"lightning"` with its imports rewritten."""
     return load_file(project_path(name), framework)
+
+
+# --------------------------------------------------------------------- training both, comparing
+def run(name: str, framework: str, root: Path, precision: str | None = None, **options: Any) -> dict[str, Any]:
+    """Project `name` trained under `framework` in `root / framework` (`precision`: the
+    project's default when None)."""
+    if precision is not None:
+        options["precision"] = precision
+    return load_project(name, framework).main(root / framework, **options)
+
+
+def both(name: str, root: Path, precision: str | None = None, **options: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Project `name` trained as written and as Lightning's twin, each under its own folder of `root`."""
+    return run(name, "ours", root, precision, **options), run(name, "lightning", root, precision, **options)
+
+
+def assert_same_weights(ours: torch.nn.Module | dict[str, torch.Tensor], theirs: torch.nn.Module | dict[str, torch.Tensor]) -> None:
+    """The same parameter and buffer names, in the same order, and every tensor `torch.equal`."""
+    mine = ours.state_dict() if isinstance(ours, torch.nn.Module) else ours
+    other = theirs.state_dict() if isinstance(theirs, torch.nn.Module) else theirs
+    assert list(mine) == list(other)
+    different = [key for key in mine if not torch.equal(mine[key], other[key])]
+    assert not different, f"weights differ from Lightning's: {different}"
+
+
+def assert_same_metrics(ours: dict[str, Any], theirs: dict[str, Any], skip: tuple[str, ...] | set[str] = ()) -> None:
+    """Every metric Lightning reports (but those in `skip`) has our value, exactly (ours may
+    report more: the Trainer's own train/* scalars)."""
+    expected = {key: float(value) for key, value in theirs.items() if key not in skip}
+    assert expected
+    assert {key: (float(ours[key]) if key in ours else None) for key in expected} == expected
+
+
+def assert_same_run(ours: dict[str, Any], theirs: dict[str, Any], *, steps_differ_by: int = 0,
+                    stages: tuple[str, ...] = (), skip: tuple[str, ...] | set[str] = ()) -> None:
+    """The same weights, `global_step` and `current_epoch` (`steps_differ_by`: the steps
+    Lightning counts more, as its SWA's BatchNorm epoch, which also adds an epoch), and for
+    each of `stages` Lightning's run returned, its metrics (`assert_same_metrics`)."""
+    assert_same_weights(ours["model"], theirs["model"])
+    assert ours["trainer"].global_step + steps_differ_by == theirs["trainer"].global_step
+    assert ours["trainer"].current_epoch + (1 if steps_differ_by else 0) == theirs["trainer"].current_epoch
+    for stage in stages:
+        if stage in theirs:
+            assert_same_metrics(ours[stage], theirs[stage], skip)
+
+
+def lightnings_values(ours: dict[str, float], theirs: dict[str, float]) -> None:
+    """Every value Lightning reports is ours exactly (ours adds its own `train/...` scalars)."""
+    assert theirs
+    assert {k: ours.get(k) for k in theirs} == theirs

@@ -1,4 +1,7 @@
-"""Lightning's bug-report template: a BoringModel on random data, SGD, validation and test."""
+"""Lightning's bug-report template: a BoringModel on random data, SGD, validation and test.
+
+The model and data are the shipped demo's (`trainer.demos.boring_classes`; the twin imports
+Lightning's own), with the template's steps."""
 
 from __future__ import annotations
 
@@ -6,30 +9,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
-from trainer import LightningModule, Trainer, seed_everything
-
-
-class RandomDataset(Dataset):
-    def __init__(self, size: int, length: int) -> None:
-        self.len = length
-        self.data = torch.randn(length, size)
-
-    def __getitem__(self, index: int) -> torch.Tensor:
-        return self.data[index]
-
-    def __len__(self) -> int:
-        return self.len
+from trainer import Trainer, seed_everything
+from trainer.demos.boring_classes import BoringModel as DemoBoringModel
+from trainer.demos.boring_classes import RandomDataset
 
 
-class BoringModel(LightningModule):
-    def __init__(self) -> None:
-        super().__init__()
-        self.layer = torch.nn.Linear(32, 2)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.layer(x)
+class BoringModel(DemoBoringModel):
+    """The demo's `Linear(32, 2)` as Lightning's bug-report template trains it: the summed
+    output as the loss, logged in every stage, plain SGD, its loaders of batch size 2."""
 
     def training_step(self, batch: torch.Tensor, batch_idx: int) -> dict[str, torch.Tensor]:
         loss = self(batch).sum()
@@ -46,6 +35,15 @@ class BoringModel(LightningModule):
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.SGD(self.layer.parameters(), lr=0.1)
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(RandomDataset(32, 64), batch_size=2)
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(RandomDataset(32, 64), batch_size=2)
+
+    def test_dataloader(self) -> DataLoader:
+        return DataLoader(RandomDataset(32, 64), batch_size=2)
 
 
 def main(root_dir: str | Path, precision: str = "32-true") -> dict[str, Any]:

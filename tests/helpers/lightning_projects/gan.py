@@ -85,10 +85,14 @@ class GAN(L.LightningModule):
         self.log("sample_mean", sample.mean())
 
 
+def points(n: int = 64) -> TensorDataset:
+    """`n` 2-d points around (2, 2), drawn from a generator of their own."""
+    g = torch.Generator().manual_seed(5)
+    return TensorDataset(torch.randn(n, 2, generator=g) * 0.5 + 2.0)
+
+
 def main(root_dir: str | Path, precision: str = "32-true") -> dict[str, Any]:
     L.seed_everything(42)
-    g = torch.Generator().manual_seed(5)
-    points = TensorDataset(torch.randn(64, 2, generator=g) * 0.5 + 2.0)
     model = GAN()
     trainer = L.Trainer(
         accelerator="cpu",
@@ -100,5 +104,5 @@ def main(root_dir: str | Path, precision: str = "32-true") -> dict[str, Any]:
         log_every_n_steps=1,
         enable_progress_bar=False,
     )
-    trainer.fit(model, DataLoader(points, batch_size=16, shuffle=True))
+    trainer.fit(model, DataLoader(points(), batch_size=16, shuffle=True))
     return {"model": model, "trainer": trainer, "val": dict(trainer.callback_metrics)}

@@ -7,8 +7,6 @@ same seed and data and compares every weight with `torch.equal`.
 
 from __future__ import annotations
 
-import itertools
-import sys
 import types
 from pathlib import Path
 from typing import Any
@@ -16,7 +14,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.helpers.lightning_projects import lightning_source
+from tests.helpers.lightning_projects import lightning_source, load_source
 
 pytest.importorskip("lightning")
 
@@ -200,15 +198,8 @@ def main(root, name, precision="32-true", accumulate=1, clip=None, datamodule=Fa
     return model, trainer
 '''
 
-_counter = itertools.count()
-
-
 def load(framework: str) -> types.ModuleType:
-    source = SOURCE if framework == "ours" else lightning_source(SOURCE)
-    module = types.ModuleType(f"_module_hooks_{framework}_{next(_counter)}")
-    sys.modules[module.__name__] = module
-    exec(compile(source, f"test_module_hooks [{framework}]", "exec"), module.__dict__)
-    return module
+    return load_source(SOURCE, framework, "overridable_hooks")
 
 
 def both(tmp_path: Path, name: str, **kwargs: Any) -> tuple[Any, Any, Any, Any]:
@@ -364,11 +355,8 @@ def main(root):
 
 def test_manual_backward_runs_the_backward_override_as_lightning(tmp_path: Path) -> None:
     runs = []
-    for framework, source in (("ours", MANUAL), ("lightning", lightning_source(MANUAL))):
-        module = types.ModuleType(f"_manual_backward_{framework}_{next(_counter)}")
-        sys.modules[module.__name__] = module
-        exec(compile(source, f"manual [{framework}]", "exec"), module.__dict__)
-        runs.append(module.main(tmp_path / framework))
+    for framework in ("ours", "lightning"):
+        runs.append(load_source(MANUAL, framework, "manual_backward").main(tmp_path / framework))
     assert_same(*runs)
     assert runs[0].calls == runs[1].calls == 4
 

@@ -7,8 +7,6 @@ import lines rewritten (`lightning_source`), and both run in this process.
 
 from __future__ import annotations
 
-import itertools
-import sys
 import types
 import warnings
 from pathlib import Path
@@ -17,7 +15,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.helpers.lightning_projects import lightning_source
+from tests.helpers.lightning_projects import lightning_source, load_source
 
 pytest.importorskip("lightning")
 
@@ -97,15 +95,8 @@ def resume(root, path):
     return model, trainer, metrics
 '''
 
-_counter = itertools.count()
-
-
 def load(framework: str) -> types.ModuleType:
-    source = SOURCE if framework == "ours" else lightning_source(SOURCE)
-    module = types.ModuleType(f"_strict_loading_{framework}_{next(_counter)}")
-    sys.modules[module.__name__] = module
-    exec(compile(source, f"test_strict_loading [{framework}]", "exec"), module.__dict__)
-    return module
+    return load_source(SOURCE, framework, "strict_loading")
 
 
 def test_only_the_imports_differ() -> None:

@@ -1,10 +1,7 @@
-"""The Trainer's arguments, the step's contract with training_step, hooks and evaluation."""
+"""`fit`'s contract with training_step (its return values, empty and unsized loaders, non-finite
+losses, the forms of configure_optimizers), and what validate/test/predict return and restore."""
 
 from __future__ import annotations
-
-import collections
-import dataclasses
-import inspect
 
 import pytest
 import torch
@@ -12,73 +9,8 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from tests.helpers.reference import TinyNet, assert_same_weights, loader, make_data, make_model, reference_fit
 from trainer import Callback, Module, Trainer
-from trainer._args import TrainerArgs
-from trainer._utils import move_to_device
-from trainer.precision import AMP, BF16, FP32, Precision
 
 QUIET = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, device="cpu")
-
-
-# ------------------------------------------------------------------------------ arguments
-@pytest.mark.parametrize(
-    "kwargs,names",
-    [
-        ({"precision": "fp64"}, ["precision", "'fp64'", "'amp'", "'bf16'"]),
-        ({"accumulate_grad_batches": 0}, ["accumulate_grad_batches", "greater than or equal to 1", "0"]),
-        ({"max_epochs": -2}, ["max_epochs", "-2"]),  # -1 is Lightning's "no limit"
-        ({"gradient_clip_val": -0.5}, ["gradient_clip_val", "-0.5"]),
-        ({"gradient_clip_algorithm": "l2"}, ["gradient_clip_algorithm", "'norm'", "'value'", "'l2'"]),
-        ({"log_every_n_steps": 0}, ["log_every_n_steps"]),
-        ({"device": "gpu7"}, ["device", "'gpu7'"]),
-        ({"callbacks": [object()]}, ["callbacks", "Callback"]),
-        ({"logger": "tensorboard"}, ["logger", "'tensorboard'"]),
-        ({"strategy": "zero3"}, ["strategy", "'ddp'", "'fsdp'", "zero3"]),
-        ({"nonfinite_loss": "ignore"}, ["nonfinite_loss", "'skip'"]),
-    ],
-)
-def test_invalid_arguments_name_argument_value_and_accepted(kwargs, names):
-    with pytest.raises(ValueError) as error:
-        Trainer(**kwargs)
-    for name in names:
-        assert name in str(error.value)
-
-
-def test_all_problems_reported_at_once():
-    with pytest.raises(ValueError) as error:
-        Trainer(max_epochs=0, accumulate_grad_batches=0)
-    assert "max_epochs" in str(error.value) and "accumulate_grad_batches" in str(error.value)
-
-
-def test_trainer_signature_and_args_model_cannot_drift():
-    params = inspect.signature(Trainer.__init__).parameters
-    fields = TrainerArgs.model_fields
-    assert [p for p in params if p not in ("self", "lightning_arguments")] == list(fields)
-    assert params["lightning_arguments"].kind is inspect.Parameter.VAR_KEYWORD  # Lightning's spellings
-    for name, field in fields.items():
-        default = params[name].default
-        assert str(field.default) == str(default), name
-        assert params[name].kind is inspect.Parameter.KEYWORD_ONLY
-
-
-@pytest.mark.parametrize("name,cls", [("fp32", FP32), ("amp", AMP), ("bf16", BF16)])
-def test_precision_names_and_instances(name, cls):
-    assert type(Trainer(precision=name).precision) is cls
-    custom = cls()
-    assert Trainer(precision=custom).precision is custom
-
-
-def test_custom_precision_strategy_is_used():
-    class Halved(Precision):
-        name = "halved"
-        calls = 0
-
-        def backward(self, loss):
-            Halved.calls += 1
-            (loss * 0.5).backward()
-
-    trainer = Trainer(precision=Halved(), **QUIET)
-    trainer.fit(make_model(), loader(make_data()))
-    assert Halved.calls == 10
 
 
 # ---------------------------------------------------------------------- training_step
@@ -116,7 +48,7 @@ def test_dict_with_loss_equals_plain_loss():
 def test_none_skips_the_batch():
     """A batch whose training_step returns None teaches nothing (no gradient, so no weight
     moves), and its window still counts as an optimizer step, as in Lightning: global_step and
-    the step-interval schedulers advance (tests/lightning/test_against_lightning3.py)."""
+    the step-interval schedulers advance (tests/lightning/test_parity_optimization.py)."""
     torch.manual_seed(0)
     model = Returns("none-odd")
     model.net[2].p = 0.0  # no dropout: a skipped batch's forward draws nothing either
@@ -224,115 +156,6 @@ def test_configure_optimizers_forms():
 def test_fit_rejects_non_module():
     with pytest.raises(TypeError, match="Subclass trainer.Module"):
         Trainer(**QUIET).fit(torch.nn.Linear(2, 2), loader(make_data()))
-
-
-# ------------------------------------------------------------------------- device moves
-def test_move_to_device_handles_nesting_and_leaves_other_leaves():
-    Pair = collections.namedtuple("Pair", "a b")
-
-    @dataclasses.dataclass
-    class Item:
-        x: torch.Tensor
-        name: str
-
-    batch = {"x": [torch.ones(1), (torch.zeros(1), "tag")], "p": Pair(torch.ones(1), 3), "i": Item(torch.ones(1), "n")}
-    moved = move_to_device(batch, torch.device("meta"))
-    assert moved["x"][0].device.type == "meta" and moved["x"][1][0].device.type == "meta"
-    assert moved["x"][1][1] == "tag" and isinstance(moved["p"], Pair) and moved["p"].b == 3
-    assert moved["i"].x.device.type == "meta" and moved["i"].name == "n"
-
-
-# ------------------------------------------------------------------------------ hooks
-class Recorder(Callback):
-    def __init__(self):
-        self.events = []
-
-    def on_fit_start(self, trainer, module):
-        self.events.append("fit_start")
-
-    def on_train_epoch_start(self, trainer, module):
-        self.events.append(f"epoch_start{trainer.current_epoch}")
-
-    def on_before_optimizer_step(self, trainer, module, optimizer):
-        assert all(p.grad is not None for p in module.parameters())
-        self.events.append("step")
-
-    def on_validation_epoch_end(self, trainer, module):
-        self.events.append("val_end")
-
-    def on_train_epoch_end(self, trainer, module):
-        self.events.append("epoch_end")
-
-    def on_fit_end(self, trainer, module):
-        self.events.append("fit_end")
-
-
-def test_hook_order_and_module_hooks_first():
-    order = []
-
-    class WithHooks(TinyNet):
-        def on_train_epoch_end(self):
-            order.append("module")
-
-    class After(Callback):
-        def on_train_epoch_end(self, trainer, module):
-            order.append("callback")
-
-    recorder = Recorder()
-    torch.manual_seed(0)
-    trainer = Trainer(max_epochs=2, accumulate_grad_batches=5, callbacks=[recorder, After()], **QUIET)
-    trainer.fit(WithHooks(), loader(make_data()), val_loader=loader(make_data(8)))
-    assert recorder.events == ["fit_start", "val_end",  # the sanity check (2 validation batches)
-                               "epoch_start0", "step", "step", "val_end", "epoch_end",
-                               "epoch_start1", "step", "step", "val_end", "epoch_end", "fit_end"]
-    assert order == ["module", "callback"] * 2
-
-
-def test_dispatch_only_to_overriding_callbacks():
-    from trainer.loops.hooks import Dispatcher
-
-    dispatcher = Dispatcher(None, [Recorder(), Callback()])
-    assert len(dispatcher._targets["on_fit_start"]) == 1
-    assert dispatcher._targets["on_train_batch_start"] == []
-    assert not dispatcher.wants("on_train_batch_end")
-
-
-def test_request_stop_from_a_callback():
-    class StopAtThree(Callback):
-        def on_train_step_end(self, trainer, module, stepped):
-            if trainer.global_step == 3:
-                trainer.request_stop()
-
-    trainer = Trainer(max_epochs=3, callbacks=[StopAtThree()], **QUIET)
-    trainer.fit(make_model(), loader(make_data()))
-    assert trainer.global_step == 3
-
-
-def test_interrupt_keeps_last_completed_step(tmp_path):
-    class Interrupt(TinyNet):
-        def training_step(self, batch, batch_idx):
-            if self.calls == 7:
-                raise KeyboardInterrupt
-            return super().training_step(batch, batch_idx)
-
-    torch.manual_seed(0)
-    model = Interrupt()
-    trainer = Trainer(accumulate_grad_batches=2, logger=False, enable_progress_bar=False, device="cpu", root_dir=tmp_path)
-    torch.manual_seed(1)
-    with pytest.raises(KeyboardInterrupt):
-        trainer.fit(model, loader(make_data()))
-    assert trainer.global_step == 3  # micro-batches 0..5 = 3 steps; the 4th window was cut
-    assert all(p.grad is None for p in model.parameters())  # the partial window was dropped
-    ref = make_model()
-    torch.manual_seed(1)
-    stopped = Trainer(max_steps=3, accumulate_grad_batches=2, **QUIET)
-    stopped.fit(ref, loader(make_data()))
-    assert_same_weights(ref, model)
-    assert (trainer.log_dir / "last.ckpt").is_file()
-    # The process is usable: the same trainer continues.
-    model.calls = 100
-    trainer.fit(model, loader(make_data()))
-    assert trainer.global_step == 5 and trainer.current_epoch == 1
 
 
 # ------------------------------------------------------------------------- evaluation
