@@ -1,5 +1,6 @@
 """The loop, split by what changes together.
 
+- `context.py`: `RunContext`, what every loop works with (public fields the Trainer fills);
 - `fit.py`: epochs and the batches of one epoch (`FitLoop`);
 - `automatic.py` / `manual.py`: one optimization step, by the Trainer or by the module;
 - `evaluation.py`: validation, test and predict passes (`EvalLoop`);
@@ -8,7 +9,10 @@
 - `state.py`: `LoopState`, where the loop is (epoch, optimizer steps, batches of the epoch);
 - `optimizers.py`: what `configure_optimizers` returned, in one shape;
 - `data.py`: the data order of an epoch, for an exact mid-epoch resume;
-- `signals.py`: interrupts that land between optimizer steps, never inside one.
+- `signals.py`: interrupts that land between optimizer steps, never inside one;
+- `hooks.py`: which hooks exist, and calling them on the callbacks and the module;
+- `resume.py`, `monitors.py`, `items.py`, `overrides.py`: checks of a resume, early checks of
+  monitored metrics, item-weighted windows, the module's optimizer_step overrides.
 
 The loop talks to the precision and strategy objects only through their interfaces, so it
 knows nothing of autocast details or torch.distributed.
