@@ -140,7 +140,7 @@ class Experiment:
         """`last` means the run's newest checkpoint under the config's root_dir, not the scratch
         folder (none yet: the dry run starts fresh, as the real one would); the same run of this
         experiment the real command would pick."""
-        from trainer.logging.last_run import facts_of_run, find_last_of_run
+        from trainer.checkpoint.latest import facts_of_run, find_last_of_run
         from trainer.logging.runs import DEFAULT_NAME, planned_run_dir
 
         if not self.dry_run or str(ckpt_path) != "last":

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainer.core.flags import torch_flags
 from trainer._utils import length_of
-from trainer.logging.last_run import note
+from trainer.checkpoint.latest import note
 from trainer.loops.batches import check_module
 from trainer.loops.evaluation import EvalLoop
 from trainer.loops.hooks import Dispatcher, with_module_callbacks

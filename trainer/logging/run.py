@@ -20,11 +20,11 @@ from trainer.checkpoint.host import Position, StateHost
 from trainer.checkpoint.sharded import is_sharded, read_sharded
 from trainer.checkpoint.trackers import continue_loggers
 from trainer.checkpoint.writer import CheckpointWriter
-from trainer.logging.last_run import agree_on_last, facts_of_run, note, other_kind_in, warn_if_restarting
+from trainer.checkpoint.latest import agree_on_last, facts_of_run, note, other_kind_in, run_folder_of, warn_if_restarting
 from trainer.logging.metrics import MetricStore, SummaryHost, batch_size_of, fit_summary, to_floats
 from trainer.logging.multi import LoggerList
 from trainer.logging.loggers import TensorBoardLogger
-from trainer.logging.runs import DEFAULT_NAME, make_run_dir, planned_run_dir, run_folder_of
+from trainer.logging.runs import DEFAULT_NAME, make_run_dir, planned_run_dir
 from trainer.logging.progress import ProgressBar
 from trainer.logging.live import LineProgress, LiveNumbers, fresh_values, line_settings, ordered, run_progress, wants_lines
 from trainer.logging.throughput import Throughput
@@ -540,7 +540,7 @@ class RunIO:
             self._adopted = checkpoint
 
     def _read_last(self, evaluating: bool, facts: dict[str, Any] | None = None) -> dict[str, Any] | None:
-        """The newest complete checkpoint of this run (trainer/logging/last_run.py): a run of the
+        """The newest complete checkpoint of this run (trainer/checkpoint/latest.py): a run of the
         same experiment (`facts`); an unnamed run continues in the folder of the run it resumes."""
         root, planned = self.context.args.root_dir, self._planned_dir() if self.writes else None
         state, folder = agree_on_last(self.context.strategy, root, planned, self._read, facts, evaluating)

@@ -37,7 +37,6 @@ __all__ = [
     "make_run_dir",
     "next_version_dir",
     "planned_run_dir",
-    "run_folder_of",
     "version_folder",
 ]
 
@@ -90,13 +89,6 @@ def next_version_dir(root: str | os.PathLike[str], name: str) -> Path:
             return candidate
         except FileExistsError:
             version += 1
-
-
-def run_folder_of(checkpoint: str | os.PathLike[str], root: str | os.PathLike[str]) -> Path:
-    """The run folder a checkpoint belongs to: its `last.ckpt` sits in it, ModelCheckpoint's
-    files in its `checkpoints/` (whatever the folder layout above it)."""
-    folder = Path(checkpoint).parent
-    return folder.parent if folder.name == "checkpoints" and folder != Path(root) else folder
 
 
 class RunFolder:
