@@ -21,14 +21,14 @@ from trainer.checkpoint.sharded import is_sharded, read_sharded
 from trainer.checkpoint.trackers import continue_loggers
 from trainer.checkpoint.writer import CheckpointWriter
 from trainer.checkpoint.latest import agree_on_last, facts_of_run, note, other_kind_in, run_folder_of, warn_if_restarting
-from trainer.logging.metrics import MetricStore, SummaryHost, batch_size_of, fit_summary, to_floats
+from trainer.logging.metrics import MetricStore, batch_size_of, to_floats
 from trainer.logging.multi import LoggerList
 from trainer.logging.loggers import TensorBoardLogger
 from trainer.logging.runs import DEFAULT_NAME, make_run_dir, planned_run_dir
 from trainer.logging.progress import ProgressBar
 from trainer.logging.live import LineProgress, LiveNumbers, fresh_values, line_settings, ordered, run_progress, wants_lines
 from trainer.logging.throughput import Throughput
-from trainer.logging.summary import summarize
+from trainer.logging.summary import SummaryHost, fit_summary, summarize
 from trainer._utils import WeakAttribute
 
 __all__ = ["RunIO", "RunHost"]
