@@ -51,8 +51,8 @@ from trainer.checkpoint.sharded import STATE_FILE, read_sharded
 
 __all__ = [
     "Candidate", "agree_on_last", "checkpoints_in", "differences", "facts_of_run", "find_last_of_run", "load_newest",
-    "note", "other_kind_in", "peek", "recorded_step", "run_facts", "run_folder_of", "user_stacklevel",
-    "warn_if_restarting", "written_at",
+    "note", "peek", "recorded_step", "run_facts", "run_folder_of", "user_stacklevel",
+    "written_at",
 ]
 
 log = logging.getLogger("trainer")
@@ -375,22 +375,6 @@ def facts_of_run(trainer: RunOf, module: Any, evaluating: bool) -> dict[str, Any
     return facts
 
 
-def other_kind_in(folder: Path, sharded: bool) -> str | None:
-    """Why a run writing sharded folders (`sharded`) or single files can't go on in `folder`:
-    its last.ckpt is of the other kind, and the first save would replace it. None: it can."""
-    last = folder / "last.ckpt"
-    if not ((last.is_dir() and not sharded) or (last.is_file() and sharded)):
-        return None
-    there, here = ("a sharded folder (strategy='fsdp')", "single files") if last.is_dir() else (
-        "a single file", "sharded folders (strategy='fsdp')")
-    return (
-        f"Run folder {str(folder)!r} holds last.ckpt as {there}, and this run writes {here}: its first save would "
-        "replace that run's checkpoint with one of another kind. Nothing was trained. Expected the strategy and "
-        "number of processes that run used (to continue it), or another run folder (Trainer(run_name=...), "
-        "another root_dir)."
-    )
-
-
 def note(level: int, message: str, *args: Any) -> None:
     """A line a plain script shows with no logging configured (Python's last-resort handler
     prints warnings only): at `level` through the user's handlers, else as a warning."""
@@ -423,19 +407,3 @@ def agree_on_last(strategy: Any, root: str | os.PathLike[str], planned: Path | N
             log.info("ckpt_path='last': %s has no checkpoint yet, so the run starts from the beginning.",
                      f"run {str(planned)!r}" if planned is not None else f"root_dir {str(root)!r}")
     return state, folder
-
-
-def warn_if_restarting(run_dir: Path) -> None:
-    """A named run's folder that already holds last.ckpt, and a fit that starts from the
-    beginning: say that it overwrites that run, and how to continue it instead."""
-    last = run_dir / "last.ckpt"
-    if not last.exists():
-        return
-    step = recorded_step(last)
-    warnings.warn(
-        f"Run folder {str(run_dir)!r} already holds last.ckpt{f' (optimizer step {step})' if step is not None else ''} "
-        "of an earlier run, and this fit starts from the beginning (no ckpt_path): that run's checkpoints will be "
-        "replaced and its curves continue in the same folder. Pass ckpt_path='last' to continue it, or another "
-        "run_name for a new run.",
-        stacklevel=user_stacklevel(),
-    )

@@ -4,7 +4,7 @@ The Trainer builds one `RunContext` at construction and hands it to every loop, 
 hands its `State` down: the loops read the module, the precision, the strategy, the loop
 state, the hooks, the metric store and the run's output from here, never from the Trainer.
 
-    Trainer ──owns──> RunContext ──owns──> LoopState, MetricStore, RunIO, DataOrder, Dispatcher
+    Trainer ──owns──> RunContext ──owns──> LoopState, MetricStore, RunIO, Checkpoints, DataOrder, Dispatcher
        │                  ^
        └──owns──> FitLoop, EvalLoop, AutomaticOptimization (each holds the context)
 
@@ -25,6 +25,7 @@ from trainer.loops.state import LoopState
 
 if TYPE_CHECKING:
     from trainer._args import TrainerArgs
+    from trainer.checkpoint.io import Checkpoints
     from trainer.checkpoint.registry import StateRegistry
     from trainer.logging.metrics import MetricStore
     from trainer.logging.profiler import SimpleProfiler
@@ -65,6 +66,7 @@ class RunContext:
     """One Trainer's running state and services, as the loops, checkpoints and run output use them."""
 
     output: RunIO  # set right after construction: RunIO reads the run it belongs to
+    checkpoints: Checkpoints  # likewise: saving, reading and restoring the run's checkpoints
     state_parts: StateRegistry  # what a checkpoint holds (checkpoint/parts.py), set by the Trainer
     manual_class: Callable[[RunContext], ManualSteps]  # manual optimization, made on a module's first request
 

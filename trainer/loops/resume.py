@@ -97,7 +97,7 @@ def restore_after_epoch_start(context: RunContext) -> None:
     state), the random streams last, then `on_load_checkpoint` (module, then callbacks).
     Not the loop position, the loggers, the data order or the precision, which no epoch-start
     hook resets. A resume costs one more copy of these states; a step costs nothing."""
-    checkpoint = context.output.take_resumed_checkpoint()
+    checkpoint = context.checkpoints.take_resumed_checkpoint()
     if checkpoint is None:
         return
     path = checkpoint.get("_path")
