@@ -13,7 +13,7 @@ from trainer.checkpoint.io import Checkpoints
 from trainer.checkpoint.parts import trainer_parts
 from trainer.loops.optimizers import optimizers_or_none, parse_optimizers
 from trainer.loops.state import LoopState
-from trainer.logging.run import RunIO
+from trainer.logging.output import RunOutput
 from trainer.loops.signals import SignalGuard
 from trainer.core.flags import check_flags, sync_batchnorm, torch_flags
 from trainer.core.data import TrainerData, module_defines
@@ -145,7 +145,7 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
         simple = SimpleProfiler() if self.args.profiler == "simple" else None
         self._run = run = RunContext(self, self.args, strategy, precision, MetricStore(), DataOrder(),
                               Dispatcher(None, self.callbacks), simple)
-        run.output = RunIO(run)
+        run.output = RunOutput(run)
         run.checkpoints = Checkpoints(run)
         run.set_loader_source(self._reload_loaders)
         run.manual_class = ManualOptimization

@@ -1,7 +1,7 @@
 """`Checkpoints`: a run's checkpoint files, written, chosen, read and restored.
 
 The run's context (`trainer/loops/context.py`) owns one, as `context.checkpoints`, beside the
-run's output (`context.output`, `trainer/logging/run.py`), which owns the run's folder and
+run's output (`context.output`, `trainer/logging/output.py`), which owns the run's folder and
 loggers. The two meet at the folder: last.ckpt is written in the run's folder, and a resume
 continues the folder and the logger runs of the checkpoint it reads (`ckpt_path="last"` picks
 that checkpoint: `latest.py`). They reach each other only through the context, so neither
@@ -38,7 +38,7 @@ log = logging.getLogger("trainer")
 
 
 class RunFolder(Protocol):
-    """The run's folder and loggers (`RunOutput`, `trainer/logging/run.py`), as checkpoints use them."""
+    """The run's folder and loggers (`RunOutput`, `trainer/logging/output.py`), as checkpoints use them."""
 
     continued_dir: Path | None  # the folder of the run a resume continues (set here, when it is read)
 

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from trainer.precision import Precision
     from trainer.strategies import Strategy
 
-__all__ = ["summarize", "human_count", "fit_summary", "SummaryHost"]
+__all__ = ["summarize", "human_count", "fit_summary", "run_hyperparameters", "SummaryHost"]
 
 
 def human_count(number: float) -> str:
@@ -119,3 +119,18 @@ def fit_summary(run: SummaryHost, module: torch.nn.Module) -> str:
         f"Training {type(module).__name__}: {total:,} parameters ({trainable:,} trainable) | "
         f"precision {run.precision.name} | device {run.strategy.device} | {effective}"
     )
+
+
+def run_hyperparameters(module: torch.nn.Module, args: TrainerArgs, precision: Any,
+                        experiment: dict[str, Any] | None) -> dict[str, Any]:
+    """What a run's loggers get once as hyperparameters: the module's and the Trainer's
+    arguments; for a YAML run (`experiment`), its model/data/seed instead of the module's."""
+    params: dict[str, Any] = {
+        "module": dict(getattr(module, "hparams", {}) or {}),
+        "trainer": {k: v for k, v in args.model_dump().items() if k not in ("callbacks", "logger")},
+    }
+    params["trainer"]["precision"] = getattr(precision, "name", str(args.precision))
+    if experiment:
+        # Each value once: the YAML's model/data/seed; its trainer section is the one above.
+        params = {"trainer": params["trainer"], "experiment": {k: v for k, v in experiment.items() if k != "trainer"}}
+    return params

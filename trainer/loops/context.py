@@ -4,7 +4,7 @@ The Trainer builds one `RunContext` at construction and hands it to every loop, 
 hands its `State` down: the loops read the module, the precision, the strategy, the loop
 state, the hooks, the metric store and the run's output from here, never from the Trainer.
 
-    Trainer ──owns──> RunContext ──owns──> LoopState, MetricStore, RunIO, Checkpoints, DataOrder, Dispatcher
+    Trainer ──owns──> RunContext ──owns──> LoopState, MetricStore, RunOutput, Checkpoints, DataOrder, Dispatcher
        │                  ^
        └──owns──> FitLoop, EvalLoop, AutomaticOptimization (each holds the context)
 
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from trainer.checkpoint.registry import StateRegistry
     from trainer.logging.metrics import MetricStore
     from trainer.logging.profiler import SimpleProfiler
-    from trainer.logging.run import RunIO
+    from trainer.logging.output import RunOutput
     from trainer.loops.data import DataOrder
     from trainer.loops.hooks import CallbackBase, Dispatcher
     from trainer.loops.optimizers import OptimizerSetup
@@ -65,7 +65,7 @@ class ManualSteps(Protocol):
 class RunContext:
     """One Trainer's running state and services, as the loops, checkpoints and run output use them."""
 
-    output: RunIO  # set right after construction: RunIO reads the run it belongs to
+    output: RunOutput  # set right after construction: it reads the run it belongs to
     checkpoints: Checkpoints  # likewise: saving, reading and restoring the run's checkpoints
     state_parts: StateRegistry  # what a checkpoint holds (checkpoint/parts.py), set by the Trainer
     manual_class: Callable[[RunContext], ManualSteps]  # manual optimization, made on a module's first request

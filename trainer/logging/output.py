@@ -1,7 +1,17 @@
-"""A run's input and output: its folder, logger, progress bar and checkpoints.
+"""`RunOutput`: what a run writes and shows: its folder, loggers, step scalars and progress bar.
 
-The loop calls these few methods and knows nothing of TensorBoard, tqdm or files.
-Only the global-zero rank writes anything.
+- the run folder: `run_dir` (named, SLURM's, a logger's, the folder of the run a resume
+  continues, or a new `version_N`: `runs.py`);
+- the loggers (`logger=True`: TensorBoard; a logger; `logger=[...]`), opened once per run with
+  the hyperparameters, and the summary line and model summary (`summary.py`);
+- the scalars of logging steps (loss, gradient norm, learning rates, throughput) and of epochs
+  (what `self.log` reduced), with `trainer.logged_metrics` and `history`;
+- the progress bar (tqdm, a progress-bar callback's, or plain lines when not in a terminal).
+
+The loop calls these few methods and knows nothing of TensorBoard, tqdm or files. Only the
+global-zero rank writes anything. The run's checkpoints are written in its folder by
+`context.checkpoints` (`trainer/checkpoint/io.py`), which also says where a resumed run continues
+(`continued_dir`) and at which step (`resumed_at`).
 """
 
 from __future__ import annotations
@@ -9,83 +19,28 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
-from trainer.logging.metrics import MetricStore, batch_size_of, to_floats
+from trainer.logging.metrics import batch_size_of, to_floats
 from trainer.logging.multi import LoggerList
 from trainer.logging.loggers import TensorBoardLogger
-from trainer.logging.runs import DEFAULT_NAME, make_run_dir, planned_run_dir
+from trainer.logging.host import RunHost
+from trainer.logging.runs import DEFAULT_NAME, make_run_dir, planned_folder, release_folder
 from trainer.logging.progress import ProgressBar
 from trainer.logging.live import LineProgress, LiveNumbers, fresh_values, line_settings, ordered, run_progress, wants_lines
 from trainer.logging.throughput import Throughput
-from trainer.logging.summary import SummaryHost, fit_summary, summarize
+from trainer.logging.summary import fit_summary, run_hyperparameters, summarize
 from trainer._utils import WeakAttribute
 
-__all__ = ["RunIO", "RunHost"]
+__all__ = ["RunOutput", "RunHost"]
 
 log = logging.getLogger("trainer")
 
 
-class RunPosition(Protocol):
-    """Where the loop is (`LoopState`), as the run's output reports it."""
-
-    @property
-    def epoch(self) -> int: ...
-    @property
-    def batches_done(self) -> int: ...
-    @property
-    def global_step(self) -> int: ...
-    @property
-    def skipped_steps(self) -> int: ...
-
-
-class Optimizers(Protocol):
-    """What `configure_optimizers` returned (`OptimizerSetup`): their learning rates are logged."""
-
-    @property
-    def optimizers(self) -> list[torch.optim.Optimizer]: ...
-
-
-class ResumePoint(Protocol):
-    """The run's checkpoints (`Checkpoints`, trainer/checkpoint/io.py), as its output reads them."""
-
-    @property
-    def resumed_at(self) -> int | None:
-        """The step a resumed fit started at: epoch-level values there may be in the trackers already."""
-
-
-class RunHost(SummaryHost, Protocol):
-    """The run's context as `RunIO` sees it (`trainer/loops/context.py`): what the summary
-    reads, and the rest below."""
-
-    at_run_start: list[Callable[[], None]]  # what the YAML layer runs once a run starts
-
-    @property
-    def state(self) -> RunPosition: ...
-    @property
-    def module(self) -> torch.nn.Module | None: ...
-    @property
-    def callbacks(self) -> Sequence[Any]: ...
-    @property
-    def experiment_config(self) -> dict[str, Any] | None: ...
-    @property
-    def optimizers(self) -> Optimizers | None: ...
-    @property
-    def checkpoints(self) -> ResumePoint: ...
-    @property
-    def metrics(self) -> MetricStore: ...
-    @property
-    def sanity_checking(self) -> bool: ...
-    @property
-    def trainer(self) -> Any:
-        """The Trainer (its public properties: `num_training_batches`, `estimated_stepping_batches`)."""
-
-
-class RunIO:
+class RunOutput:
     context: WeakAttribute[RunHost] = WeakAttribute()  # the run's context owns this object: no reference cycle
 
     def __init__(self, context: RunHost) -> None:
@@ -170,35 +125,15 @@ class RunIO:
     def planned_dir(self) -> Path | None:
         """The run's folder when it is named (run_name, a logger's version, SLURM's job id),
         without creating anything; None when the run would get a new version_N."""
-        logger, args = self._logger_arg, self.context.args
-        if isinstance(logger, bool):
-            return planned_run_dir(args.root_dir, DEFAULT_NAME, args.run_name)
-        # A folder logger (TensorBoardLogger, CSVLogger), or the first of logger=[...]: its folder is the run's.
-        for each in logger if isinstance(logger, (list, tuple)) else getattr(logger, "loggers", [logger]):
-            if all(hasattr(each, name) for name in ("root_dir", "name", "version", "_log_dir")):
-                return each._log_dir or planned_run_dir(each.root_dir, each.name, each.version)
-        return None
+        return planned_folder(self._logger_arg, self.context.args.root_dir, self.context.args.run_name)
 
     def release_unused_folder(self) -> None:
         """`trainer.log_dir` read before a resuming fit (a script printing it first) made a new
         version_N: while nothing was written there, it is given back, so the resume continues
         its run's folder as it does without that read."""
-        folder = self._run_dir
-        if folder is None or not self.writes:
-            return
-        folders = [each for each in self.loggers if callable(getattr(each, "release_unused_folder", None))]
-        if not all(each.release_unused_folder(check_only=True) for each in folders):
-            return  # a logger keeps its folder (named, given, written to): so does the run
-        for each in folders:
-            each.release_unused_folder()
         args = self.context.args
-        if not folders and planned_run_dir(args.root_dir, DEFAULT_NAME, args.run_name) is None:
-            # the Trainer's own new folder (no logger, or only trackers without one: W&B, MLflow)
-            if folder.exists() and next(folder.iterdir(), None) is not None:
-                return
-            if folder.exists():
-                folder.rmdir()
-        self._run_dir = None
+        if self._run_dir is not None and self.writes and release_folder(self._run_dir, self.loggers, args.root_dir, args.run_name):
+            self._run_dir = None
 
     @property
     def in_fit(self) -> bool:
@@ -240,16 +175,7 @@ class RunIO:
             self._progress = self._new_bar()
         logger = self.logger
         if logger is not None and not self._hparams_logged:
-            params = {
-                "module": dict(getattr(module, "hparams", {}) or {}),
-                "trainer": {k: v for k, v in args.model_dump().items() if k not in ("callbacks", "logger")},
-            }
-            params["trainer"]["precision"] = getattr(self.context.precision, "name", str(args.precision))
-            experiment = self.context.experiment_config  # set by trainer.config for YAML runs
-            if experiment:
-                # Each value once: the YAML's model/data/seed; its trainer section is the one above.
-                params = {"trainer": params["trainer"], "experiment": {k: v for k, v in experiment.items() if k != "trainer"}}
-            logger.log_hyperparams(params)
+            logger.log_hyperparams(run_hyperparameters(module, args, self.context.precision, self.context.experiment_config))
             for each in getattr(logger, "loggers", [logger]):  # TensorBoardLogger(log_graph=True), as Lightning
                 if callable(getattr(each, "log_graph", None)):
                     each.log_graph(module)
