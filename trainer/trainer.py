@@ -23,7 +23,7 @@ from trainer.core.compile import FirstStepCheck, check_compile_options, compile_
 from trainer._utils import seed_everything
 from trainer.logging.profiler import SimpleProfiler
 from trainer.loops.batches import check_loader, check_module
-from trainer.loops.data import DataOrder
+from trainer.loops.data_order import DataOrder
 from trainer.loops.evaluation import EvalLoop
 from trainer.loops.fit import FitLoop
 from trainer.loops.manual import ManualOptimization, check_manual_arguments

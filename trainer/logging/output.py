@@ -26,7 +26,7 @@ import torch
 
 from trainer.logging.metrics import batch_size_of, to_floats
 from trainer.logging.multi import LoggerList
-from trainer.logging.loggers import TensorBoardLogger
+from trainer.logging.tensorboard import TensorBoardLogger
 from trainer.logging.host import RunHost
 from trainer.logging.runs import DEFAULT_NAME, make_run_dir, planned_folder, release_folder
 from trainer.logging.progress import ProgressBar

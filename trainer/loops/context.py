@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from trainer.logging.metrics import MetricStore
     from trainer.logging.profiler import SimpleProfiler
     from trainer.logging.output import RunOutput
-    from trainer.loops.data import DataOrder
+    from trainer.loops.data_order import DataOrder
     from trainer.loops.hooks import CallbackBase, Dispatcher
     from trainer.loops.optimizers import OptimizerSetup
     from trainer.loops.signals import SignalGuard
@@ -79,7 +79,7 @@ class RunContext:
         self.precision = precision
         self.state = LoopState()
         self.metrics = metrics
-        self.data_order = data_order  # the order of the epoch's batches, for exact resume (loops/data.py)
+        self.data_order = data_order  # the order of the epoch's batches, for exact resume (loops/data_order.py)
         self.hooks = hooks
         self.simple_profiler = simple_profiler  # profiler="simple"
         self.module: Module | None = None

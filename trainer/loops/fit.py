@@ -334,7 +334,7 @@ class FitLoop:
         context.call("on_train_epoch_start")  # also on a resume inside the epoch
         restore_after_epoch_start(context)  # ...whose checkpoint then wins over what it reset (resume.py)
         # The epoch's order is recorded at its start; a resume inside it replays the order and
-        # skips what was consumed (loops/data.py), then restores the checkpoint's random state.
+        # skips what was consumed (loops/data_order.py), then restores the checkpoint's random state.
         iterator = context.data_order.epoch_iterator(loader, state.batches_done, state.epoch)
         if total is None and isinstance(args.limit_train_batches, int):  # an iterable loader, capped
             iterator = itertools.islice(iterator, max(args.limit_train_batches - state.batches_done, 0))

@@ -18,7 +18,7 @@ from typing import Any
 
 from trainer.checkpoint import CheckpointError
 from trainer.loops.context import RunContext
-from trainer.loops.data import loader_batch_size, rebatch_problem
+from trainer.loops.data_order import loader_batch_size, rebatch_problem
 
 __all__ = ["check_resume", "restore_after_epoch_start"]
 
