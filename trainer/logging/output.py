@@ -382,6 +382,11 @@ class RunOutput:
         return ProgressBar()
 
     @property
+    def progress_bar(self) -> Any:
+        """The bar open now (tqdm's, a progress-bar callback's, or lines), else None."""
+        return self._progress
+
+    @property
     def _counts_samples(self) -> bool:
         return isinstance(self._progress, LineProgress)
 

@@ -183,6 +183,10 @@ class RunContext:
             )
         return self.optimizers
 
+    def progress_bar(self) -> Any:
+        """The progress bar on screen (None when none is open): `Module.print` writes above it."""
+        return self.output.progress_bar
+
     def manual_optimization(self) -> ManualSteps:
         self.optimizer_setup()
         if self.manual is None:

@@ -72,7 +72,9 @@ class ModuleTools(ModuleHooks):
         ref = self._attached()
         if ref is not None and not ref.is_global_zero:
             return
-        bar = getattr(getattr(ref, "_io", None), "_progress", None) if ref is not None else None
+        run = self.__dict__.get("_run_ref")
+        link = run() if run is not None else None
+        bar = link.progress_bar() if link is not None else None  # the bar fit shows now, if any
         if bar is not None and not kwargs.get("file"):
             try:
                 from tqdm.auto import tqdm
