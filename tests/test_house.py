@@ -219,7 +219,7 @@ def test_folders_import_one_way():
 
 def test_the_folder_check_sees_a_circle_between_folders():
     graph = {"trainer.loops.fit": {"trainer.checkpoint.state": ["x.py:1"]},
-             "trainer.checkpoint.state": {"trainer.loops.data": ["y.py:2"]}, "trainer.loops.data": {}}
+             "trainer.checkpoint.state": {"trainer.loops.data_order": ["y.py:2"]}, "trainer.loops.data_order": {}}
     assert find_cycles(folder_graph(graph)) == [["trainer.checkpoint", "trainer.loops", "trainer.checkpoint"]]
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from trainer.callback import Callback, MonitorError
 from trainer.datamodule import DataModule
-from trainer.logging.loggers import TensorBoardLogger
+from trainer.logging.tensorboard import TensorBoardLogger
 from trainer.module import Module
 from trainer.precision import AMP, BF16, FP32, Precision
 from trainer.trainer import Trainer

@@ -1,7 +1,7 @@
 """The loggers' public home: `from trainer.loggers import TensorBoardLogger, CSVLogger, ...`.
 
 They live in `trainer/logging/` with the rest of what a run writes: `TensorBoardLogger`
-(the default) in `loggers.py`, `CSVLogger` in `csv.py`, `WandbLogger` in `wandb.py` and
+(the default) in `tensorboard.py`, `CSVLogger` in `csv.py`, `WandbLogger` in `wandb.py` and
 `MLflowLogger` in `mlflow.py` (these two need their library: `pip install 'loopwright[wandb]'`,
 `'loopwright[mlflow]'`, imported only when their run starts), `LoggerList` (`logger=[...]`)
 in `multi.py`.
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from trainer.logging.csv import CSVLogger
 from trainer.logging.identity import ContinuesRuns
-from trainer.logging.loggers import Logger, TensorBoardLogger, flatten_params, hparam_value, next_version_dir
+from trainer.logging.tensorboard import Logger, TensorBoardLogger, flatten_params, hparam_value, next_version_dir
 from trainer.logging.mlflow import MLflowLogger
 from trainer.logging.multi import LoggerList
 from trainer.logging.wandb import WandbLogger

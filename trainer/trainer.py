@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from trainer.logging.metrics import MetricStore
+from trainer.checkpoint.io import Checkpoints
 from trainer.checkpoint.parts import trainer_parts
 from trainer.loops.optimizers import optimizers_or_none, parse_optimizers
 from trainer.loops.state import LoopState
-from trainer.logging.run import RunIO
+from trainer.logging.output import RunOutput
 from trainer.loops.signals import SignalGuard
 from trainer.core.flags import check_flags, sync_batchnorm, torch_flags
 from trainer.core.data import TrainerData, module_defines
@@ -22,7 +23,7 @@ from trainer.core.compile import FirstStepCheck, check_compile_options, compile_
 from trainer._utils import seed_everything
 from trainer.logging.profiler import SimpleProfiler
 from trainer.loops.batches import check_loader, check_module
-from trainer.loops.data import DataOrder
+from trainer.loops.data_order import DataOrder
 from trainer.loops.evaluation import EvalLoop
 from trainer.loops.fit import FitLoop
 from trainer.loops.manual import ManualOptimization, check_manual_arguments
@@ -144,7 +145,8 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
         simple = SimpleProfiler() if self.args.profiler == "simple" else None
         self._run = run = RunContext(self, self.args, strategy, precision, MetricStore(), DataOrder(),
                               Dispatcher(None, self.callbacks), simple)
-        run.output = RunIO(run)
+        run.output = RunOutput(run)
+        run.checkpoints = Checkpoints(run)
         run.set_loader_source(self._reload_loaders)
         run.manual_class = ManualOptimization
         self.experiment_config: dict[str, Any] | None = None  # a YAML run's resolved config (trainer.config)
@@ -248,7 +250,7 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
         if train_loader is not None:
             check_loader(train_loader, "train_loader")
         check_manual_arguments(model, self.args)
-        checkpoint = self._run.output.read_checkpoint(ckpt_path, module=model) if ckpt_path is not None else None
+        checkpoint = self._run.checkpoints.read_checkpoint(ckpt_path, module=model) if ckpt_path is not None else None
         if checkpoint is not None:
             self._ckpt_path = checkpoint.get("_path")
         if self.args.seed is not None and self._starts_run(model):  # a continued run keeps its random streams
@@ -272,13 +274,13 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
             raise
         try:
             if checkpoint is not None:
-                self._run.output.restore(checkpoint)
+                self._run.checkpoints.restore(checkpoint)
             self.state.stop_requested = self._run.stop_request = self._run.preempted = False
             self._run.train_loader, val_loader = train_loader, val_loader = fit_loaders()
             self._fit_loaders = None
             if checkpoint is not None:
                 check_resume(self._run, checkpoint, train_loader)
-            checkpoint = None  # let go: RunIO keeps it only until the resumed epoch's start hooks ran
+            checkpoint = None  # let go: the run's checkpoints keep it only until the resumed epoch's start hooks ran
             val_loader = self._checked_val(model, val_loader)
             if val_loader is not None:
                 val_loader = self._prepare_loader(val_loader, train=False)
@@ -287,7 +289,7 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
                 log.info("%s", self._run.simple_profiler.summary())
         finally:
             self._fit_loaders = None
-            self._run.output.forget_resume()
+            self._run.checkpoints.forget_resume()
             self._run.metrics.renew_view()
             self._run.call("teardown", "fit")
             if self._run.datamodule is not None and callable(getattr(self._run.datamodule, "teardown", None)):
@@ -301,11 +303,12 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
                 self._run.metrics.clear_latest()  # a new, empty callback_metrics dict, as Lightning's
                 self._run.output.forget_shown()
                 self._run.call("on_fit_start")
+                self._run.checkpoints.start_run()  # the run folder's last.ckpt checked before anything is written
                 self._run.output.start_run(self._run.module)
                 self._loop = FitLoop(self._run, self._eval, val_loader)
                 self._loop.run(train_loader)
                 self._run.call("on_fit_end")
-                self._run.output.finish_writes()  # async_checkpointing: the last write is complete (or raises)
+                self._run.checkpoints.finish_writes()  # async_checkpointing: the last write is complete (or raises)
             except BaseException as error:
                 with signals.deferred():  # a second Ctrl-C can't cut the cleanup short
                     self._on_fit_error(error)
@@ -314,14 +317,17 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
             finally:
                 self._run.signals = None
                 with signals.deferred():
-                    self._run.output.end_run()
+                    try:
+                        self._run.output.end_run()
+                    finally:
+                        self._run.checkpoints.end_run()
         self.strategy.teardown()
         if signals.terminated:
             log.warning("Stopped on %s after optimizer step %d; resume with ckpt_path='last'.", signals.received, self.global_step)
         self._requeue.after_fit(  # SLURM: every rank agrees, rank 0 requeues the job once last.ckpt is complete
             self.strategy, stopped_by_signal=self._run.preempted or signals.terminated,
             unfinished=self._loop is not None and not self._loop.finished(),
-            checkpoint=self._run.output.last_path if self.args.enable_checkpointing else None,
+            checkpoint=self._run.checkpoints.last_path if self.args.enable_checkpointing else None,
         )
 
     def uninterruptible(self) -> contextlib.AbstractContextManager[Any]:
@@ -408,13 +414,13 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
             log.warning("Interrupted under DDP: ranks stopped at different points, so no checkpoint is "
                         "written (send SIGTERM to stop at a step boundary with one). Resume from last.ckpt.")
         elif isinstance(error, KeyboardInterrupt):
-            self._run.output.save_last()
+            self._run.checkpoints.save_last()
             how = ("`trainer fit CONFIG --ckpt_path last`" if self.experiment_config  # a YAML run (the CLI)
-                   else f"trainer.fit(model, loader, ckpt_path={str(self._run.output.last_path) if self._run.output.saves else None!r})")
+                   else f"trainer.fit(model, loader, ckpt_path={str(self._run.checkpoints.last_path) if self._run.checkpoints.saves else None!r})")
             log.warning("Interrupted after optimizer step %d. Resume with %s.", self.global_step, how)
         elif isinstance(error, Exception) and self.strategy.world_size == 1 and self.global_step > self._steps_at_fit_start:
             try:  # keep this fit's finished steps (with none, an older last.ckpt stays); never hide the error
-                self._run.output.save_last()
+                self._run.checkpoints.save_last()
             except Exception as save_error:  # noqa: BLE001
                 log.warning("last.ckpt could not be written after the error: %s", save_error)
 
@@ -434,9 +440,9 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
                              f"Received: path={path!r}, filepath={filepath!r}.")
         target = path if path is not None else filepath
         assert target is not None
-        return self._run.output.save(target, weights_only=weights_only, allow_partial=self._handling_error)
+        return self._run.checkpoints.save(target, weights_only=weights_only, allow_partial=self._handling_error)
 
     def remove_checkpoint(self, path: str | Path) -> None:
         """Delete a checkpoint file or folder (rank 0), only once the write in flight is
         complete (`async_checkpointing`): what replaces it is on disk first."""
-        self._run.output.remove_checkpoint(path)
+        self._run.checkpoints.remove_checkpoint(path)

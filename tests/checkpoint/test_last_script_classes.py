@@ -36,7 +36,7 @@ def test_a_script_s_main_class_and_the_same_class_imported_are_one_experiment(
     assert any("the weights of" in r.getMessage() and "version_0" in r.getMessage() for r in caplog.records), caplog.text
     resumed = _trainer(tmp_path, max_epochs=2)
     resumed.fit(_net_class("train")(), shuffled(make_data()), ckpt_path="last")
-    assert resumed._run.output.last_path == tmp_path / "default" / "version_0" / "last.ckpt" and resumed.current_epoch == 2
+    assert resumed._run.checkpoints.last_path == tmp_path / "default" / "version_0" / "last.ckpt" and resumed.current_epoch == 2
 
 
 def test_an_evaluation_finding_only_other_experiments_says_what_differs(

@@ -322,7 +322,7 @@ def test_an_error_keeps_this_fits_steps_in_last_ckpt_but_never_overwrites_it_wit
     its first step leaves the run's earlier last.ckpt as it was."""
     first = trainer(tmp_path, max_epochs=1, run_name="same")
     first.fit(make_model(), shuffled(make_data()))
-    last = first._run.output.last_path
+    last = first._run.checkpoints.last_path
     before = load_checkpoint(last)["loop"]["global_step"]
     with pytest.raises(RuntimeError, match="user code failed"):
         trainer(tmp_path, max_epochs=3, run_name="same", callbacks=[FailAt(0)]).fit(make_model(seed=5), shuffled(make_data()))

@@ -254,7 +254,7 @@ def test_an_epoch_boundary_resume_restores_once(tmp_path: Path) -> None:
     run = trainer(tmp_path / "resumed", max_epochs=3)
     run.fit(Count(), loader(), ckpt_path=first.log_dir / "last.ckpt")
     assert calls == ["load"]
-    assert run._run.output._resumed_inside_epoch is None  # the checkpoint dict is not kept
+    assert run._run.checkpoints._resumed_inside_epoch is None  # the checkpoint dict is not kept
 
 
 def test_the_checkpoint_is_let_go_when_fit_ends_before_the_epoch(tmp_path: Path) -> None:
@@ -262,4 +262,4 @@ def test_the_checkpoint_is_let_go_when_fit_ends_before_the_epoch(tmp_path: Path)
     first.fit(new_model(), loader())
     run = trainer(tmp_path / "resumed", max_epochs=3, max_steps=STOP)  # already reached: no epoch runs
     run.fit(new_model(), loader(), ckpt_path=first.log_dir / "last.ckpt")
-    assert run._run.output._resumed_inside_epoch is None
+    assert run._run.checkpoints._resumed_inside_epoch is None

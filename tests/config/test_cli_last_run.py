@@ -83,10 +83,10 @@ def test_an_unnamed_run_passes_over_newer_runs_of_other_experiments(tmp_path: Pa
     _fit(tmp_path, precision="fp32")  # version_0
     _fit(tmp_path, precision="bf16")  # version_1, newer, another experiment
     run = _fit(tmp_path, "last", precision="fp32", max_epochs=2)
-    assert run.global_step == 20 and run._run.output.last_path == tmp_path / "default" / "version_0" / "last.ckpt"
+    assert run.global_step == 20 and run._run.checkpoints.last_path == tmp_path / "default" / "version_0" / "last.ckpt"
     assert torch.load(tmp_path / "default" / "version_1" / "last.ckpt", weights_only=True)["loop"]["global_step"] == 10
     fresh = _fit(tmp_path, "last", precision="amp")  # no run of this experiment: a new one
-    assert fresh.global_step == 10 and fresh._run.output.last_path.parent.name == "version_2"
+    assert fresh.global_step == 10 and fresh._run.checkpoints.last_path.parent.name == "version_2"
 
 
 def test_a_single_file_never_replaces_a_sharded_folder_nor_the_reverse(tmp_path: Path) -> None:
@@ -123,4 +123,4 @@ def test_a_newer_run_with_only_weights_files_is_passed_over(tmp_path: Path) -> N
     weights.fit(make_model(lr=0.01), shuffled(make_data()))
     assert [p.name for p in (tmp_path / "default" / "version_1").rglob("*.ckpt")]  # weights only: can't resume
     run = _fit(tmp_path, "last", max_epochs=2)
-    assert run.global_step == 20 and run._run.output.last_path == tmp_path / "default" / "version_0" / "last.ckpt"
+    assert run.global_step == 20 and run._run.checkpoints.last_path == tmp_path / "default" / "version_0" / "last.ckpt"

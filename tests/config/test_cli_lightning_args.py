@@ -162,6 +162,27 @@ def test_overwrite_false_refuses_an_existing_config_before_training(tmp_path: Pa
     assert again.trainer.global_step == 4
 
 
+class SetupRecorded(Net):
+    """Net whose `setup` hook records each call (in `SETUPS`)."""
+
+    def setup(self, stage: str) -> None:
+        SETUPS.append(stage)
+
+
+SETUPS: list[str] = []
+
+
+def test_overwrite_false_refuses_a_named_runs_config_before_any_hook_runs(tmp_path: Path) -> None:
+    named = ("--trainer.run_name", "r1")
+    fit(tmp_path, *named)
+    SETUPS.clear()
+    with pytest.raises(SystemExit) as exited:
+        LightningCLI(SetupRecorded, Points, args=["fit", "--trainer.default_root_dir", str(tmp_path), *named,
+                                                  "--trainer.logger", "false", "--trainer.enable_progress_bar", "false"],
+                     save_config_kwargs={"overwrite": False})
+    assert exited.value.code == 2 and SETUPS == []  # the run's folder is known before it starts: refused first
+
+
 def test_save_config_callback_none_writes_no_config(tmp_path: Path) -> None:
     cli = fit(tmp_path, save_config_callback=None, save_config_kwargs={"overwrite": True})
     assert not (Path(cli.trainer.log_dir) / "config.yaml").exists() and (Path(cli.trainer.log_dir) / "last.ckpt").exists()

@@ -126,3 +126,21 @@ def test_toggled_optimizer_and_print_inside_fit(tmp_path: Path, capsys: pytest.C
     )
     assert model.flags[:2] == [(True, False), (True, True)]
     assert "step 0" in capsys.readouterr().out
+
+
+def test_print_inside_fit_is_written_above_the_progress_bar(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tqdm.auto
+
+    written: list[str] = []
+    monkeypatch.setattr(tqdm.auto.tqdm, "write", lambda text, *args, **kwargs: written.append(text))
+
+    class Printing(Net):
+        def training_step(self, batch, batch_idx):
+            self.print("step", batch_idx)
+            return super().training_step(batch, batch_idx)
+
+    data = TensorDataset(torch.randn(4, 2), torch.randn(4, 1))
+    Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=True, root_dir=tmp_path).fit(
+        Printing(), DataLoader(data, batch_size=2)
+    )
+    assert written == ["step 0", "step 1"]  # through the bar's writer: the bar stays intact

@@ -48,7 +48,6 @@ __all__ = [
     "CheckpointError",
     "save_atomic",
     "load_checkpoint",
-    "find_last",
     "plain_state",
     "check_layout",
     "remove_checkpoint",
@@ -506,8 +505,3 @@ def remove_checkpoint(path: str | os.PathLike[str]) -> None:
     else:
         target.unlink(missing_ok=True)
 
-
-def find_last(root_dir: str | os.PathLike[str]) -> Path | None:
-    """The newest `last.ckpt` under `root_dir` (a file, or an FSDP run's folder), or None."""
-    candidates = [p for p in Path(root_dir).glob("**/last.ckpt") if p.is_file() or (p / "trainer_state.ckpt").is_file()]
-    return max(candidates, key=lambda p: p.stat().st_mtime_ns) if candidates else None

@@ -1,4 +1,11 @@
-"""`ckpt_path="last"`: the newest complete checkpoint of a run, with a fallback when it is damaged.
+"""`ckpt_path="last"`: which run's checkpoints, and the newest complete one of them.
+
+**Which run.** A run whose folder is known before it starts (`Trainer(run_name=...)`, a logger
+with a `version`, `slurm-<job id>` inside a SLURM batch job) reads that folder's checkpoints
+only, so another run in the same `root_dir` is never picked up. Otherwise it is the newest run
+under `root_dir` of the same experiment (the module's class and hyperparameters, ...: `run_facts`),
+and the resumed run continues in that run's folder. Under DDP rank 0 decides and every rank
+loads the same file (`agree_on_last`).
 
 A run's checkpoints are every checkpoint it wrote in its folder: `last.ckpt`, the older
 `last-step=N.ckpt` that `keep_last_checkpoints` keeps, and ModelCheckpoint's files in
@@ -14,12 +21,15 @@ memory-mapped, not its tensors) and named in messages.
 **Complete** means it loads: the whole-file checksum matches and every part a resume reads is
 there. When the newest is damaged (a truncated file, a flipped byte) the previous complete one
 is used, with a warning naming both; when every checkpoint is damaged, an error names them
-all. No checkpoint at all is not an error here: the caller starts the run fresh.
+all. No checkpoint at all is not an error here: the caller starts the run fresh, with a note,
+so the same command serves the first launch and every rerun.
 
 Example:
     >>> import tempfile
     >>> checkpoints_in(tempfile.mkdtemp())
     []
+    >>> find_last_of_run(tempfile.mkdtemp(), None)
+    (None, None)
 """
 
 from __future__ import annotations
@@ -29,16 +39,21 @@ import os
 import sys
 import types
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
-from trainer.checkpoint.format import FORMAT, CheckpointError, check_layout, load_checkpoint
+from trainer.checkpoint.format import FORMAT, CheckpointError, check_layout, load_checkpoint, plain_state
 from trainer.checkpoint.sharded import STATE_FILE, read_sharded
 
-__all__ = ["Candidate", "checkpoints_in", "load_newest", "peek", "recorded_step", "run_facts", "user_stacklevel", "written_at"]
+__all__ = [
+    "Candidate", "agree_on_last", "checkpoints_in", "differences", "facts_of_run", "find_last_of_run", "load_newest",
+    "note", "peek", "recorded_step", "run_facts", "run_folder_of", "user_stacklevel",
+    "written_at",
+]
 
 log = logging.getLogger("trainer")
 
@@ -104,6 +119,13 @@ def checkpoints_in(folder: str | os.PathLike[str]) -> list[Path]:
         subdirectories[:] = keep
         found.extend(here / name for name in sorted(files) if name.endswith(_SUFFIX) and not name.startswith("."))
     return found
+
+
+def run_folder_of(checkpoint: str | os.PathLike[str], root: str | os.PathLike[str]) -> Path:
+    """The run folder a checkpoint belongs to: its `last.ckpt` sits in it, ModelCheckpoint's
+    files in its `checkpoints/` (whatever the folder layout above it)."""
+    folder = Path(checkpoint).parent
+    return folder.parent if folder.name == "checkpoints" and folder != Path(root) else folder
 
 
 def written_at(path: Path) -> int:
@@ -212,3 +234,176 @@ def user_stacklevel() -> int:
     while frame is not None and str(Path(frame.f_code.co_filename).resolve()).startswith(_PACKAGE):
         frame, level = frame.f_back, level + 1
     return level
+
+
+def find_last_of_run(root: str | os.PathLike[str], planned: Path | None, expected: Mapping[str, Any] | None = None,
+                     evaluating: bool = False) -> tuple[dict[str, Any] | None, Path | None]:
+    """The newest complete checkpoint of the run and the run's folder; (None, None) when the
+    run has no checkpoint yet. `planned`: the run's folder when it is named. `expected`: this
+    run's `run_facts` (None: any run): an unnamed run continues the newest run of the same
+    experiment only, a named run's checkpoint of another experiment is refused. `evaluating`:
+    for validate/test/predict, which start no run: finding only other experiments' runs is an error.
+
+    Raises:
+        CheckpointError: the run has checkpoints but none of them loads, or a named run's
+            checkpoint is of another experiment.
+    """
+    if planned is not None:
+        folder, where = planned, f"run {str(planned)!r}"
+    else:
+        everything = checkpoints_in(root)
+        if not everything:
+            return None, None
+        chosen = _newest_run_of_experiment(everything, root, expected, evaluating)
+        if chosen is None:
+            return None, None
+        folder = chosen
+        where = f"the newest run of this experiment under root_dir, {str(folder)!r}"
+    state = load_newest(checkpoints_in(folder), where)
+    if state is None:
+        return None, None
+    if expected is not None:
+        differs = differences(run_facts(state, Path(state.get("_path", folder))), expected)
+        if differs:
+            raise CheckpointError(
+                f"ckpt_path='last': {where} holds {str(state.get('_path'))!r}, written by another experiment: "
+                f"{differs}. Continuing it would mix two experiments in one run. Expected the settings it was "
+                "written with. To start this experiment instead, give it another run_name; to continue that run "
+                "with the new settings anyway, pass the checkpoint's path as ckpt_path."
+            )
+    return state, folder
+
+
+def differences(saved: Mapping[str, Any], expected: Mapping[str, Any]) -> str:
+    """What differs between a checkpoint's `run_facts` and this run's ('' when nothing does);
+    a fact that either side does not know is not compared."""
+    found = []
+    for name, value in expected.items():
+        there = saved.get(name)
+        if value is None or there is None or there == value or _same_class(name, there, value):
+            continue
+        if isinstance(there, Mapping) and isinstance(value, Mapping):  # hyperparameters: the keys that differ
+            keys = sorted(k for k in set(there) | set(value) if there.get(k, _UNSET) != value.get(k, _UNSET))
+            found.append(f"{name}: " + ", ".join(
+                f"{k} {there.get(k, '(unset)')!r} there, {value.get(k, '(unset)')!r} here" for k in keys))
+        else:
+            found.append(f"{name} {there!r} there, {value!r} here")
+    return "; ".join(found)
+
+
+_UNSET = object()
+
+
+def _same_class(name: str, there: Any, here: Any) -> bool:
+    """A script's class, `__main__.Net` (run as `python train.py`), is the class another script
+    imports from it (`train.Net`): the same qualified name after the module."""
+    if name not in ("model class", "data class") or not (isinstance(there, str) and isinstance(here, str)):
+        return False
+    main, other = (there, here) if there.startswith("__main__.") else (here, there)
+    return main.startswith("__main__.") and other.endswith("." + main[len("__main__."):])
+
+
+def _newest_run_of_experiment(everything: list[Path], root: str | os.PathLike[str],
+                              expected: Mapping[str, Any] | None, evaluating: bool = False) -> Path | None:
+    """The folder of the newest run under `root` whose newest readable checkpoint is of this
+    experiment; runs of other experiments are passed over (said in one INFO line), and None
+    when no run is of this experiment."""
+    runs: dict[Path, list[Path]] = {}
+    for path in everything:
+        runs.setdefault(run_folder_of(path, root), []).append(path)
+    order = sorted(runs, key=lambda run: max(written_at(p) for p in runs[run]), reverse=True)
+    if expected is None:
+        return order[0]
+    passed: list[str] = []
+    for run in order:
+        candidates = [c for c in (peek(p) for p in runs[run]) if c.resumable]
+        readable = [c for c in candidates if c.problem is None and c.run is not None]
+        if not candidates:
+            continue  # weights-only files or other formats: nothing there resumes
+        if not readable:
+            return run  # damaged only: load_newest says so, naming every file
+        newest = max(readable, key=lambda c: (c.mtime_ns, c.step if c.step is not None else -1))
+        differs = differences(newest.run or {}, expected)
+        if not differs:
+            if passed:
+                log.info("ckpt_path='last': continuing %s; passed over newer runs of other experiments: %s.",
+                         str(run), "; ".join(passed))
+            return run
+        passed.append(f"{str(run)!r} ({differs})")
+    if not passed:
+        log.info("ckpt_path='last': root_dir %r has no checkpoint to resume yet, so the run starts from the "
+                 "beginning.", str(root))
+        return None
+    if evaluating:
+        raise CheckpointError(
+            f"ckpt_path='last': no run under root_dir {str(root)!r} is of this model, so there is nothing to evaluate "
+            f"(the runs there differ: {'; '.join(passed)}). Expected a run of this model class with these "
+            "hyperparameters; to evaluate one of those anyway, pass its checkpoint's path as ckpt_path."
+        )
+    note(logging.INFO, "ckpt_path='last': no run under root_dir %r is of this experiment, so the run starts from the "
+         "beginning in a new folder (the runs there differ: %s). To continue one of them anyway, pass its "
+         "checkpoint's path.", str(root), "; ".join(passed))
+    return None
+
+
+class RunOf(Protocol):
+    """What `facts_of_run` reads of a Trainer."""
+
+    @property
+    def strategy(self) -> Any: ...
+    @property
+    def precision(self) -> Any: ...
+
+
+def facts_of_run(trainer: RunOf, module: Any, evaluating: bool) -> dict[str, Any] | None:
+    """This run as `run_facts` describes a checkpoint's (None without a module); what an
+    evaluation reads (the weights) does not depend on the precision, the processes or the kind."""
+    if module is None:
+        return None
+    experiment = getattr(trainer, "experiment_config", None)
+    data = experiment.get("data") if isinstance(experiment, dict) else None
+    facts: dict[str, Any] = {
+        "model class": f"{type(module).__module__}.{type(module).__qualname__}",
+        "hyperparameters": plain_state({**dict(getattr(module, "hparams", {}) or {}),
+                                        **dict(vars(module).get("_tuned_hparams") or {})}, as_text=True),
+        "data class": data.get("class_path") if isinstance(data, dict) else None,
+    }
+    if not evaluating:
+        strategy = trainer.strategy
+        facts.update({"precision": getattr(trainer.precision, "name", None), "processes": strategy.world_size,
+                      "checkpoint kind": "sharded folder" if strategy.sharded_checkpoints else "single file"})
+    return facts
+
+
+def note(level: int, message: str, *args: Any) -> None:
+    """A line a plain script shows with no logging configured (Python's last-resort handler
+    prints warnings only): at `level` through the user's handlers, else as a warning."""
+    log.log(level if log.hasHandlers() else max(level, logging.WARNING), message, *args)
+
+
+def agree_on_last(strategy: Any, root: str | os.PathLike[str], planned: Path | None, load: Any,
+                  expected: Mapping[str, Any] | None = None, evaluating: bool = False
+                  ) -> tuple[dict[str, Any] | None, Path | None]:
+    """`find_last_of_run` on rank 0; the other ranks load the file it chose with `load(path)`.
+    A failure on rank 0 is raised on every rank (nobody is left waiting)."""
+    state: dict[str, Any] | None = None
+    folder: Path | None = None
+    problem: str | None = None
+    if strategy.is_global_zero:
+        try:
+            state, folder = find_last_of_run(root, planned, expected, evaluating)
+        except CheckpointError as error:
+            problem = str(error)
+    if strategy.world_size > 1:
+        chosen = (state.get("_path") if state else None, str(folder) if folder else None, problem)
+        path, where, problem = strategy.broadcast_object(chosen if strategy.is_global_zero else None)
+        folder = Path(where) if where else None
+        if not strategy.is_global_zero and problem is None and path is not None:
+            state = load(path)
+    if problem is not None:
+        raise CheckpointError(problem)
+    if strategy.is_global_zero and not evaluating:  # an evaluation without a checkpoint raises instead
+        if state is None and (planned is not None or expected is None or not checkpoints_in(root)):  # else: said above
+            log.info("ckpt_path='last': %s has no checkpoint yet, so the run starts from the beginning.",
+                     f"run {str(planned)!r}" if planned is not None else f"root_dir {str(root)!r}")
+    return state, folder

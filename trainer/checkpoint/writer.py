@@ -1,7 +1,7 @@
 """Writing a collected checkpoint: now or in the background, one file or FSDP's shards, with
 the newest `keep` last-style checkpoints kept, and every rank told how the write went.
 
-`CheckpointWriter.write` is what `RunIO.save` calls once the state is collected:
+`CheckpointWriter.write` is what `Checkpoints.save` (io.py) calls once the state is collected:
 
 - a single file (one process, DDP): rank 0 writes it (`save_atomic`); in the background when
   asked (`Trainer(async_checkpointing=True)` inside fit, see `trainer/checkpoint/background.py`);

@@ -22,6 +22,7 @@ from trainer.config.classpath import ConfigError, Problem, ResolvedSpec, instant
 from trainer.config.yaml_io import dump_yaml
 
 if TYPE_CHECKING:
+    from trainer.loops.context import RunContext
     from trainer.trainer import Trainer
 
 __all__ = ["Stage", "LOADER_OF", "DRY_RUN", "ResolvedConfig", "Experiment", "build"]
@@ -83,6 +84,11 @@ class Experiment:
             return list(itertools.islice(loader, 2))
         return loader
 
+    @property
+    def _run(self) -> RunContext:
+        """The Trainer's run: what it does once it starts (`at_run_start`), its folder (`output`)."""
+        return self.trainer._run
+
     def fit(self, ckpt_path: str | Path | None = None) -> None:
         """`trainer.fit` with the data's train (and val, if any) loaders; saves config.yaml first."""
         train = self.loader("train_dataloader", "fit")
@@ -91,7 +97,7 @@ class Experiment:
             if not self.dry_run:
                 # Written when the run starts (after the checkpoint was read and checked), so a
                 # run that fails before training leaves no folder behind.
-                at_run_start = self.trainer._run.at_run_start
+                at_run_start = self._run.at_run_start
                 at_run_start.append(lambda: self._save_config(writes_checkpoints=True))
                 try:
                     self.trainer.fit(self.model, train, val, ckpt_path=ckpt_path)
@@ -116,7 +122,7 @@ class Experiment:
 
     def _evaluate(self, stage: Stage, ckpt_path: str | Path | None) -> Any:
         loader = self.loader(LOADER_OF[stage], stage)
-        at_run_start = self.trainer._run.at_run_start
+        at_run_start = self._run.at_run_start
         with self._scratch():
             if not self.dry_run:
                 at_run_start.append(self._save_config)
@@ -140,7 +146,7 @@ class Experiment:
         """`last` means the run's newest checkpoint under the config's root_dir, not the scratch
         folder (none yet: the dry run starts fresh, as the real one would); the same run of this
         experiment the real command would pick."""
-        from trainer.logging.last_run import facts_of_run, find_last_of_run
+        from trainer.checkpoint.latest import facts_of_run, find_last_of_run
         from trainer.logging.runs import DEFAULT_NAME, planned_run_dir
 
         if not self.dry_run or str(ckpt_path) != "last":
@@ -158,7 +164,7 @@ class Experiment:
         now (a named run, a logger with a version) and already holds the config file."""
         if self.config_overwrite is not False or self.dry_run:
             return
-        planned = self.trainer._run.output.planned_dir()
+        planned = self._run.output.planned_dir()
         if planned is not None and (Path(planned) / self.config_filename).exists():
             raise _exists(Path(planned) / self.config_filename)
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainer.core.flags import torch_flags
 from trainer._utils import length_of
-from trainer.logging.last_run import note
+from trainer.checkpoint.latest import note
 from trainer.loops.batches import check_module
 from trainer.loops.evaluation import EvalLoop
 from trainer.loops.hooks import Dispatcher, with_module_callbacks
@@ -122,7 +122,7 @@ class TrainerEvaluation:
         try:
             (loader,) = self._loaders(verb, model, datamodule, loader if loader is not None else dataloaders)
             self._evaluation_loader(model, stage, loader, call=False)  # no loader at all: an error before any work
-            checkpoint = self._run.output.read_checkpoint(ckpt_path, weights_only=True, module=model) if ckpt_path is not None else None
+            checkpoint = self._run.checkpoints.read_checkpoint(ckpt_path, weights_only=True, module=model) if ckpt_path is not None else None
             if checkpoint is not None:
                 self._ckpt_path = checkpoint.get("_path")
                 if str(ckpt_path) in ("last", "best") and self.strategy.is_global_zero:  # which file the name chose
@@ -149,7 +149,7 @@ class TrainerEvaluation:
             loader = self._evaluation_loader(model, stage, loader)
             self.strategy.setup_module(model)
             if checkpoint is not None:
-                self._run.output.restore_weights(checkpoint)
+                self._run.checkpoints.restore_weights(checkpoint)
             self._eval = EvalLoop(self._run)
             self._run.output.run_start_actions()
             limit_name = f"limit_{'val' if stage == 'validation' else stage}_batches"

@@ -1,7 +1,10 @@
 """What a run writes and shows: its folder, loggers, metrics, progress bars and profiles.
 
-- `run.py`: `RunIO`, the run's input and output, the few calls the loop makes to write;
-- `loggers.py`: `Logger` (the protocol) and `TensorBoardLogger` (public as `trainer.loggers`);
+- `output.py`: `RunOutput`, what a run writes and shows (its folder, loggers, step scalars,
+  progress bar): the few calls the loop makes to write; `host.py` types what it reads of the run;
+- `runs.py`: run folders (named, SLURM's, `version_N`), and how a rerun finds its own;
+- `summary.py`: the summary line and the model summary logged when fit starts;
+- `tensorboard.py`: `TensorBoardLogger` and `Logger`, the protocol (public as `trainer.loggers`);
 - `csv.py`, `wandb.py`, `mlflow.py`: `CSVLogger`, `WandbLogger`, `MLflowLogger` (the last two
   import their library when their run starts; `extras.py` says how to install it);
 - `multi.py`: `LoggerList`, `logger=[...]`;

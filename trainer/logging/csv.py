@@ -42,7 +42,7 @@ import yaml
 
 from trainer.logging.identity import folder_to_continue, same_folder
 from trainer.logging.extras import plain_params
-from trainer.logging.loggers import with_prefix
+from trainer.logging.tensorboard import with_prefix
 from trainer.logging.runs import RunFolder, planned_run_dir
 
 __all__ = ["CSVLogger"]

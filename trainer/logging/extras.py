@@ -7,7 +7,7 @@ import importlib.util
 from collections.abc import Mapping
 from typing import Any
 
-from trainer.logging.loggers import hparam_value
+from trainer.logging.tensorboard import hparam_value
 
 __all__ = ["require", "plain_params"]
 

@@ -31,7 +31,7 @@ import difflib
 import logging
 import numbers
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 import torch
 
@@ -45,12 +45,7 @@ from trainer.logging.metric_objects import (
     step_value,
 )
 
-if TYPE_CHECKING:
-    from trainer._args import TrainerArgs
-    from trainer.precision import Precision
-    from trainer.strategies import Strategy
-
-__all__ = ["MonitorError", "MetricStore", "to_floats", "EPOCH_SUFFIX", "STEP_SUFFIX", "AUTOMATIC", "batch_size_of", "fit_summary"]
+__all__ = ["MonitorError", "MetricStore", "to_floats", "EPOCH_SUFFIX", "STEP_SUFFIX", "AUTOMATIC", "batch_size_of"]
 
 log = logging.getLogger("trainer")
 _REDUCTIONS = ("mean", "sum", "max", "min")
@@ -445,37 +440,3 @@ def batch_size_of(batch: Any) -> int | None:
         return batch_size_of(list(batch.values()))
     return None
 
-
-class SummaryHost(Protocol):
-    """The Trainer as `fit_summary` sees it."""
-
-    @property
-    def args(self) -> TrainerArgs: ...
-    @property
-    def strategy(self) -> Strategy: ...
-    @property
-    def precision(self) -> Precision: ...
-    @property
-    def train_loader(self) -> Any: ...
-
-
-def fit_summary(trainer: SummaryHost, module: torch.nn.Module) -> str:
-    """The one-line summary the Trainer logs (INFO) when a run starts."""
-    total = trainable = 0
-    for parameter in module.parameters():
-        total += parameter.numel()
-        trainable += parameter.numel() if parameter.requires_grad else 0
-    args, world = trainer.args, trainer.strategy.world_size
-    batch = getattr(trainer.train_loader, "batch_size", None)
-    if isinstance(batch, int) and not isinstance(batch, bool):
-        k = args.accumulate_grad_batches
-        effective = (
-            f"effective batch size {batch * k * world} "
-            f"(batch_size {batch} x accumulate_grad_batches {k} x world_size {world})"
-        )
-    else:
-        effective = "effective batch size unknown (the loader has no batch_size)"
-    return (
-        f"Training {type(module).__name__}: {total:,} parameters ({trainable:,} trainable) | "
-        f"precision {trainer.precision.name} | device {trainer.strategy.device} | {effective}"
-    )

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.logging.extras import plain_params, require
-from trainer.logging.loggers import flatten_params, with_prefix
+from trainer.logging.tensorboard import flatten_params, with_prefix
 
 __all__ = ["MLflowLogger"]
 

@@ -36,8 +36,9 @@ __all__ = [
     "environment_run_name",
     "make_run_dir",
     "next_version_dir",
+    "planned_folder",
     "planned_run_dir",
-    "run_folder_of",
+    "release_folder",
     "version_folder",
 ]
 
@@ -92,11 +93,35 @@ def next_version_dir(root: str | os.PathLike[str], name: str) -> Path:
             version += 1
 
 
-def run_folder_of(checkpoint: str | os.PathLike[str], root: str | os.PathLike[str]) -> Path:
-    """The run folder a checkpoint belongs to: its `last.ckpt` sits in it, ModelCheckpoint's
-    files in its `checkpoints/` (whatever the folder layout above it)."""
-    folder = Path(checkpoint).parent
-    return folder.parent if folder.name == "checkpoints" and folder != Path(root) else folder
+def planned_folder(logger: Any, root: str | os.PathLike[str], run_name: str | None) -> Path | None:
+    """The folder of a run given `Trainer(logger=...)` when it is named (run_name, a logger's
+    version, SLURM's job id), without creating anything; None when it would get a new version_N."""
+    if isinstance(logger, bool):
+        return planned_run_dir(root, DEFAULT_NAME, run_name)
+    # A folder logger (TensorBoardLogger, CSVLogger), or the first of logger=[...]: its folder is the run's.
+    for each in logger if isinstance(logger, (list, tuple)) else getattr(logger, "loggers", [logger]):
+        if all(hasattr(each, name) for name in ("root_dir", "name", "version", "_log_dir")):
+            return each._log_dir or planned_run_dir(each.root_dir, each.name, each.version)
+    return None
+
+
+def release_folder(folder: Path, loggers: list[Any], root: str | os.PathLike[str], run_name: str | None) -> bool:
+    """Give back the run's `folder`, a new version_N made when `trainer.log_dir` was read before a
+    resuming fit (a script printing it first), while nothing was written there: the resume then
+    continues its run's folder as it does without that read. False: the folder stays (a logger
+    keeps it: named, given, written to; or the Trainer's own folder holds something)."""
+    folders = [each for each in loggers if callable(getattr(each, "release_unused_folder", None))]
+    if not all(each.release_unused_folder(check_only=True) for each in folders):
+        return False
+    for each in folders:
+        each.release_unused_folder()
+    if not folders and planned_run_dir(root, DEFAULT_NAME, run_name) is None:
+        # the Trainer's own new folder (no logger, or only trackers without one: W&B, MLflow)
+        if folder.exists() and next(folder.iterdir(), None) is not None:
+            return False
+        if folder.exists():
+            folder.rmdir()
+    return True
 
 
 class RunFolder:

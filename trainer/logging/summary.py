@@ -1,6 +1,7 @@
-"""The model summary `Trainer(enable_model_summary=True)` logs when fit starts, as Lightning's
-`ModelSummary` prints it: the layers to `max_depth`, their parameter counts and train/eval
-mode, then trainable, frozen and total parameters and their size in MB.
+"""What a run logs of its model when fit starts: the one-line `fit_summary` (parameters,
+precision, device, effective batch size), and the model summary `Trainer(enable_model_summary=True)`
+logs as Lightning's `ModelSummary` prints it: the layers to `max_depth`, their parameter counts
+and train/eval mode, then trainable, frozen and total parameters and their size in MB.
 
 Example:
     >>> import torch
@@ -22,10 +23,16 @@ Example:
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
-__all__ = ["summarize", "human_count"]
+if TYPE_CHECKING:
+    from trainer._args import TrainerArgs
+    from trainer.precision import Precision
+    from trainer.strategies import Strategy
+
+__all__ = ["summarize", "human_count", "fit_summary", "run_hyperparameters", "SummaryHost"]
 
 
 def human_count(number: float) -> str:
@@ -77,3 +84,53 @@ def summarize(module: torch.nn.Module, max_depth: int = 1) -> str:
         f"{len(modes) - sum(modes):<10}Modules in eval mode",
     ]
     return "\n".join(lines)
+
+
+class SummaryHost(Protocol):
+    """The run (its context, `trainer/loops/context.py`) as `fit_summary` sees it."""
+
+    @property
+    def args(self) -> TrainerArgs: ...
+    @property
+    def strategy(self) -> Strategy: ...
+    @property
+    def precision(self) -> Precision: ...
+    @property
+    def train_loader(self) -> Any: ...
+
+
+def fit_summary(run: SummaryHost, module: torch.nn.Module) -> str:
+    """The one-line summary the Trainer logs (INFO) when a run starts."""
+    total = trainable = 0
+    for parameter in module.parameters():
+        total += parameter.numel()
+        trainable += parameter.numel() if parameter.requires_grad else 0
+    args, world = run.args, run.strategy.world_size
+    batch = getattr(run.train_loader, "batch_size", None)
+    if isinstance(batch, int) and not isinstance(batch, bool):
+        k = args.accumulate_grad_batches
+        effective = (
+            f"effective batch size {batch * k * world} "
+            f"(batch_size {batch} x accumulate_grad_batches {k} x world_size {world})"
+        )
+    else:
+        effective = "effective batch size unknown (the loader has no batch_size)"
+    return (
+        f"Training {type(module).__name__}: {total:,} parameters ({trainable:,} trainable) | "
+        f"precision {run.precision.name} | device {run.strategy.device} | {effective}"
+    )
+
+
+def run_hyperparameters(module: torch.nn.Module, args: TrainerArgs, precision: Any,
+                        experiment: dict[str, Any] | None) -> dict[str, Any]:
+    """What a run's loggers get once as hyperparameters: the module's and the Trainer's
+    arguments; for a YAML run (`experiment`), its model/data/seed instead of the module's."""
+    params: dict[str, Any] = {
+        "module": dict(getattr(module, "hparams", {}) or {}),
+        "trainer": {k: v for k, v in args.model_dump().items() if k not in ("callbacks", "logger")},
+    }
+    params["trainer"]["precision"] = getattr(precision, "name", str(args.precision))
+    if experiment:
+        # Each value once: the YAML's model/data/seed; its trainer section is the one above.
+        params = {"trainer": params["trainer"], "experiment": {k: v for k, v in experiment.items() if k != "trainer"}}
+    return params

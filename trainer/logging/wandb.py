@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.logging.extras import plain_params, require
-from trainer.logging.loggers import with_prefix
+from trainer.logging.tensorboard import with_prefix
 
 __all__ = ["WandbLogger"]
 

@@ -8,7 +8,7 @@
 - `batches.py`: micro-batch windows and checks of what the user passed;
 - `state.py`: `LoopState`, where the loop is (epoch, optimizer steps, batches of the epoch);
 - `optimizers.py`: what `configure_optimizers` returned, in one shape;
-- `data.py`: the data order of an epoch, for an exact mid-epoch resume;
+- `data_order.py`: the data order of an epoch, for an exact mid-epoch resume;
 - `signals.py`: interrupts that land between optimizer steps, never inside one;
 - `hooks.py`: which hooks exist, and calling them on the callbacks and the module;
 - `resume.py`, `monitors.py`, `items.py`, `overrides.py`: checks of a resume, early checks of

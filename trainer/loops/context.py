@@ -4,7 +4,7 @@ The Trainer builds one `RunContext` at construction and hands it to every loop, 
 hands its `State` down: the loops read the module, the precision, the strategy, the loop
 state, the hooks, the metric store and the run's output from here, never from the Trainer.
 
-    Trainer ──owns──> RunContext ──owns──> LoopState, MetricStore, RunIO, DataOrder, Dispatcher
+    Trainer ──owns──> RunContext ──owns──> LoopState, MetricStore, RunOutput, Checkpoints, DataOrder, Dispatcher
        │                  ^
        └──owns──> FitLoop, EvalLoop, AutomaticOptimization (each holds the context)
 
@@ -25,11 +25,12 @@ from trainer.loops.state import LoopState
 
 if TYPE_CHECKING:
     from trainer._args import TrainerArgs
+    from trainer.checkpoint.io import Checkpoints
     from trainer.checkpoint.registry import StateRegistry
     from trainer.logging.metrics import MetricStore
     from trainer.logging.profiler import SimpleProfiler
-    from trainer.logging.run import RunIO
-    from trainer.loops.data import DataOrder
+    from trainer.logging.output import RunOutput
+    from trainer.loops.data_order import DataOrder
     from trainer.loops.hooks import CallbackBase, Dispatcher
     from trainer.loops.optimizers import OptimizerSetup
     from trainer.loops.signals import SignalGuard
@@ -64,7 +65,8 @@ class ManualSteps(Protocol):
 class RunContext:
     """One Trainer's running state and services, as the loops, checkpoints and run output use them."""
 
-    output: RunIO  # set right after construction: RunIO reads the run it belongs to
+    output: RunOutput  # set right after construction: it reads the run it belongs to
+    checkpoints: Checkpoints  # likewise: saving, reading and restoring the run's checkpoints
     state_parts: StateRegistry  # what a checkpoint holds (checkpoint/parts.py), set by the Trainer
     manual_class: Callable[[RunContext], ManualSteps]  # manual optimization, made on a module's first request
 
@@ -77,7 +79,7 @@ class RunContext:
         self.precision = precision
         self.state = LoopState()
         self.metrics = metrics
-        self.data_order = data_order  # the order of the epoch's batches, for exact resume (loops/data.py)
+        self.data_order = data_order  # the order of the epoch's batches, for exact resume (loops/data_order.py)
         self.hooks = hooks
         self.simple_profiler = simple_profiler  # profiler="simple"
         self.module: Module | None = None
@@ -180,6 +182,10 @@ class RunContext:
                 "self.lr_schedulers() to be called from training hooks, not from __init__ or evaluation."
             )
         return self.optimizers
+
+    def progress_bar(self) -> Any:
+        """The progress bar on screen (None when none is open): `Module.print` writes above it."""
+        return self.output.progress_bar
 
     def manual_optimization(self) -> ManualSteps:
         self.optimizer_setup()

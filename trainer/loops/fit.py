@@ -169,7 +169,7 @@ class FitLoop:
                     "create a Trainer with higher limits and call its fit with ckpt_path=%s (with the trainer command: "
                     "raise --trainer.max_epochs or --trainer.max_steps and pass --ckpt_path last).",
                     args.max_epochs, args.max_steps, "" if self.max_time is None else f" / max_time={args.max_time!r}",
-                    repr(str(context.output.last_path)) if args.enable_checkpointing else "<a trainer.save_checkpoint(path) file>",
+                    repr(str(context.checkpoints.last_path)) if args.enable_checkpointing else "<a trainer.save_checkpoint(path) file>",
                 )
                 context.data_order.settle(train_loader)
             self.sanity_check()
@@ -192,7 +192,7 @@ class FitLoop:
                     self.profiler.stop()
             self.reconcile()
             context.output.log_last_step()  # a run ending between logging steps writes its last step too
-            context.output.save_last()
+            context.checkpoints.save_last()
             context.call("on_train_end")
 
     def sanity_check(self) -> None:
@@ -290,6 +290,7 @@ class FitLoop:
         state.batches_done = 0
         with context.uninterruptible():
             context.output.end_epoch()
+            context.checkpoints.save_last()
         context.agree_stop()
     def _check_progress(self, steps_before: int, learned_before: int | None) -> None:
         """An epoch without a single optimizer step: never loop forever on max_steps. An epoch
@@ -340,7 +341,7 @@ class FitLoop:
             context.call("on_train_epoch_start")  # also on a resume inside the epoch
             restore_after_epoch_start(context)  # ...whose checkpoint then wins over what it reset (resume.py)
             # The epoch's order is recorded at its start; a resume inside it replays the order and
-            # skips what was consumed (loops/data.py), then restores the checkpoint's random state.
+            # skips what was consumed (loops/data_order.py), then restores the checkpoint's random state.
             iterator = context.data_order.epoch_iterator(loader, state.batches_done, state.epoch)
             if total is None and isinstance(args.limit_train_batches, int):  # an iterable loader, capped
                 iterator = itertools.islice(iterator, max(args.limit_train_batches - state.batches_done, 0))

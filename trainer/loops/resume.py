@@ -18,7 +18,7 @@ from typing import Any
 
 from trainer.checkpoint import CheckpointError
 from trainer.loops.context import RunContext
-from trainer.loops.data import loader_batch_size, rebatch_problem
+from trainer.loops.data_order import loader_batch_size, rebatch_problem
 
 __all__ = ["check_resume", "restore_after_epoch_start"]
 
@@ -97,7 +97,7 @@ def restore_after_epoch_start(context: RunContext) -> None:
     state), the random streams last, then `on_load_checkpoint` (module, then callbacks).
     Not the loop position, the loggers, the data order or the precision, which no epoch-start
     hook resets. A resume costs one more copy of these states; a step costs nothing."""
-    checkpoint = context.output.take_resumed_checkpoint()
+    checkpoint = context.checkpoints.take_resumed_checkpoint()
     if checkpoint is None:
         return
     path = checkpoint.get("_path")

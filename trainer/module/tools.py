@@ -72,8 +72,9 @@ class ModuleTools(ModuleHooks):
         ref = self._attached()
         if ref is not None and not ref.is_global_zero:
             return
-        run = self.__dict__["_run_ref"]() if self.__dict__.get("_run_ref") is not None else None
-        bar = run.output.progress_bar if run is not None else None
+        run = self.__dict__.get("_run_ref")
+        link = run() if run is not None else None
+        bar = link.progress_bar() if link is not None else None  # the bar fit shows now, if any
         if bar is not None and not kwargs.get("file"):
             try:
                 from tqdm.auto import tqdm

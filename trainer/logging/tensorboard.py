@@ -1,4 +1,5 @@
-"""Loggers: where scalars and hyperparameters go. `TensorBoardLogger` is the default.
+"""`TensorBoardLogger`, the default logger; with it `Logger`, the protocol every logger
+follows, and the helpers the other loggers share (`with_prefix`, `flatten_params`, `hparam_value`).
 
 `torch.utils.tensorboard` (and so tensorboard itself) is imported only when the first
 event is written, so `import trainer` stays fast, and a logger that never writes creates

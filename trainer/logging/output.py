@@ -1,7 +1,17 @@
-"""A run's input and output: its folder, logger, progress bar and checkpoints.
+"""`RunOutput`: what a run writes and shows: its folder, loggers, step scalars and progress bar.
 
-The loop calls these few methods and knows nothing of TensorBoard, tqdm or files.
-Only the global-zero rank writes anything.
+- the run folder: `run_dir` (named, SLURM's, a logger's, the folder of the run a resume
+  continues, or a new `version_N`: `runs.py`);
+- the loggers (`logger=True`: TensorBoard; a logger; `logger=[...]`), opened once per run with
+  the hyperparameters, and the summary line and model summary (`summary.py`);
+- the scalars of logging steps (loss, gradient norm, learning rates, throughput) and of epochs
+  (what `self.log` reduced), with `trainer.logged_metrics` and `history`;
+- the progress bar (tqdm, a progress-bar callback's, or plain lines when not in a terminal).
+
+The loop calls these few methods and knows nothing of TensorBoard, tqdm or files. Only the
+global-zero rank writes anything. The run's checkpoints are written in its folder by
+`context.checkpoints` (`trainer/checkpoint/io.py`), which also says where a resumed run continues
+(`continued_dir`) and at which step (`resumed_at`).
 """
 
 from __future__ import annotations
@@ -9,76 +19,41 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
-from trainer import checkpoint as ckpt
-from trainer.checkpoint.host import Position, StateHost
-from trainer.checkpoint.sharded import is_sharded, read_sharded
-from trainer.checkpoint.trackers import continue_loggers
-from trainer.checkpoint.writer import CheckpointWriter
-from trainer.logging.last_run import agree_on_last, facts_of_run, note, other_kind_in, warn_if_restarting
-from trainer.logging.metrics import MetricStore, SummaryHost, batch_size_of, fit_summary, to_floats
+from trainer.logging.metrics import batch_size_of, to_floats
 from trainer.logging.multi import LoggerList
-from trainer.logging.loggers import TensorBoardLogger
-from trainer.logging.runs import DEFAULT_NAME, make_run_dir, planned_run_dir, run_folder_of
+from trainer.logging.tensorboard import TensorBoardLogger
+from trainer.logging.host import RunHost
+from trainer.logging.runs import DEFAULT_NAME, make_run_dir, planned_folder, release_folder
 from trainer.logging.progress import ProgressBar
 from trainer.logging.live import LineProgress, LiveNumbers, fresh_values, line_settings, ordered, run_progress, wants_lines
 from trainer.logging.throughput import Throughput
-from trainer.logging.summary import summarize
+from trainer.logging.summary import fit_summary, run_hyperparameters, summarize
 from trainer._utils import WeakAttribute
 
-__all__ = ["RunIO", "RunHost"]
+__all__ = ["RunOutput", "RunHost"]
 
 log = logging.getLogger("trainer")
 
 
-class RunPosition(Position, Protocol):
-    """Where the loop is (`LoopState`), with what RunIO reports of it."""
-
-    @property
-    def global_step(self) -> int: ...
-    @property
-    def skipped_steps(self) -> int: ...
-
-
-class RunHost(StateHost, SummaryHost, Protocol):
-    """The run's context as `RunIO` sees it (`trainer/loops/context.py`): what checkpoints and
-    the summary read, and the rest below."""
-
-    at_run_start: list[Callable[[], None]]  # what the YAML layer runs once a run starts
-
-    @property
-    def state(self) -> RunPosition: ...
-    @property
-    def metrics(self) -> MetricStore: ...
-    @property
-    def sanity_checking(self) -> bool: ...
-    @property
-    def trainer(self) -> Any:
-        """The Trainer (its public properties: `num_training_batches`, `estimated_stepping_batches`)."""
-
-
-class RunIO:
+class RunOutput:
     context: WeakAttribute[RunHost] = WeakAttribute()  # the run's context owns this object: no reference cycle
 
     def __init__(self, context: RunHost) -> None:
         self.context = context
         args = context.args
         self._run_dir: Path | None = None
-        self._continued_dir: Path | None = None  # ckpt_path="last" of an unnamed run: that run's folder
-        self._adopted: dict[str, Any] | None = None  # the checkpoint whose logger runs were taken when it was read
-        self._resumed_at: int | None = None  # the step a resumed fit started at (values there may be written already)
-        self._files = CheckpointWriter()  # sync or background writes, last.ckpt retention
+        # The folder of the run a resume continues (ckpt_path="last" of an unnamed run, a checkpoint
+        # path inside root_dir): set by the run's checkpoints when they read it (trainer/checkpoint/io.py).
+        self.continued_dir: Path | None = None
         self._logger: Any = None
         self._logger_arg = args.logger
         self._progress: Any = None  # a ProgressBar, or what a progress-bar callback makes
         self._hparams_logged = False
-        self.saves = 0
-        self._resumed_inside_epoch: dict[str, Any] | None = None  # until that epoch's start hooks ran
         self._last_log_time: float | None = None
         self._last_log_step = 0
         self._samples = 0  # samples seen since the last log (first tensor's dim 0 of each batch)
@@ -117,18 +92,13 @@ class RunIO:
         if self._logger is None and self.writes and self._logger_arg is not False:
             if self._logger_arg is True:
                 args = self.context.args
-                where = {"version_dir": self._continued_dir} if self._continued_dir else {"version": args.run_name}
+                where = {"version_dir": self.continued_dir} if self.continued_dir else {"version": args.run_name}
                 self._logger = TensorBoardLogger(args.root_dir, **where)
             elif isinstance(self._logger_arg, list):  # logger=[...]: the same values to each
                 self._logger = LoggerList(self._logger_arg)
             else:
                 self._logger = self._logger_arg
         return self._logger
-
-    @property
-    def progress_bar(self) -> Any:
-        """The open progress bar (a ProgressBar, or what a progress-bar callback made), else None."""
-        return self._progress
 
     @property
     def loggers(self) -> list[Any]:
@@ -144,36 +114,36 @@ class RunIO:
                 self._run_dir = Path(logger.log_dir)
             else:
                 args = self.context.args
-                self._run_dir = self._continued_dir or make_run_dir(args.root_dir, DEFAULT_NAME, args.run_name)
+                self._run_dir = self.continued_dir or make_run_dir(args.root_dir, DEFAULT_NAME, args.run_name)
+        return self._run_dir
+
+    @property
+    def chosen_dir(self) -> Path | None:
+        """The run's folder once chosen (`run_dir` was read); None before, with nothing created."""
         return self._run_dir
 
     def planned_dir(self) -> Path | None:
         """The run's folder when it is named (run_name, a logger's version, SLURM's job id),
         without creating anything; None when the run would get a new version_N."""
-        logger, args = self._logger_arg, self.context.args
-        if isinstance(logger, bool):
-            return planned_run_dir(args.root_dir, DEFAULT_NAME, args.run_name)
-        # A folder logger (TensorBoardLogger, CSVLogger), or the first of logger=[...]: its folder is the run's.
-        for each in logger if isinstance(logger, (list, tuple)) else getattr(logger, "loggers", [logger]):
-            if all(hasattr(each, name) for name in ("root_dir", "name", "version", "_log_dir")):
-                return each._log_dir or planned_run_dir(each.root_dir, each.name, each.version)
-        return None
+        return planned_folder(self._logger_arg, self.context.args.root_dir, self.context.args.run_name)
+
+    def release_unused_folder(self) -> None:
+        """`trainer.log_dir` read before a resuming fit (a script printing it first) made a new
+        version_N: while nothing was written there, it is given back, so the resume continues
+        its run's folder as it does without that read."""
+        args = self.context.args
+        if self._run_dir is not None and self.writes and release_folder(self._run_dir, self.loggers, args.root_dir, args.run_name):
+            self._run_dir = None
 
     @property
-    def last_path(self) -> Path:
-        return self.run_dir / "last.ckpt"
+    def in_fit(self) -> bool:
+        """Between `start_run` and `end_run`: inside fit."""
+        return self._in_fit
 
-    def _check_last_kind(self) -> None:
-        """Before training, on every rank: the run folder's last.ckpt, if any, is of the kind this
-        run writes (a file, or FSDP's sharded folder), so no save replaces one with the other."""
-        strategy, problem = self.context.strategy, None
-        folder = self._run_dir or self._continued_dir or (self.planned_dir() if self.writes else None)
-        if self.writes and folder is not None:
-            problem = other_kind_in(Path(folder), strategy.sharded_checkpoints)
-        if strategy.world_size > 1:
-            problem = strategy.broadcast_object(problem)
-        if problem is not None:
-            raise ckpt.CheckpointError(problem)
+    def flush(self) -> None:
+        """What was logged so far, on disk (before a checkpoint that resumes after it is written)."""
+        if self._logger is not None:
+            self._logger.flush()
 
     # --------------------------------------------------------------------- lifecycle
     def run_start_actions(self) -> None:
@@ -183,10 +153,9 @@ class RunIO:
             action()
 
     def start_run(self, module: Any) -> None:
-        """Open the progress bar; once per run: the summary line and the hyperparameters."""
+        """Open the progress bar; once per run: the summary line and the hyperparameters.
+        (The run's checkpoints checked its folder before: `Checkpoints.start_run`.)"""
         args = self.context.args
-        if args.enable_checkpointing:
-            self._check_last_kind()  # before anything is written in the run's folder (config.yaml)
         self.run_start_actions()
         self._in_fit = True
         self._epoch_record = {}
@@ -195,8 +164,6 @@ class RunIO:
         if strategy.world_size > 1 and (args.logger is not False or args.enable_checkpointing):
             # Every rank uses rank 0's folder (for last.ckpt paths); only rank 0 creates it.
             self._run_dir = Path(strategy.broadcast_object(str(self.run_dir) if self.writes else None))
-        if self.writes and self.saves == 0 and self.context.state.global_step == 0 and self.planned_dir() is not None:
-            warn_if_restarting(self.run_dir)  # a named run's folder, and a fit from the beginning
         if self.writes and not self._summary_logged:
             log.info("%s", fit_summary(self.context, module))
             if args.enable_model_summary and not any(
@@ -208,16 +175,7 @@ class RunIO:
             self._progress = self._new_bar()
         logger = self.logger
         if logger is not None and not self._hparams_logged:
-            params = {
-                "module": dict(getattr(module, "hparams", {}) or {}),
-                "trainer": {k: v for k, v in args.model_dump().items() if k not in ("callbacks", "logger")},
-            }
-            params["trainer"]["precision"] = getattr(self.context.precision, "name", str(args.precision))
-            experiment = self.context.experiment_config  # set by trainer.config for YAML runs
-            if experiment:
-                # Each value once: the YAML's model/data/seed; its trainer section is the one above.
-                params = {"trainer": params["trainer"], "experiment": {k: v for k, v in experiment.items() if k != "trainer"}}
-            logger.log_hyperparams(params)
+            logger.log_hyperparams(run_hyperparameters(module, args, self.context.precision, self.context.experiment_config))
             for each in getattr(logger, "loggers", [logger]):  # TensorBoardLogger(log_graph=True), as Lightning
                 if callable(getattr(each, "log_graph", None)):
                     each.log_graph(module)
@@ -227,7 +185,8 @@ class RunIO:
         self._samples, self._samples_known = 0, True
 
     def end_run(self) -> None:
-        """Close the bars and the logger; runs in `fit`'s finally, so also after an error."""
+        """Close the bars and the logger; runs in `fit`'s finally, so also after an error
+        (then the run's checkpoints complete a write in flight: `Checkpoints.end_run`)."""
         self._in_fit = False
         try:
             self._write_epoch_row()  # an epoch's end that failed after its means were taken
@@ -235,13 +194,12 @@ class RunIO:
                 self._progress.close()
         finally:
             self._progress = None
-            self._files.close()  # a background write in flight completes (after an error: logged)
             if self._logger is not None:
                 self._logger.flush()
                 self._logger.close()
 
     def end_epoch(self) -> None:
-        """After a finished epoch: one `history` row, flush the event file, write last.ckpt."""
+        """After a finished epoch: one `history` row, flush the event file (the loop then writes last.ckpt)."""
         self.close_train_epoch()  # what epoch-end hooks logged with on_epoch=True: this epoch's, not the next's
         self._write_epoch_row()
         self.context.metrics.end_train_epoch()  # metric objects logged in training are reset, as Lightning does
@@ -252,7 +210,6 @@ class RunIO:
             self._epoch_record = {}
         if self._logger is not None:
             self._logger.flush()
-        self.save_last()
 
     # ---------------------------------------------------------------------- logging
     def log_step(self, window_loss: torch.Tensor | None, grad_norm: torch.Tensor | None, epoch: int | None = None) -> None:
@@ -329,7 +286,7 @@ class RunIO:
         row, self._epoch_row = self._epoch_row, {}
         if row and self.logger is not None:
             step = self.context.state.global_step
-            if step == self._resumed_at:  # a resumed run: a point the tracker already holds is not written twice
+            if step == self.context.checkpoints.resumed_at:  # a resumed run: a point the tracker already holds is not written twice
                 self._log_once_at(step, {**row, "epoch": self._epoch_row_epoch})
             else:
                 self.logger.log_metrics({**row, "epoch": self._epoch_row_epoch}, step=step)
@@ -351,7 +308,7 @@ class RunIO:
             self._epoch_row.update(written)
         elif self.logger is not None and written and self.context.module is not None:
             step = self.context.state.global_step
-            if self._in_fit and step == self._resumed_at:
+            if self._in_fit and step == self.context.checkpoints.resumed_at:
                 self._log_once_at(step, {**written, "epoch": self.context.state.epoch})
             else:
                 self.logger.log_metrics({**written, "epoch": self.context.state.epoch}, step=step)
@@ -425,6 +382,11 @@ class RunIO:
         return ProgressBar()
 
     @property
+    def progress_bar(self) -> Any:
+        """The bar open now (tqdm's, a progress-bar callback's, or lines), else None."""
+        return self._progress
+
+    @property
     def _counts_samples(self) -> bool:
         return isinstance(self._progress, LineProgress)
 
@@ -450,166 +412,3 @@ class RunIO:
         self.context.metrics.evaluating = False
         if self._progress is not None:
             self._progress.end_validation()
-
-    # ------------------------------------------------------------------- checkpoints
-    def save(self, path: str | Path, *, allow_partial: bool = False, weights_only: bool = False,
-             keep: int | None = None) -> Path:
-        """Write a checkpoint; refuse (RuntimeError) inside a window unless `allow_partial`.
-        Inside fit with `async_checkpointing`, a single file is written in the background
-        (trainer/checkpoint/background.py); `keep`: the retention of the run's last.ckpt."""
-        target = Path(path)
-        if self._logger is not None and not weights_only:
-            self._logger.flush()  # what was logged up to this step is on disk before the checkpoint that resumes after it
-        args, strategy = self.context.args, self.context.strategy
-        self._files.settle(strategy, enabled=args.async_checkpointing)  # the previous background write
-        if weights_only:
-            state = ckpt.collect_weights(self.context, target)
-        else:
-            state = ckpt.collect_state(self.context, allow_partial=allow_partial, target=target)
-        self._files.write(state, target, strategy, background=self._in_fit and args.async_checkpointing, keep=keep,
-                          shards=self.context if strategy.sharded_checkpoints else None)  # FSDP: every rank writes
-        self.saves += int(self.writes)
-        return target
-
-    def save_last(self) -> None:
-        """last.ckpt; on an interrupt inside a window it is written and marked as not exact."""
-        if self.context.args.enable_checkpointing and self.context.module is not None:
-            self.save(self.last_path, allow_partial=True, keep=self.context.args.keep_last_checkpoints)
-
-    def finish_writes(self) -> None:
-        """Fit is ending normally: the last background write is complete, or its error is raised."""
-        self._files.settle(self.context.strategy, enabled=self.context.args.async_checkpointing)
-
-    def remove_checkpoint(self, path: str | Path) -> None:
-        """Rank 0: delete a checkpoint, once the write in flight (if any) is complete."""
-        if self.writes:
-            self._files.remove(path)
-
-    def read_checkpoint(self, ckpt_path: str | Path, *, weights_only: bool = False, module: Any = None) -> dict[str, Any] | None:
-        """Load and check `ckpt_path` ('last', 'best' or a path) before anything is touched.
-        None: ckpt_path='last' for fit and the run has no checkpoint yet (it starts fresh).
-        `module`: the module to run, for 'last' to find a run of the same experiment."""
-        if not weights_only:
-            self._release_unused_folder()
-        if str(ckpt_path) == "last":
-            state = self._read_last(weights_only, facts_of_run(self.context, module, weights_only))
-        else:
-            state = self._read(ckpt_path)
-            ckpt.check_layout(state, weights_only=weights_only)
-            if not weights_only and str(ckpt_path) != "best" and self.writes and self.planned_dir() is None:
-                self._continued_dir = self._continued_dir or self._run_folder_holding(ckpt_path)
-        if state is not None and not weights_only:
-            self._adopt_run(state)
-        return state
-
-    def _release_unused_folder(self) -> None:
-        """`trainer.log_dir` read before a resuming fit (a script printing it first) made a new
-        version_N: while nothing was written there, it is given back, so the resume continues
-        its run's folder as it does without that read."""
-        folder = self._run_dir
-        if folder is None or not self.writes or self.saves:
-            return
-        folders = [each for each in self.loggers if callable(getattr(each, "release_unused_folder", None))]
-        if not all(each.release_unused_folder(check_only=True) for each in folders):
-            return  # a logger keeps its folder (named, given, written to): so does the run
-        for each in folders:
-            each.release_unused_folder()
-        args = self.context.args
-        if not folders and planned_run_dir(args.root_dir, DEFAULT_NAME, args.run_name) is None:
-            # the Trainer's own new folder (no logger, or only trackers without one: W&B, MLflow)
-            if folder.exists() and next(folder.iterdir(), None) is not None:
-                return
-            if folder.exists():
-                folder.rmdir()
-        self._run_dir = None
-
-    def _run_folder_holding(self, ckpt_path: str | Path) -> Path | None:
-        """The run folder under root_dir a checkpoint file belongs to (its last.ckpt, or a file in its
-        checkpoints/), which a resume from it continues, as ckpt_path='last' does; else None."""
-        if "://" in str(ckpt_path):
-            return None
-        root = Path(self.context.args.root_dir)
-        folder = run_folder_of(ckpt_path, root)
-        inside, base = folder.absolute().resolve(), root.absolute().resolve()
-        return folder if inside != base and inside.is_relative_to(base) else None
-
-    def _adopt_run(self, checkpoint: dict[str, Any]) -> None:
-        """A resume: the loggers take the checkpoint's runs now, before any user code (a `setup`
-        hook reading `trainer.log_dir`) can make a new folder; the restore then finds them taken."""
-        if not self.writes or self._logger_arg is False:
-            return
-        loop = checkpoint.get("loop")
-        step = loop.get("global_step") if isinstance(loop, dict) else None
-        if isinstance(step, int):
-            continue_loggers(self.loggers, checkpoint.get("loggers"), step)
-            self._adopted = checkpoint
-
-    def _read_last(self, evaluating: bool, facts: dict[str, Any] | None = None) -> dict[str, Any] | None:
-        """The newest complete checkpoint of this run (trainer/logging/last_run.py): a run of the
-        same experiment (`facts`); an unnamed run continues in the folder of the run it resumes."""
-        root, planned = self.context.args.root_dir, self.planned_dir() if self.writes else None
-        state, folder = agree_on_last(self.context.strategy, root, planned, self._read, facts, evaluating)
-        if state is None and evaluating:
-            raise ckpt.CheckpointError(
-                f"ckpt_path='last': {f'run {str(planned)!r}' if planned else f'root_dir {str(root)!r}'} has no "
-                "complete checkpoint to evaluate. Expected a previous fit with enable_checkpointing=True there, "
-                "or pass the checkpoint's path."
-            )
-        if state is not None and planned is None and folder is not None:
-            self._continued_dir = folder  # whatever the logger: the Trainer's own files continue there
-        return state
-
-    def _read(self, ckpt_path: str | Path) -> dict[str, Any]:
-        if str(ckpt_path) == "best":
-            ckpt_path = self._best_path()
-        if is_sharded(ckpt_path):
-            return read_sharded(ckpt_path)
-        return ckpt.load_checkpoint(ckpt_path)
-
-    def _best_path(self) -> Path:
-        """ckpt_path="best": the best file of the Trainer's ModelCheckpoint (Lightning's rule)."""
-        for callback in self.context.callbacks:
-            best = getattr(callback, "best_model_path", None)
-            if best:
-                return Path(best)
-        has_callback = any(hasattr(callback, "best_model_path") for callback in self.context.callbacks)
-        if not has_callback and self.saves and self._run_dir is not None and self.last_path.is_file():
-            # Lightning's default checkpoint callback (monitor=None) calls the newest epoch-end file
-            # "best": here that is the last.ckpt this Trainer writes at every epoch end.
-            log.info("ckpt_path='best' without a ModelCheckpoint: using this run's %s (the newest, as Lightning's "
-                     "default checkpoint does).", self.last_path)
-            return self.last_path
-        raise ckpt.CheckpointError(
-            "ckpt_path='best': no ModelCheckpoint of this Trainer has saved a best checkpoint yet, and this Trainer "
-            "wrote no last.ckpt (enable_checkpointing=False, or no fit yet). Expected "
-            "callbacks=[ModelCheckpoint(monitor=...)] and a fit that saved one, or pass 'last' or a path."
-        )
-
-    def restore(self, checkpoint: dict[str, Any]) -> None:
-        adopted, self._adopted = self._adopted is checkpoint, None
-        # The loggers took the checkpoint's runs when it was read (`_adopt_run`): not twice.
-        ckpt.restore_state(self.context, {k: v for k, v in checkpoint.items() if k != "loggers"} if adopted else checkpoint)
-        state = self.context.state
-        self._resumed_at = state.global_step
-        self._resumed_inside_epoch = checkpoint if state.batches_done > 0 else None
-        if self.writes:  # once, from rank 0; seen in a plain script's output too (a requeued job's log says it)
-            note(
-                logging.INFO, "Resumed from %s: epoch %d, optimizer step %d, batch %d of the epoch.",
-                checkpoint.get("_path", "the checkpoint"), state.epoch, state.global_step, state.batches_done,
-            )
-
-    def take_resumed_checkpoint(self) -> dict[str, Any] | None:
-        """The checkpoint of a resume inside an epoch, once (then it is let go): the loop
-        applies it again after that epoch's start hooks (`trainer/loops/resume.py`)."""
-        checkpoint, self._resumed_inside_epoch = self._resumed_inside_epoch, None
-        return checkpoint
-
-    def forget_resume(self) -> None:
-        """Fit ended: a checkpoint kept for `take_resumed_checkpoint` is no longer needed."""
-        self._resumed_inside_epoch = None
-        self._adopted, self._resumed_at = None, None
-
-    def restore_weights(self, checkpoint: dict[str, Any]) -> None:
-        path = checkpoint.get("_path")
-        source = f"Checkpoint {path!r}" if path else "The checkpoint"
-        ckpt.restore_module(self.context.module, checkpoint, source, self.context.strategy)

@@ -1,0 +1,292 @@
+"""`Checkpoints`: a run's checkpoint files, written, chosen, read and restored.
+
+The run's context (`trainer/loops/context.py`) owns one, as `context.checkpoints`, beside the
+run's output (`context.output`, `trainer/logging/output.py`), which owns the run's folder and
+loggers. The two meet at the folder: last.ckpt is written in the run's folder, and a resume
+continues the folder and the logger runs of the checkpoint it reads (`ckpt_path="last"` picks
+that checkpoint: `latest.py`). They reach each other only through the context, so neither
+folder imports the other.
+
+- `save`/`save_last`: the whole state (`state.py`), or the weights alone, written atomically
+  by rank 0 (every rank for FSDP's sharded folders), in the background inside fit with
+  `async_checkpointing` (`writer.py`);
+- `read_checkpoint`: `ckpt_path` ('last', 'best' or a path) loaded and checked before anything
+  is touched; `restore`/`restore_weights` then apply it;
+- `start_run`: before fit writes anything, the run folder's last.ckpt is checked to be of the
+  kind this run writes, and a named run that starts over is warned about.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from pathlib import Path
+from typing import Any, Protocol
+
+from trainer._utils import WeakAttribute
+from trainer.checkpoint.format import CheckpointError, check_layout, load_checkpoint
+from trainer.checkpoint.host import StateHost
+from trainer.checkpoint.latest import agree_on_last, facts_of_run, note, recorded_step, run_folder_of, user_stacklevel
+from trainer.checkpoint.sharded import is_sharded, read_sharded
+from trainer.checkpoint.state import collect_state, collect_weights, restore_module, restore_state
+from trainer.checkpoint.trackers import continue_loggers
+from trainer.checkpoint.writer import CheckpointWriter
+
+__all__ = ["Checkpoints", "CheckpointHost", "RunFolder", "other_kind_in", "warn_if_restarting"]
+
+log = logging.getLogger("trainer")
+
+
+class RunFolder(Protocol):
+    """The run's folder and loggers (`RunOutput`, `trainer/logging/output.py`), as checkpoints use them."""
+
+    continued_dir: Path | None  # the folder of the run a resume continues (set here, when it is read)
+
+    @property
+    def run_dir(self) -> Path:
+        """The run's folder (chosen, and created, on first read)."""
+
+    @property
+    def chosen_dir(self) -> Path | None:
+        """The run's folder once chosen; None before (nothing created yet)."""
+
+    def planned_dir(self) -> Path | None:
+        """The run's folder when it is named, without creating anything; else None."""
+
+    @property
+    def loggers(self) -> list[Any]: ...
+    @property
+    def in_fit(self) -> bool: ...
+    def flush(self) -> None: ...
+    def release_unused_folder(self) -> None: ...
+
+
+class CheckpointHost(StateHost, Protocol):
+    """The run's context as `Checkpoints` sees it: what a checkpoint holds, and the run's folder."""
+
+    @property
+    def output(self) -> RunFolder: ...
+
+
+class Checkpoints:
+    context: WeakAttribute[CheckpointHost] = WeakAttribute()  # the run's context owns this object: no reference cycle
+
+    def __init__(self, context: CheckpointHost) -> None:
+        self.context = context
+        self._files = CheckpointWriter()  # sync or background writes, last.ckpt retention
+        self.saves = 0  # checkpoints this process wrote (on rank 0)
+        self.resumed_at: int | None = None  # the step a resumed fit started at (values there may be written already)
+        self._adopted: dict[str, Any] | None = None  # the checkpoint whose logger runs were taken when it was read
+        self._resumed_inside_epoch: dict[str, Any] | None = None  # until that epoch's start hooks ran
+
+    @property
+    def writes(self) -> bool:
+        return self.context.strategy.is_global_zero
+
+    @property
+    def last_path(self) -> Path:
+        return self.context.output.run_dir / "last.ckpt"
+
+    # ------------------------------------------------------------------- a run's ends
+    def start_run(self) -> None:
+        """Before fit writes anything in the run's folder (config.yaml included)."""
+        context = self.context
+        if context.args.enable_checkpointing:
+            self._check_last_kind()
+        if self.writes and self.saves == 0 and context.state.global_step == 0 and context.output.planned_dir() is not None:
+            warn_if_restarting(context.output.run_dir)  # a named run's folder, and a fit from the beginning
+
+    def _check_last_kind(self) -> None:
+        """Before training, on every rank: the run folder's last.ckpt, if any, is of the kind this
+        run writes (a file, or FSDP's sharded folder), so no save replaces one with the other."""
+        strategy, output, problem = self.context.strategy, self.context.output, None
+        folder = output.chosen_dir or output.continued_dir or (output.planned_dir() if self.writes else None)
+        if self.writes and folder is not None:
+            problem = other_kind_in(Path(folder), strategy.sharded_checkpoints)
+        if strategy.world_size > 1:
+            problem = strategy.broadcast_object(problem)
+        if problem is not None:
+            raise CheckpointError(problem)
+
+    def finish_writes(self) -> None:
+        """Fit is ending normally: the last background write is complete, or its error is raised."""
+        self._files.settle(self.context.strategy, enabled=self.context.args.async_checkpointing)
+
+    def end_run(self) -> None:
+        """Fit ended (also after an error): a background write in flight completes (after an error: logged)."""
+        self._files.close()
+
+    # ------------------------------------------------------------------------ writing
+    def save(self, path: str | Path, *, allow_partial: bool = False, weights_only: bool = False,
+             keep: int | None = None) -> Path:
+        """Write a checkpoint; refuse (RuntimeError) inside a window unless `allow_partial`.
+        Inside fit with `async_checkpointing`, a single file is written in the background
+        (trainer/checkpoint/background.py); `keep`: the retention of the run's last.ckpt."""
+        target = Path(path)
+        context = self.context
+        if not weights_only:
+            context.output.flush()  # what was logged up to this step is on disk before the checkpoint that resumes after it
+        args, strategy = context.args, context.strategy
+        self._files.settle(strategy, enabled=args.async_checkpointing)  # the previous background write
+        if weights_only:
+            state = collect_weights(context, target)
+        else:
+            state = collect_state(context, allow_partial=allow_partial, target=target)
+        self._files.write(state, target, strategy, background=context.output.in_fit and args.async_checkpointing,
+                          keep=keep, shards=context if strategy.sharded_checkpoints else None)  # FSDP: every rank writes
+        self.saves += int(self.writes)
+        return target
+
+    def save_last(self) -> None:
+        """last.ckpt; on an interrupt inside a window it is written and marked as not exact."""
+        if self.context.args.enable_checkpointing and self.context.module is not None:
+            self.save(self.last_path, allow_partial=True, keep=self.context.args.keep_last_checkpoints)
+
+    def remove_checkpoint(self, path: str | Path) -> None:
+        """Rank 0: delete a checkpoint, once the write in flight (if any) is complete."""
+        if self.writes:
+            self._files.remove(path)
+
+    # ------------------------------------------------------------------------ reading
+    def read_checkpoint(self, ckpt_path: str | Path, *, weights_only: bool = False, module: Any = None) -> dict[str, Any] | None:
+        """Load and check `ckpt_path` ('last', 'best' or a path) before anything is touched.
+        None: ckpt_path='last' for fit and the run has no checkpoint yet (it starts fresh).
+        `module`: the module to run, for 'last' to find a run of the same experiment."""
+        output = self.context.output
+        if not weights_only and not self.saves:
+            output.release_unused_folder()  # a folder made by reading trainer.log_dir first, still empty
+        if str(ckpt_path) == "last":
+            state = self._read_last(weights_only, facts_of_run(self.context, module, weights_only))
+        else:
+            state = self._read(ckpt_path)
+            check_layout(state, weights_only=weights_only)
+            if not weights_only and str(ckpt_path) != "best" and self.writes and output.planned_dir() is None:
+                output.continued_dir = output.continued_dir or self._run_folder_holding(ckpt_path)
+        if state is not None and not weights_only:
+            self._adopt_run(state)
+        return state
+
+    def _run_folder_holding(self, ckpt_path: str | Path) -> Path | None:
+        """The run folder under root_dir a checkpoint file belongs to (its last.ckpt, or a file in its
+        checkpoints/), which a resume from it continues, as ckpt_path='last' does; else None."""
+        if "://" in str(ckpt_path):
+            return None
+        root = Path(self.context.args.root_dir)
+        folder = run_folder_of(ckpt_path, root)
+        inside, base = folder.absolute().resolve(), root.absolute().resolve()
+        return folder if inside != base and inside.is_relative_to(base) else None
+
+    def _adopt_run(self, checkpoint: dict[str, Any]) -> None:
+        """A resume: the loggers take the checkpoint's runs now, before any user code (a `setup`
+        hook reading `trainer.log_dir`) can make a new folder; the restore then finds them taken."""
+        if not self.writes or self.context.args.logger is False:
+            return
+        loop = checkpoint.get("loop")
+        step = loop.get("global_step") if isinstance(loop, dict) else None
+        if isinstance(step, int):
+            continue_loggers(self.context.output.loggers, checkpoint.get("loggers"), step)
+            self._adopted = checkpoint
+
+    def _read_last(self, evaluating: bool, facts: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        """The newest complete checkpoint of this run (trainer/checkpoint/latest.py): a run of the
+        same experiment (`facts`); an unnamed run continues in the folder of the run it resumes."""
+        output = self.context.output
+        root, planned = self.context.args.root_dir, output.planned_dir() if self.writes else None
+        state, folder = agree_on_last(self.context.strategy, root, planned, self._read, facts, evaluating)
+        if state is None and evaluating:
+            raise CheckpointError(
+                f"ckpt_path='last': {f'run {str(planned)!r}' if planned else f'root_dir {str(root)!r}'} has no "
+                "complete checkpoint to evaluate. Expected a previous fit with enable_checkpointing=True there, "
+                "or pass the checkpoint's path."
+            )
+        if state is not None and planned is None and folder is not None:
+            output.continued_dir = folder  # whatever the logger: the Trainer's own files continue there
+        return state
+
+    def _read(self, ckpt_path: str | Path) -> dict[str, Any]:
+        if str(ckpt_path) == "best":
+            ckpt_path = self._best_path()
+        if is_sharded(ckpt_path):
+            return read_sharded(ckpt_path)
+        return load_checkpoint(ckpt_path)
+
+    def _best_path(self) -> Path:
+        """ckpt_path="best": the best file of the Trainer's ModelCheckpoint (Lightning's rule)."""
+        for callback in self.context.callbacks:
+            best = getattr(callback, "best_model_path", None)
+            if best:
+                return Path(best)
+        has_callback = any(hasattr(callback, "best_model_path") for callback in self.context.callbacks)
+        if not has_callback and self.saves and self.context.output.chosen_dir is not None and self.last_path.is_file():
+            # Lightning's default checkpoint callback (monitor=None) calls the newest epoch-end file
+            # "best": here that is the last.ckpt this Trainer writes at every epoch end.
+            log.info("ckpt_path='best' without a ModelCheckpoint: using this run's %s (the newest, as Lightning's "
+                     "default checkpoint does).", self.last_path)
+            return self.last_path
+        raise CheckpointError(
+            "ckpt_path='best': no ModelCheckpoint of this Trainer has saved a best checkpoint yet, and this Trainer "
+            "wrote no last.ckpt (enable_checkpointing=False, or no fit yet). Expected "
+            "callbacks=[ModelCheckpoint(monitor=...)] and a fit that saved one, or pass 'last' or a path."
+        )
+
+    # ---------------------------------------------------------------------- restoring
+    def restore(self, checkpoint: dict[str, Any]) -> None:
+        adopted, self._adopted = self._adopted is checkpoint, None
+        # The loggers took the checkpoint's runs when it was read (`_adopt_run`): not twice.
+        restore_state(self.context, {k: v for k, v in checkpoint.items() if k != "loggers"} if adopted else checkpoint)
+        state = self.context.state
+        self.resumed_at = state.global_step
+        self._resumed_inside_epoch = checkpoint if state.batches_done > 0 else None
+        if self.writes:  # once, from rank 0; seen in a plain script's output too (a requeued job's log says it)
+            note(
+                logging.INFO, "Resumed from %s: epoch %d, optimizer step %d, batch %d of the epoch.",
+                checkpoint.get("_path", "the checkpoint"), state.epoch, state.global_step, state.batches_done,
+            )
+
+    def take_resumed_checkpoint(self) -> dict[str, Any] | None:
+        """The checkpoint of a resume inside an epoch, once (then it is let go): the loop
+        applies it again after that epoch's start hooks (`trainer/loops/resume.py`)."""
+        checkpoint, self._resumed_inside_epoch = self._resumed_inside_epoch, None
+        return checkpoint
+
+    def forget_resume(self) -> None:
+        """Fit ended: a checkpoint kept for `take_resumed_checkpoint` is no longer needed."""
+        self._resumed_inside_epoch = None
+        self._adopted, self.resumed_at = None, None
+
+    def restore_weights(self, checkpoint: dict[str, Any]) -> None:
+        path = checkpoint.get("_path")
+        source = f"Checkpoint {path!r}" if path else "The checkpoint"
+        restore_module(self.context.module, checkpoint, source, self.context.strategy)
+
+
+def other_kind_in(folder: Path, sharded: bool) -> str | None:
+    """Why a run writing sharded folders (`sharded`) or single files can't go on in `folder`:
+    its last.ckpt is of the other kind, and the first save would replace it. None: it can."""
+    last = folder / "last.ckpt"
+    if not ((last.is_dir() and not sharded) or (last.is_file() and sharded)):
+        return None
+    there, here = ("a sharded folder (strategy='fsdp')", "single files") if last.is_dir() else (
+        "a single file", "sharded folders (strategy='fsdp')")
+    return (
+        f"Run folder {str(folder)!r} holds last.ckpt as {there}, and this run writes {here}: its first save would "
+        "replace that run's checkpoint with one of another kind. Nothing was trained. Expected the strategy and "
+        "number of processes that run used (to continue it), or another run folder (Trainer(run_name=...), "
+        "another root_dir)."
+    )
+
+
+def warn_if_restarting(run_dir: Path) -> None:
+    """A named run's folder that already holds last.ckpt, and a fit that starts from the
+    beginning: say that it overwrites that run, and how to continue it instead."""
+    last = run_dir / "last.ckpt"
+    if not last.exists():
+        return
+    step = recorded_step(last)
+    warnings.warn(
+        f"Run folder {str(run_dir)!r} already holds last.ckpt{f' (optimizer step {step})' if step is not None else ''} "
+        "of an earlier run, and this fit starts from the beginning (no ckpt_path): that run's checkpoints will be "
+        "replaced and its curves continue in the same folder. Pass ckpt_path='last' to continue it, or another "
+        "run_name for a new run.",
+        stacklevel=user_stacklevel(),
+    )
