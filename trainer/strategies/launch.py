@@ -161,7 +161,8 @@ def _command_line(devices: int) -> list[str]:
     main = sys.modules.get("__main__")
     spec = getattr(main, "__spec__", None)
     started_by = getattr(spec, "name", None) or os.path.basename(sys.argv[0] if sys.argv else "")
-    if started_by.split(".")[0] in ("pytest", "_pytest") or started_by == "py.test":
+    under_pytest = started_by.split(".")[0] in ("pytest", "_pytest") or started_by == "py.test"
+    if under_pytest or "PYTEST_XDIST_WORKER" in os.environ:  # pytest-xdist's workers run execnet's main
         raise ValueError(
             f"Trainer(devices={devices}) would start {devices - 1} more copies of pytest (the other ranks run "
             "this process's command line again). Expected a training script: run the script with devices=N, "
