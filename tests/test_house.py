@@ -232,6 +232,40 @@ def test_only_the_trainer_and_the_layers_above_it_use_its_own_pieces():
     assert found == [], "\n".join(found)
 
 
+def private_reaches() -> dict[str, list[str]]:
+    """`obj._name` where `obj` is neither `self`/`cls` nor an imported module: one object reading
+    another's private state, by file ("line: expression")."""
+    found: dict[str, list[str]] = {}
+    for name, path in _files().items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        imported = {(a.asname or a.name).split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        imported |= {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")):
+                continue
+            if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+                continue
+            root = node.value
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if isinstance(root, ast.Name) and root.id in imported | {"torch", "os", "sys"}:
+                continue
+            found.setdefault(str(path.relative_to(ROOT)), []).append(f"{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_the_loops_read_no_private_attribute_of_the_trainer_and_objects_rarely_read_each_others():
+    """The loops get what they work with from the run context's public fields; elsewhere a reach
+    into another object's private state is rare (torch's own protocols, mostly) and stays so."""
+    found = private_reaches()
+    loops = [f"{file}:{where}" for file, reaches in found.items() if file.startswith("trainer/loops/")
+             for where in reaches if "trainer" in where.split(":", 1)[1]]
+    assert loops == []
+    total = sum(len(reaches) for reaches in found.values())
+    assert total <= 40, f"{total} private reaches (at most 40):\n" + "\n".join(
+        f"{file}:{where}" for file, reaches in sorted(found.items()) for where in reaches)
+
+
 def test_the_core_never_imports_the_yaml_layer():
     core = [m for m in _modules("trainer") if not _under(m, "trainer.config") and m not in ENTRY_POINTS]
     assert _violations("the core imports trainer.config", core, ("trainer.config",)) == []
