@@ -52,6 +52,17 @@ def _nothing_written_into_the_repository() -> object:
 
 
 @pytest.fixture(autouse=True)
+def _rank_zero_restored() -> object:
+    """A multi-process strategy sets `rank_zero_only.rank` to its rank (Lightning's rule); a test
+    that builds one for rank 1 in this process must not leave every later test on rank 1."""
+    from trainer.strategies.rank_zero import rank_zero_only
+
+    rank = getattr(rank_zero_only, "rank", 0)
+    yield
+    rank_zero_only.rank = rank  # type: ignore[attr-defined]
+
+
+@pytest.fixture(autouse=True)
 def _torch_switches_restored() -> object:
     """Lightning's `Trainer(deterministic=True)` (run by the comparisons) turns torch's global
     switches on for good; each test starts from the ones the suite started with."""

@@ -162,7 +162,7 @@ def _command_line(devices: int) -> list[str]:
     spec = getattr(main, "__spec__", None)
     started_by = getattr(spec, "name", None) or os.path.basename(sys.argv[0] if sys.argv else "")
     under_pytest = started_by.split(".")[0] in ("pytest", "_pytest") or started_by == "py.test"
-    if under_pytest or "PYTEST_XDIST_WORKER" in os.environ:  # pytest-xdist's workers run execnet's main
+    if under_pytest or ("PYTEST_XDIST_WORKER" in os.environ and "pytest" in sys.modules):  # an xdist worker (execnet's main)
         raise ValueError(
             f"Trainer(devices={devices}) would start {devices - 1} more copies of pytest (the other ranks run "
             "this process's command line again). Expected a training script: run the script with devices=N, "
