@@ -76,20 +76,35 @@ def test_a_list_of_one_evaluation_loader_is_that_loader():
     assert "val_loss" in trainer.callback_metrics
 
 
-@pytest.mark.parametrize("stage", ["fit-train", "fit-val", "validate", "test", "predict"])
-def test_several_loaders_in_one_stage_are_refused_with_what_to_do(stage):
-    """Lightning's several loaders per stage are not run here: a ValueError says so and what to do,
-    before a batch reaches user code (which would fail on a DataLoader as its batch)."""
+def test_several_training_loaders_are_refused_with_what_to_do():
+    """Several training loaders are not combined: a ValueError says so and what to do, before a
+    batch reaches user code (which would fail on a DataLoader as its batch)."""
     data = make_data()
     several = [loader(data), loader(data)]
     trainer = Trainer(max_epochs=1, **QUIET)
-    model = _Evaluated()
-    call = {"fit-train": lambda: trainer.fit(model, {"a": several[0], "b": several[1]}),
-            "fit-val": lambda: trainer.fit(model, loader(data), several),
+    with pytest.raises(ValueError, match="expected one loader. Received: a dict of 2 loaders.*ConcatDataset"):
+        trainer.fit(_Evaluated(), {"a": several[0], "b": several[1]})
+    assert trainer.global_step == 0
+
+
+@pytest.mark.parametrize("stage", ["fit-val", "validate", "test", "predict"])
+def test_several_evaluation_loaders_need_dataloader_idx_in_the_step(stage):
+    """Several evaluation loaders run one after the other, and the step must say which one a batch
+    came from (Lightning's rule): a step without `dataloader_idx` is refused before any batch."""
+    data = make_data()
+    several = [loader(data), loader(data)]
+    trainer = Trainer(max_epochs=1, **QUIET)
+
+    class NoIndex(_Evaluated):
+        def predict_step(self, batch, batch_idx):
+            return self(batch[0])
+
+    model = NoIndex()
+    call = {"fit-val": lambda: trainer.fit(model, loader(data), several),
             "validate": lambda: trainer.validate(model, several),
             "test": lambda: trainer.test(model, several),
             "predict": lambda: trainer.predict(model, several)}[stage]
-    with pytest.raises(ValueError, match="expected one loader. Received: a (list|dict) of 2 DataLoaders.*ConcatDataset"):
+    with pytest.raises(ValueError, match=r"expected a `dataloader_idx` argument.*Add `dataloader_idx=0`"):
         call()
     assert trainer.global_step == 0
 

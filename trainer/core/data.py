@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainer.core.flags import overfit_loader
 from trainer.loops.batches import check_loader, one_loader
+from trainer.loops.loaders import EvalLoaders
 
 if TYPE_CHECKING:
     from trainer._args import TrainerArgs
@@ -124,7 +125,9 @@ class TrainerData:
 
     def _prepare_loader(self, loader: Any, *, train: bool, fitting: bool = True) -> Any:
         """`overfit_batches` (fit only: unshuffled), then the strategy's DistributedSampler
-        unless `use_distributed_sampler=False`."""
+        unless `use_distributed_sampler=False`; several evaluation loaders: each of them."""
+        if isinstance(loader, EvalLoaders):
+            return loader.map(lambda one: self._prepare_loader(one, train=train, fitting=fitting))
         if fitting and self.args.overfit_batches:
             loader = overfit_loader(loader, "train" if train else "val")
         if not self.args.use_distributed_sampler:

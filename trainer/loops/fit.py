@@ -33,6 +33,8 @@ from trainer.loops.batches import batch_mover, empty_loader_message, micro_batch
 from trainer.loops.resume import restore_after_epoch_start
 from trainer.loops.schedule import ValidationSchedule, batch_limit, parse_max_time
 from trainer.logging.profiler import StepProfiler
+from trainer.loops.evaluation import check_dataloader_idx
+from trainer.loops.loaders import EvalLoaders
 from trainer.loops.context import Evaluation, ManualSteps, RunContext, manual_of, module_of, optimizers_of
 from trainer.loops.monitors import MonitorCheck
 from trainer.logging.metrics import MonitorError
@@ -73,7 +75,7 @@ class FitLoop:
         self.epoch_batches: int | None = None
         self.schedule: ValidationSchedule | None = None
         self.validate_at_end = False
-        self.val_limit: int | None = None
+        self.val_limit: int | None | list[int | None] = None  # a list: one per loader (several loaders)
         self.profiler = StepProfiler.from_arg(args.profiler)
         if context.simple_profiler is not None:  # profiler="simple": time every training batch
             self.optimization.run = context.simple_profiler.wrap(self.optimization.run, "run_training_batch")  # type: ignore[method-assign]
@@ -136,7 +138,12 @@ class FitLoop:
                 "a positive number or fraction; to only evaluate, call trainer.validate(model, loader)."
             )
         self.schedule = ValidationSchedule(args.val_check_interval, args.check_val_every_n_epoch, self.epoch_batches)
-        if self.val_loader is not None:
+        if self.val_loader is not None:  # a step without dataloader_idx for several loaders: before any batch
+            check_dataloader_idx(module_of(self.context), "validation", isinstance(self.val_loader, EvalLoaders))
+        if isinstance(self.val_loader, EvalLoaders):  # several: a limit per loader, as Lightning's
+            self.val_limit = [batch_limit(args.limit_val_batches, length_of(one), "limit_val_batches")
+                              for one in self.val_loader.loaders]
+        elif self.val_loader is not None:
             self.val_limit = batch_limit(args.limit_val_batches, length_of(self.val_loader), "limit_val_batches")
 
     def _reload(self, train_loader: Any) -> Any:
@@ -201,7 +208,11 @@ class FitLoop:
         context, steps = self.context, self.context.args.num_sanity_val_steps
         if self.val_loader is None or steps == 0:
             return
-        limit = self.val_limit if steps == -1 else (steps if self.val_limit is None else min(steps, self.val_limit))
+        limit: int | None | list[int | None]
+        if isinstance(self.val_limit, list):
+            limit = [each if steps == -1 else (steps if each is None else min(steps, each)) for each in self.val_limit]
+        else:
+            limit = self.val_limit if steps == -1 else (steps if self.val_limit is None else min(steps, self.val_limit))
         latest = dict(context.metrics.latest)
         context.sanity_checking = True
         try:

@@ -96,7 +96,7 @@ class Strategy(LightningAttributes):
             precision.scaler_class = torch.amp.GradScaler  # an AMP() an FSDP run used before
         precision.setup(self.device)
 
-    def step_callable(self, module: torch.nn.Module, name: str) -> Callable[[Any, int], Any]:
+    def step_callable(self, module: torch.nn.Module, name: str) -> Callable[..., Any]:
         """The callable that runs `module.<name>` (a validation, test or predict step)."""
         return step_caller(module, name)
 
@@ -209,7 +209,7 @@ def launched_by_torchrun() -> bool:
     return all(name in os.environ for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
 
 
-def step_caller(module: Any, name: str) -> Callable[[Any, int], Any]:
+def step_caller(module: Any, name: str) -> Callable[..., Any]:
     """`module.<name>` as a `(batch, batch_idx)` callable; Lightning lets a step omit
     `batch_idx`. Decided once (per fit), so a step pays nothing for it."""
     method = getattr(module, name)
@@ -220,4 +220,4 @@ def step_caller(module: Any, name: str) -> Callable[[Any, int], Any]:
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     if len(positional) >= 2 or any(p.kind is p.VAR_POSITIONAL for p in params):
         return method  # type: ignore[no-any-return]
-    return lambda batch, batch_idx: method(batch)
+    return lambda batch, batch_idx, *rest: method(batch, *rest)  # rest: dataloader_idx (several loaders)
