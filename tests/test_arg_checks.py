@@ -76,14 +76,25 @@ def test_a_list_of_one_evaluation_loader_is_that_loader():
     assert "val_loss" in trainer.callback_metrics
 
 
-def test_several_training_loaders_are_refused_with_what_to_do():
-    """Several training loaders are not combined: a ValueError says so and what to do, before a
-    batch reaches user code (which would fail on a DataLoader as its batch)."""
+def test_several_training_loaders_are_combined_and_sequential_is_refused():
+    """A dict of training loaders is combined as Lightning combines it (`max_size_cycle`: the
+    step gets a dict batch); a `sequential` CombinedLoader is refused before any step."""
+    from trainer.utilities import CombinedLoader
+
     data = make_data()
-    several = [loader(data), loader(data)]
     trainer = Trainer(max_epochs=1, **QUIET)
-    with pytest.raises(ValueError, match="expected one loader. Received: a dict of 2 loaders.*ConcatDataset"):
-        trainer.fit(_Evaluated(), {"a": several[0], "b": several[1]})
+    seen = []
+
+    class DictBatches(_Evaluated):
+        def training_step(self, batch, batch_idx):
+            seen.append(sorted(batch))
+            return torch.nn.functional.mse_loss(self(batch["a"][0]), batch["a"][1])
+
+    trainer.fit(DictBatches(), {"a": loader(data), "b": loader(data)})
+    assert seen and all(keys == ["a", "b"] for keys in seen)
+    trainer = Trainer(max_epochs=1, **QUIET)
+    with pytest.raises(ValueError, match="Received: mode='sequential', which training does not support"):
+        trainer.fit(_Evaluated(), CombinedLoader([loader(data), loader(data)], "sequential"))
     assert trainer.global_step == 0
 
 

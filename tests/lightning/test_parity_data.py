@@ -71,8 +71,7 @@ def test_datamodule_stages(precision: str, tmp_path: Path) -> None:
     assert ours["hparams"] == theirs["hparams"] and ours["dm_hparams"] == theirs["dm_hparams"]
 
 
-@pytest.mark.parametrize("loaders", ["eval", pytest.param("train", marks=pytest.mark.xfail(
-    strict=True, reason="several training loaders: not combined yet, a ValueError (docs/lightning.md)")), "predict"])
+@pytest.mark.parametrize("loaders", ["eval", "train", "predict"])
 def test_multiple_loaders(loaders: str, tmp_path: Path) -> None:
     ours, theirs = both("multi_loaders", tmp_path, loaders=loaders)
     assert_same_weights(ours["model"], theirs["model"])

@@ -11,6 +11,7 @@ import torch
 
 from trainer._utils import length_of
 from trainer.logging.metrics import to_floats
+from trainer.loops.combined import CombinedLoader
 from trainer.loops.loaders import public_loaders
 from trainer.loops.schedule import batch_limit
 
@@ -310,8 +311,9 @@ class TrainerProperties:
     @property
     def train_dataloader(self) -> Any:
         """The loader fit trains on, as the Trainer prepared it (with its DistributedSampler
-        under DDP); None before fit."""
-        return self._run.train_loader
+        under DDP); None before fit. Several combined loaders: the dict or list they came in, as Lightning's."""
+        loader = self._run.train_loader
+        return loader.iterables if isinstance(loader, CombinedLoader) else loader
 
     @property
     def val_dataloaders(self) -> Any:

@@ -139,20 +139,23 @@ def one_loader(loader: Any) -> Any:
 
 
 def check_loader(loader: Any, name: str) -> None:
+    from trainer.loops.combined import CombinedLoader
     from trainer.loops.loaders import EvalLoaders, loaders_in
 
     if isinstance(loader, EvalLoaders):
         for key, each in zip(loader.keys, loader.loaders):
             check_loader(each, f"{name}[{key!r}]")
         return
+    if isinstance(loader, CombinedLoader):
+        for index, each in enumerate(loader.flattened):
+            check_loader(each, f"{name} (CombinedLoader's loader {index})")
+        return
     items = loaders_in(loader)
     if items is not None:
         what = "a dict" if isinstance(loader, Mapping) else f"a {type(loader).__name__}"
         raise ValueError(
-            f"{name} expected one loader. Received: {what} of {len(items)} loaders. Several training loaders "
-            "are not combined here. Expected one DataLoader: concatenate the datasets "
-            "(torch.utils.data.ConcatDataset). Several validation, test or predict loaders are run one "
-            "after the other (docs/data.md)."
+            f"{name} expected one loader. Received: {what} of {len(items)} loaders. Expected one loader, or "
+            "a CombinedLoader (trainer.utilities.CombinedLoader) for several (docs/data.md)."
         )
     if not isinstance(loader, Iterable) or isinstance(loader, (str, bytes)):
         raise TypeError(

@@ -72,9 +72,18 @@ def rebatch_problem(loader: Any) -> str | None:
 
 
 def loader_generators(loader: Any) -> dict[str, torch.Generator]:
-    """The distinct `torch.Generator`s a loader and its samplers own, by attribute path."""
+    """The distinct `torch.Generator`s a loader and its samplers own, by attribute path (a
+    `CombinedLoader`: those of each of its loaders, as `flattened[i].<path>`)."""
     found: dict[str, torch.Generator] = {}
     seen: set[int] = set()
+    children = getattr(loader, "flattened", None)
+    if isinstance(children, list) and type(loader).__name__ == "CombinedLoader":
+        for index, child in enumerate(children):
+            for path, generator in loader_generators(child).items():
+                if id(generator) not in seen:
+                    seen.add(id(generator))
+                    found[f"flattened[{index}].{path}"] = generator
+        return found
     for path in _GENERATOR_PATHS:
         value: Any = loader
         for name in path.split("."):

@@ -13,6 +13,7 @@ import torch
 from trainer.logging.metrics import to_floats
 from trainer._utils import length_of, move_to_device, to_host
 from trainer.loops.batches import batch_mover, module_override
+from trainer.loops.combined import CombinedLoader, batches_of
 from trainer.loops.context import RunContext, module_of
 from trainer.loops.loaders import EvalLoaders, loader_list
 
@@ -73,9 +74,11 @@ class EvalLoop:
         totals: list[int | None] = []
         for index, one in enumerate(loaders):
             total = length_of(one)
+            if isinstance(one, CombinedLoader):  # Lightning's combined batches, in one pass
+                loaders[index] = batches_of(iter(one))
             if limits[index] is not None:  # limit_<stage>_batches / num_sanity_val_steps
                 total = limits[index] if total is None else min(total, limits[index])  # type: ignore[type-var]
-                loaders[index] = itertools.islice(one, limits[index])
+                loaders[index] = itertools.islice(loaders[index], limits[index])
             context.strategy.check_eval_lengths(total, stage)  # FSDP: every step is a collective
             totals.append(total)
         with context.uninterruptible():

@@ -33,6 +33,7 @@ from trainer.loops.batches import batch_mover, empty_loader_message, micro_batch
 from trainer.loops.resume import restore_after_epoch_start
 from trainer.loops.schedule import ValidationSchedule, batch_limit, parse_max_time
 from trainer.logging.profiler import StepProfiler
+from trainer.loops.combined import CombinedLoader, batches_of
 from trainer.loops.evaluation import check_dataloader_idx
 from trainer.loops.loaders import EvalLoaders
 from trainer.loops.context import Evaluation, ManualSteps, RunContext, manual_of, module_of, optimizers_of
@@ -353,6 +354,9 @@ class FitLoop:
             # The epoch's order is recorded at its start; a resume inside it replays the order and
             # skips what was consumed (loops/data.py), then restores the checkpoint's random state.
             iterator = context.data_order.epoch_iterator(loader, state.batches_done, state.epoch)
+            combined = isinstance(loader, CombinedLoader)
+            if combined:  # Lightning's (batch, batch_idx, dataloader_idx): the step gets the batch
+                iterator = batches_of(iterator)
             if total is None and isinstance(args.limit_train_batches, int):  # an iterable loader, capped
                 iterator = itertools.islice(iterator, max(args.limit_train_batches - state.batches_done, 0))
             with context.uninterruptible():
@@ -400,7 +404,7 @@ class FitLoop:
                     if stop or self.stop_now():
                         complete = total is not None and state.batches_done >= total
                         if complete:
-                            if total == length:  # leave the loader as the uninterrupted run's loop does
+                            if total == length and not combined:  # leave the loader as the uninterrupted run's loop does
                                 context.data_order.finish_epoch(iterator)
                         elif not stop and not validated and not context.preempted and validating \
                                 and schedule.epoch_validates(state.epoch):
@@ -408,9 +412,10 @@ class FitLoop:
                         return complete
             if batch_idx + 1 > state.batches_done:  # the loader ended inside a window (len() overstated it)
                 optimization.end_window(batch_idx + 1)
-            elif total is not None and total == length:
+            elif total is not None and total == length and not combined:
                 # The whole loader: ask once past its end, as a `for` loop over it does (a sampler's
-                # last draw). A limited epoch asks for nothing beyond its last batch.
+                # last draw). A limited epoch asks for nothing beyond its last batch. A CombinedLoader
+                # is not asked (Lightning's rule): asking would start a shorter loader again.
                 context.data_order.finish_epoch(iterator)
             if total is None and state.epoch == 0 and state.batches_done == 0:
                 raise ValueError(empty_loader_message(loader))

@@ -130,7 +130,13 @@ class Strategy(LightningAttributes):
     def set_epoch(self, loader: Any, epoch: int) -> None:
         """Tell the loader's samplers which epoch it is (`set_epoch`, where they have one: a
         `DistributedSampler` shuffles by it), on every strategy, as Lightning does: a
-        DistributedSampler a user made for one process reshuffles each epoch too."""
+        DistributedSampler a user made for one process reshuffles each epoch too; each loader
+        of a `CombinedLoader`."""
+        children = getattr(loader, "flattened", None)
+        if isinstance(children, list) and type(loader).__name__ == "CombinedLoader":
+            for child in children:
+                self.set_epoch(child, epoch)
+            return
         samplers = (getattr(loader, "sampler", None), getattr(getattr(loader, "batch_sampler", None), "sampler", None))
         for index, sampler in enumerate(samplers):
             set_epoch = getattr(sampler, "set_epoch", None)
