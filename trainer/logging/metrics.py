@@ -178,6 +178,7 @@ class MetricStore:
         # Which of several evaluation loaders runs (None: one loader, or outside their batches):
         # names logged meanwhile get Lightning's "/dataloader_idx_N" suffix.
         self.dataloader_idx: int | None = None
+        self.loader_name: str | None = None  # the loader's name, when the step asked for names
         self._eval_owner: dict[str, int | None] = {}  # evaluation epoch name -> the loader it was logged for
         self._loader_suffix = ""  # the suffix of the value being logged
         self._evaluating = False
@@ -288,7 +289,7 @@ class MetricStore:
         logged for two loaders without the suffix is Lightning's error."""
         index = self.dataloader_idx
         if add_dataloader_idx and index is not None:
-            self._loader_suffix = f"/dataloader_idx_{index}"
+            self._loader_suffix = f"/dataloader_idx_{index}" if self.loader_name is None else f"/{self.loader_name}"
             name += self._loader_suffix
         owner = self._eval_owner.setdefault(name, index)
         if owner is not None and index is not None and owner != index:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -17,7 +17,7 @@ from trainer.loops.combined import CombinedLoader, batches_of
 from trainer.loops.context import RunContext, module_of
 from trainer.loops.loaders import EvalLoaders, loader_list
 
-__all__ = ["EvalLoop", "check_dataloader_idx", "per_loader"]
+__all__ = ["EvalLoop", "check_dataloader_idx", "per_loader", "takes_names"]
 
 _STEP = {"validation": "validation_step", "test": "test_step", "predict": "predict_step"}
 _EVAL_HOOK = {"validation": "on_validation_model_eval", "test": "on_test_model_eval", "predict": "on_predict_model_eval"}
@@ -57,6 +57,7 @@ class EvalLoop:
         loaders = loader_list(loader)
         several = isinstance(loader, EvalLoaders)
         check_dataloader_idx(module, stage, several)
+        names = [str(key) for key in loader.keys] if several and takes_names(module, stage) else None
         step = context.strategy.step_callable(module, _STEP[stage])  # Lightning lets a step omit batch_idx
         timer = context.simple_profiler
         if timer is not None:  # profiler="simple"
@@ -85,7 +86,7 @@ class EvalLoop:
             context.output.progress_start_eval(stage, None if None in totals else sum(totals))  # type: ignore[arg-type]
         try:
             with grad_mode(context):
-                results = self._run(loaders, several, stage, step, keep, before_end)
+                results = self._run(loaders, several, stage, step, keep, before_end, names)
             completed = True
             return results
         finally:
@@ -101,7 +102,7 @@ class EvalLoop:
                     sub.training = mode
 
     def _run(self, loaders: list[Any], several: bool, stage: str, step: Callable[..., Any], keep: bool,
-             before_end: Callable[[], None] | None) -> Any:
+             before_end: Callable[[], None] | None, names: list[str] | None = None) -> Any:
         context = self.context
         module = module_of(context)
         device = context.strategy.device
@@ -110,9 +111,15 @@ class EvalLoop:
         predictions: list[list[Any]] = [[] for _ in loaders]
         context.call(f"on_{stage}_start")
         context.call(f"on_{stage}_epoch_start")
+        named: dict[str, Any] = {}
+        by_keyword = names is not None and "dataloader_idx" in _parameters(module, _STEP[stage])
         for dataloader_idx, loader in enumerate(loaders):
             extra = (dataloader_idx,) if several else ()  # Lightning passes it only with several loaders
+            step_extra = () if names is not None else extra
+            if names is not None:  # the step asked for the loader's name (docs/data.md)
+                named = {"dataloader_name": names[dataloader_idx], **({"dataloader_idx": dataloader_idx} if by_keyword else {})}
             context.metrics.dataloader_idx = dataloader_idx if several else None
+            context.metrics.loader_name = None if names is None else names[dataloader_idx]
             mover = batch_mover(module, context.datamodule, device, dataloader_idx)  # the transfer hooks
             for batch_idx, batch in enumerate(loader):
                 batch = move_to_device(batch, device) if mover is None else mover(batch)
@@ -120,13 +127,14 @@ class EvalLoop:
                 if want_start:
                     context.call(f"on_{stage}_batch_start", batch, batch_idx, *extra)
                 with context.precision.autocast():
-                    output = step(batch, batch_idx, *extra)
+                    output = step(batch, batch_idx, *step_extra, **named)
                 if stage == "predict" and keep:
                     predictions[dataloader_idx].append(to_host(output))  # the hooks see the step's own output
                 if want_end:
                     context.call(f"on_{stage}_batch_end", output, batch, batch_idx, *extra)
                 context.output.progress_advance_eval()
         context.metrics.dataloader_idx = None  # what the epoch-end hooks log belongs to every loader
+        context.metrics.loader_name = None
         if stage == "predict":
             context.call("on_predict_epoch_end")
             context.call("on_predict_end")
@@ -160,6 +168,20 @@ def per_loader(results: dict[str, float], owners: dict[str, int | None], index: 
     return mine
 
 
+def _parameters(module: Any, hook: str) -> Mapping[str, inspect.Parameter]:
+    try:
+        return inspect.signature(getattr(module, hook)).parameters
+    except (TypeError, ValueError):
+        return {}
+
+
+def takes_names(module: Any, stage: str) -> bool:
+    """Whether the module's `<stage>_step` declares `dataloader_name`: it then receives each
+    loader's name (a dict's key, a list's position as a string), and what it logs is kept as
+    `name/<loader name>` instead of `name/dataloader_idx_N` (docs/data.md)."""
+    return "dataloader_name" in _parameters(module, _STEP[stage])
+
+
 def check_dataloader_idx(module: Any, stage: str, several: bool) -> None:
     """Lightning's rule, before any batch: with several loaders the step and the module's batch
     hooks take `dataloader_idx`; with one, a `dataloader_idx` they declare needs a default."""
@@ -170,6 +192,7 @@ def check_dataloader_idx(module: Any, stage: str, several: bool) -> None:
         except (TypeError, ValueError):
             continue
         present = "dataloader_idx" in params or any(p.kind is p.VAR_POSITIONAL for p in params.values())
+        present = present or (hook == _STEP[stage] and "dataloader_name" in params)  # the step asks for names
         name = f"{type(module).__name__}.{hook}()"
         if several and not present:
             raise ValueError(
@@ -177,11 +200,12 @@ def check_dataloader_idx(module: Any, stage: str, several: bool) -> None:
                 f"and each batch says which one it came from. Received: a signature without it. Add "
                 f"`dataloader_idx=0` to its signature."
             )
-        if not several and "dataloader_idx" in params and params["dataloader_idx"].default is inspect.Parameter.empty:
-            raise ValueError(
-                f"{name} declares `dataloader_idx` without a default, but there is one {prefix} loader, which "
-                f"passes none. Expected `dataloader_idx=0` (or no such argument): give it a default."
-            )
+        for argument, default in (("dataloader_idx", "0"), ("dataloader_name", "None")):
+            if not several and argument in params and params[argument].default is inspect.Parameter.empty:
+                raise ValueError(
+                    f"{name} declares `{argument}` without a default, but there is one {prefix} loader, which "
+                    f"passes none. Expected `{argument}={default}` (or no such argument): give it a default."
+                )
 
 
 def grad_mode(context: RunContext) -> contextlib.AbstractContextManager[Any]:

@@ -226,4 +226,4 @@ def step_caller(module: Any, name: str) -> Callable[..., Any]:
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     if len(positional) >= 2 or any(p.kind is p.VAR_POSITIONAL for p in params):
         return method  # type: ignore[no-any-return]
-    return lambda batch, batch_idx, *rest: method(batch, *rest)  # rest: dataloader_idx (several loaders)
+    return lambda batch, batch_idx, *rest, **named: method(batch, *rest, **named)  # rest: dataloader_idx (several loaders)
