@@ -95,6 +95,10 @@ class CombinedLoader:
         mode: "min_size" (Lightning's default here), "max_size_cycle", "max_size" or "sequential".
     """
 
+    #: What the Trainer looks for (without importing this class): each of `flattened` is a loader
+    #: to prepare (a DistributedSampler, `set_epoch`), whose generators are part of the data order.
+    combines_loaders = True
+
     def __init__(self, iterables: Any, mode: str = "min_size") -> None:
         if mode not in MODES:
             raise ValueError(f"CombinedLoader(mode={mode!r}) is not a mode. Expected one of {', '.join(map(repr, MODES))}.")
@@ -157,7 +161,7 @@ class CombinedLoader:
             iter(self)
         assert self._iterator is not None
         leaves, index, loader_index = self._iterator.next()
-        if self._mode == "sequential":
+        if self._mode in ("sequential", "mixture"):
             return leaves[0], index, loader_index
         return _unflatten(leaves, self._shape), index, loader_index
 
@@ -217,10 +221,14 @@ class _Position:
         self.mode = combined.mode
         self.limits = combined.limits
         self.passes = [_Pass() for _ in self.loaders]
+        self.draw: Callable[[], int] | None = getattr(combined, "draw", None)  # a mixture's choice of source
+        self.stop_at: int | None = getattr(combined, "epoch_length", None)
         self.index = 0
         self.current = 0  # sequential: the loader being read
         if resume is not None:
             self._resume(resume)
+        elif self.mode == "mixture":
+            pass  # a source's iterator is made when it is first drawn
         elif self.mode == "sequential":
             if self.loaders:
                 self._open(0)
@@ -248,6 +256,8 @@ class _Position:
     def next(self) -> tuple[list[Any], int, int]:
         if self.mode == "sequential":
             return self._next_sequential()
+        if self.mode == "mixture":
+            return self._next_drawn()
         out: list[Any] = [None] * len(self.loaders)
         if self.mode == "min_size":
             out = [self._take(position) for position in range(len(self.loaders))]
@@ -274,6 +284,25 @@ class _Position:
         index = self.index
         self.index += 1
         return out, index, 0
+
+    def _next_drawn(self) -> tuple[list[Any], int, int]:
+        """A mixture's step: the next batch of a source drawn by weight (trainer/loops/mixture.py)."""
+        draw = self.draw
+        assert draw is not None
+        if self.stop_at is not None and self.index >= self.stop_at:
+            raise StopIteration
+        position = draw()
+        record = self.passes[position]
+        if record.iterator is None:
+            self._open(position)
+        try:
+            batch = self._take(position)
+        except StopIteration:  # the source ran out: it starts again
+            self._open(position)
+            batch = self._take(position)
+        index = self.index
+        self.index += 1
+        return [batch], index, position
 
     def _next_sequential(self) -> tuple[list[Any], int, int]:
         while self.current < len(self.loaders):

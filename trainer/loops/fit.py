@@ -34,6 +34,7 @@ from trainer.loops.resume import restore_after_epoch_start
 from trainer.loops.schedule import ValidationSchedule, batch_limit, parse_max_time
 from trainer.logging.profiler import StepProfiler
 from trainer.loops.combined import CombinedLoader, batches_of
+from trainer.loops.mixture import log_samples
 from trainer.loops.evaluation import check_dataloader_idx
 from trainer.loops.loaders import EvalLoaders
 from trainer.loops.context import Evaluation, ManualSteps, RunContext, manual_of, module_of, optimizers_of
@@ -273,6 +274,7 @@ class FitLoop:
     def end_epoch(self) -> None:
         context, state = self.context, self.context.state
         self.reconcile()
+        log_samples(context.metrics, context.train_loader)  # a Mixture's samples per source
         context.output.close_train_epoch()
         assert self.schedule is not None
         if (

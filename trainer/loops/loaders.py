@@ -88,7 +88,7 @@ def as_eval_loaders(value: Any) -> Any:
     loader), several as `EvalLoaders`."""
     if isinstance(value, EvalLoaders):
         return value.loaders[0] if len(value) == 1 else value
-    if getattr(value, "mode", None) == "sequential" and type(value).__name__ == "CombinedLoader":
+    if getattr(value, "mode", None) == "sequential" and getattr(value, "combines_loaders", False):
         value = value.iterables  # Lightning's own way of reading several evaluation loaders
         if loaders_in(value) is None:
             return value

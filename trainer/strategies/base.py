@@ -133,7 +133,7 @@ class Strategy(LightningAttributes):
         DistributedSampler a user made for one process reshuffles each epoch too; each loader
         of a `CombinedLoader`."""
         children = getattr(loader, "flattened", None)
-        if isinstance(children, list) and type(loader).__name__ == "CombinedLoader":
+        if isinstance(children, list) and getattr(loader, "combines_loaders", False):  # CombinedLoader, Mixture
             for child in children:
                 self.set_epoch(child, epoch)
             return
