@@ -3,7 +3,10 @@ loaders of different lengths (combined, max_size_cycle), two validation loaders 
 two test loaders. Each rank saves its weights, metrics, batch counts and the training samples
 it saw to OUT_DIR/loaders_rank{r}.pt; tests/strategies/test_ddp_loaders.py checks them.
 
-Usage: python -m torch.distributed.run --standalone --nproc_per_node=2 loaders_worker.py OUT_DIR
+PHASE "mixture" trains from a `Mixture` of two sources and writes a checkpoint at step 4 on the
+way; "mixture_resume" continues that checkpoint in a new 2-process run.
+
+Usage: python -m torch.distributed.run --standalone --nproc_per_node=2 loaders_worker.py PHASE OUT_DIR
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
-from trainer import Module, Trainer
+from trainer import Callback, Module, Trainer
+from trainer.utilities import Mixture
 
 def regression(n: int, seed: int) -> TensorDataset:
     g = torch.Generator().manual_seed(seed)
@@ -63,5 +67,39 @@ def main(out: Path) -> None:
                 "num_training_batches": trainer.num_training_batches}, out / f"loaders_rank{os.environ['RANK']}.pt")
 
 
+class MixtureNet(Net):
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        source, (x, y, index) = batch
+        self.seen.append((source, index.tolist()))
+        return F.mse_loss(self.layer(x), y)
+
+
+class SaveAt(Callback):
+    def __init__(self, step: int, path: Path) -> None:
+        self.step, self.path = step, path
+
+    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if trainer.global_step == self.step:
+            trainer.save_checkpoint(self.path)
+
+
+def mixture(out: Path, resume: bool) -> None:
+    torch.manual_seed(0)
+    model = MixtureNet()
+    checkpoint = out / "mixture_step4.ckpt"
+    trainer = Trainer(max_epochs=2, strategy="ddp", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                      root_dir=str(out / "mixture_runs"), callbacks=[] if resume else [SaveAt(4, checkpoint)])
+    sources = {"web": DataLoader(regression(32, 0), batch_size=2, shuffle=True),
+               "books": DataLoader(regression(8, 1), batch_size=2, shuffle=True)}
+    trainer.fit(model, Mixture(sources, {"web": 0.5, "books": 0.5}, seed=2, length=6),
+                ckpt_path=str(checkpoint) if resume else None)
+    phase = "mixture_resume" if resume else "mixture"
+    torch.save({"weights": {k: v.clone() for k, v in model.state_dict().items()}, "seen": model.seen},
+               out / f"{phase}_rank{os.environ['RANK']}.pt")
+
+
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    if sys.argv[1] == "main":
+        main(Path(sys.argv[2]))
+    else:
+        mixture(Path(sys.argv[2]), resume=sys.argv[1] == "mixture_resume")
