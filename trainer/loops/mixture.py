@@ -68,6 +68,11 @@ class Mixture(CombinedLoader):
         self.samples = dict.fromkeys(names, 0)  # per source, over the run
 
     @property
+    def iterables(self) -> Any:
+        """The sources by name (`trainer.train_dataloader`)."""
+        return dict(zip(self.names, self.flattened))
+
+    @property
     def epoch_length(self) -> int:
         if self._length is not None:
             return self._length
