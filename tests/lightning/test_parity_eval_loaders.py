@@ -126,3 +126,49 @@ def test_a_checkpoint_written_during_the_second_loaders_validation_resumes_exact
     assert_same_weights(resumed, whole)
     assert set(whole_metrics) == {"val_loss/dataloader_idx_0", "val_loss/dataloader_idx_1"}
     assert resumed_metrics == whole_metrics
+
+
+_TABLE_PROJECT = '''
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+import trainer as L
+
+
+class Net(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(3, 1)
+
+    def test_step(self, batch, batch_idx, dataloader_idx=0):
+        self.log("test_loss", self.layer(batch[0]).pow(2).mean())
+        if dataloader_idx == 1:
+            self.log("only_second", 1.0)
+
+    def on_test_epoch_end(self):
+        self.log("epoch_end", 2.0)
+
+
+def main(root):
+    torch.manual_seed(0)
+    def data(n, seed):
+        return DataLoader(TensorDataset(torch.randn(n, 3, generator=torch.Generator().manual_seed(seed))), batch_size=4)
+    trainer = L.Trainer(default_root_dir=root, logger=False, enable_progress_bar=False, enable_model_summary=False)
+    return trainer.test(Net(), [data(8, 1), data(4, 2)])
+'''
+
+
+def test_the_printed_table_has_a_column_per_loader_as_lightnings(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    import lightning.pytorch.loops.evaluation_loop as their_loop
+
+    from tests.helpers.lightning_projects import load_source
+
+    monkeypatch.setattr(their_loop, "_RICH_AVAILABLE", False)  # Lightning's plain-text table, as ours
+    printed = []
+    for framework in ("ours", "lightning"):
+        load_source(_TABLE_PROJECT, framework, "table").main(tmp_path / framework)
+        printed.append(capsys.readouterr().out)
+    table = printed[0][printed[0].index("─"):]
+    assert table == printed[1][printed[1].index("─"):]
+    assert "DataLoader 1" in table and "only_second" in table and "/dataloader_idx_" not in table
