@@ -132,3 +132,43 @@ def test_a_checkpoint_inside_a_combined_epoch_resumes_exactly(mode: str, step: i
     assert_same_weights(resumed["model"], whole["model"])
     assert resumed["seen"] == whole["seen"][len(whole["seen"]) - len(resumed["seen"]):]
     assert 0 < len(resumed["seen"]) < len(whole["seen"])
+
+
+_COMBINED_EVAL_PROJECT = '''
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+import trainer as L
+from trainer.utilities import CombinedLoader
+
+
+class Net(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(3, 1)
+        self.seen = []
+
+    def validation_step(self, batch, batch_idx):
+        self.seen.append((batch_idx, sorted(batch), None if batch["b"] is None else batch["b"][0].shape[0]))
+        self.log("val_loss", self.layer(batch["a"][0]).pow(2).mean())
+
+
+def main(root, mode, limit):
+    torch.manual_seed(0)
+    def data(n, seed):
+        return DataLoader(TensorDataset(torch.randn(n, 3, generator=torch.Generator().manual_seed(seed))), batch_size=4)
+    net = Net()
+    trainer = L.Trainer(default_root_dir=root, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                        limit_val_batches=limit)
+    results = trainer.validate(net, CombinedLoader({"a": data(12, 1), "b": data(6, 2)}, mode), verbose=False)
+    return results[0], net.seen
+'''
+
+
+@pytest.mark.parametrize("mode", ["max_size_cycle", "min_size", "max_size"])
+@pytest.mark.parametrize("limit", [1.0, 2])
+def test_a_combined_loader_in_evaluation_gives_lightnings_combined_batches(mode: str, limit: float, tmp_path: Path) -> None:
+    ours, theirs = (load_source(_COMBINED_EVAL_PROJECT, framework, "combined_eval").main(tmp_path / framework, mode, limit)
+                    for framework in ("ours", "lightning"))
+    assert ours[1] == theirs[1] and len(ours[1]) == {"min_size": 2}.get(mode, 3 if limit == 1.0 else 2)
+    assert dict(ours[0]) == theirs[0]
