@@ -29,7 +29,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
@@ -375,7 +375,8 @@ def as_train_loader(value: Any) -> Any:
     return value
 
 
-def batches_of(iterator: Iterator[Any]) -> Iterator[Any]:
-    """The batches of a `CombinedLoader`'s `(batch, batch_idx, dataloader_idx)` items."""
-    for batch, _, _ in iterator:
+def batches_of(items: Iterable[Any]) -> Iterator[Any]:
+    """The batches of a `CombinedLoader`'s `(batch, batch_idx, dataloader_idx)` items (its
+    iterator is made when the first batch is asked for)."""
+    for batch, _, _ in items:
         yield batch

@@ -76,7 +76,7 @@ class EvalLoop:
         for index, one in enumerate(loaders):
             total = length_of(one)
             if isinstance(one, CombinedLoader):  # Lightning's combined batches, in one pass
-                loaders[index] = batches_of(iter(one))
+                loaders[index] = batches_of(one)  # its iterator is made at the first batch, as a loader's
             if limits[index] is not None:  # limit_<stage>_batches / num_sanity_val_steps
                 total = limits[index] if total is None else min(total, limits[index])  # type: ignore[type-var]
                 loaders[index] = itertools.islice(loaders[index], limits[index])
