@@ -56,8 +56,10 @@ class BasePredictionWriter(Callback):
 
     `batch_indices` are the dataset indices of each batch, read from the predict loader's
     `BatchSampler` (`[]` when the loader has none, as in Lightning); `write_on_epoch_end` gets
-    `predictions` (one entry per batch, on the CPU) and `batch_indices` as Lightning passes
-    them: a list with one list of per-batch indices per dataloader.
+    `predictions` (one entry per batch, on the CPU; with several predict loaders, one such
+    list per loader) and `batch_indices` as Lightning passes them: a list with one list of
+    per-batch indices per dataloader. `write_on_batch_end` receives the batch's
+    `dataloader_idx`.
 
     Example:
         >>> import torch
@@ -77,11 +79,11 @@ class BasePredictionWriter(Callback):
             raise ValueError(f"BasePredictionWriter(write_interval={write_interval!r}) is not supported. "
                              f"Expected one of {', '.join(map(repr, _INTERVALS))}.")
         self.interval = write_interval
-        self._predictions: list[Any] = []
-        self._epoch_indices: list[list[int]] = []
-        self._recorder: _RecordingSampler | None = None
-        self._batch_sampler: Any = None  # whose sampler the recorder replaced while predict runs
-        self._batch_size = 0
+        self._predictions: list[list[Any]] = []  # per loader
+        self._epoch_indices: list[list[list[int]]] = []  # per loader, per batch
+        self._recorders: list[_RecordingSampler | None] = []  # per loader
+        self._batch_samplers: list[Any] = []  # whose sampler each recorder replaced while predict runs
+        self._several = False
         self._warned = False
 
     @property
@@ -105,46 +107,60 @@ class BasePredictionWriter(Callback):
                                   "write_on_epoch_end to be overridden.")
 
     # ----------------------------------------------------------------- batch indices
-    def _start_recording(self, loader: Any) -> None:
-        batch_sampler = getattr(loader, "batch_sampler", None)
-        if isinstance(batch_sampler, torch.utils.data.BatchSampler) and batch_sampler.batch_size:
-            self._recorder = _RecordingSampler(batch_sampler.sampler)
-            self._batch_sampler, self._batch_size = batch_sampler, batch_sampler.batch_size
-            batch_sampler.sampler = self._recorder
-        elif not self._warned:
-            self._warned = True
-            rank_zero_warn(f"{type(self).__name__}: couldn't infer the batch indices fetched from your "
-                           f"dataloader `{type(loader).__name__}` (it has no torch BatchSampler); batch_indices are [].")
+    def _start_recording(self, loaders: list[Any]) -> None:
+        self._recorders, self._batch_samplers = [], []
+        for loader in loaders:
+            batch_sampler = getattr(loader, "batch_sampler", None)
+            if isinstance(batch_sampler, torch.utils.data.BatchSampler) and batch_sampler.batch_size:
+                recorder = _RecordingSampler(batch_sampler.sampler)
+                batch_sampler.sampler = recorder
+                self._recorders.append(recorder)
+                self._batch_samplers.append(batch_sampler)
+                continue
+            self._recorders.append(None)
+            self._batch_samplers.append(None)
+            if not self._warned:
+                self._warned = True
+                rank_zero_warn(f"{type(self).__name__}: couldn't infer the batch indices fetched from your "
+                               f"dataloader `{type(loader).__name__}` (it has no torch BatchSampler); batch_indices are [].")
 
     def _stop_recording(self) -> None:
-        if self._batch_sampler is not None and self._recorder is not None:
-            self._batch_sampler.sampler = self._recorder.sampler
-        self._recorder = self._batch_sampler = None
+        for batch_sampler, recorder in zip(self._batch_samplers, self._recorders):
+            if batch_sampler is not None and recorder is not None:
+                batch_sampler.sampler = recorder.sampler
+        self._recorders, self._batch_samplers = [], []
 
-    def _indices(self, batch_idx: int) -> list[int]:
-        if self._recorder is None:
+    def _indices(self, batch_idx: int, dataloader_idx: int) -> list[int]:
+        recorder = self._recorders[dataloader_idx] if dataloader_idx < len(self._recorders) else None
+        if recorder is None:
             return []
-        start = batch_idx * self._batch_size
-        return self._recorder.seen[start:start + self._batch_size]
+        size = self._batch_samplers[dataloader_idx].batch_size
+        start = batch_idx * size
+        return recorder.seen[start:start + size]
 
     # ------------------------------------------------------------------------ hooks
     def on_predict_epoch_start(self, trainer: Trainer, module: Any) -> None:
-        self._predictions, self._epoch_indices = [], []
         self._stop_recording()
-        self._start_recording(trainer.predict_dataloaders)
+        given = trainer.predict_dataloaders
+        loaders = list(given.values()) if isinstance(given, Mapping) else list(given) if isinstance(given, (list, tuple)) else [given]
+        self._several = len(loaders) > 1
+        self._predictions = [[] for _ in loaders]
+        self._epoch_indices = [[] for _ in loaders]
+        self._start_recording(loaders)
 
     def on_predict_batch_end(self, trainer: Trainer, module: Any, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
-        indices = self._indices(batch_idx)
+        indices = self._indices(batch_idx, dataloader_idx)
         if self.on_batch:
-            self.write_on_batch_end(trainer, module, outputs, indices, batch, batch_idx, 0)
+            self.write_on_batch_end(trainer, module, outputs, indices, batch, batch_idx, dataloader_idx)
         if self.on_epoch:
-            if self._recorder is not None:
-                self._epoch_indices.append(indices)
-            self._predictions.append(_to_cpu(outputs))
+            if self._recorders[dataloader_idx] is not None:
+                self._epoch_indices[dataloader_idx].append(indices)
+            self._predictions[dataloader_idx].append(_to_cpu(outputs))
 
     def on_predict_epoch_end(self, trainer: Trainer, module: Any) -> None:
-        if self.on_epoch:
-            self.write_on_epoch_end(trainer, module, self._predictions, [self._epoch_indices])
+        if self.on_epoch:  # Lightning's shapes: one loader's list of predictions, or one list per loader
+            predictions = self._predictions if self._several else self._predictions[0]
+            self.write_on_epoch_end(trainer, module, predictions, self._epoch_indices)
         self._predictions, self._epoch_indices = [], []
 
     def on_predict_end(self, trainer: Trainer, module: Any) -> None:

@@ -76,20 +76,46 @@ def test_a_list_of_one_evaluation_loader_is_that_loader():
     assert "val_loss" in trainer.callback_metrics
 
 
-@pytest.mark.parametrize("stage", ["fit-train", "fit-val", "validate", "test", "predict"])
-def test_several_loaders_in_one_stage_are_refused_with_what_to_do(stage):
-    """Lightning's several loaders per stage are not run here: a ValueError says so and what to do,
-    before a batch reaches user code (which would fail on a DataLoader as its batch)."""
+def test_several_training_loaders_are_combined_and_sequential_is_refused():
+    """A dict of training loaders is combined as Lightning combines it (`max_size_cycle`: the
+    step gets a dict batch); a `sequential` CombinedLoader is refused before any step."""
+    from trainer.utilities import CombinedLoader
+
+    data = make_data()
+    trainer = Trainer(max_epochs=1, **QUIET)
+    seen = []
+
+    class DictBatches(_Evaluated):
+        def training_step(self, batch, batch_idx):
+            seen.append(sorted(batch))
+            return torch.nn.functional.mse_loss(self(batch["a"][0]), batch["a"][1])
+
+    trainer.fit(DictBatches(), {"a": loader(data), "b": loader(data)})
+    assert seen and all(keys == ["a", "b"] for keys in seen)
+    trainer = Trainer(max_epochs=1, **QUIET)
+    with pytest.raises(ValueError, match="Received: mode='sequential', which training does not support"):
+        trainer.fit(_Evaluated(), CombinedLoader([loader(data), loader(data)], "sequential"))
+    assert trainer.global_step == 0
+
+
+@pytest.mark.parametrize("stage", ["fit-val", "validate", "test", "predict"])
+def test_several_evaluation_loaders_need_dataloader_idx_in_the_step(stage):
+    """Several evaluation loaders run one after the other, and the step must say which one a batch
+    came from (Lightning's rule): a step without `dataloader_idx` is refused before any batch."""
     data = make_data()
     several = [loader(data), loader(data)]
     trainer = Trainer(max_epochs=1, **QUIET)
-    model = _Evaluated()
-    call = {"fit-train": lambda: trainer.fit(model, {"a": several[0], "b": several[1]}),
-            "fit-val": lambda: trainer.fit(model, loader(data), several),
+
+    class NoIndex(_Evaluated):
+        def predict_step(self, batch, batch_idx):
+            return self(batch[0])
+
+    model = NoIndex()
+    call = {"fit-val": lambda: trainer.fit(model, loader(data), several),
             "validate": lambda: trainer.validate(model, several),
             "test": lambda: trainer.test(model, several),
             "predict": lambda: trainer.predict(model, several)}[stage]
-    with pytest.raises(ValueError, match="expected one loader. Received: a (list|dict) of 2 DataLoaders.*ConcatDataset"):
+    with pytest.raises(ValueError, match=r"expected a `dataloader_idx` argument.*Add `dataloader_idx=0`"):
         call()
     assert trainer.global_step == 0
 

@@ -23,6 +23,7 @@ from trainer.core.compile import FirstStepCheck, check_compile_options, compile_
 from trainer._utils import seed_everything
 from trainer.logging.profiler import SimpleProfiler
 from trainer.loops.batches import check_loader, check_module
+from trainer.loops.combined import as_train_loader
 from trainer.loops.data_order import DataOrder
 from trainer.loops.evaluation import EvalLoop
 from trainer.loops.fit import FitLoop
@@ -248,6 +249,7 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
             raise ValueError("fit() expected train_loader (Lightning: train_dataloaders=), datamodule=, or a "
                              f"train_dataloader() method on {type(model).__name__}. Received: none of them.")
         if train_loader is not None:
+            train_loader = as_train_loader(train_loader)  # several loaders: Lightning's CombinedLoader
             check_loader(train_loader, "train_loader")
         check_manual_arguments(model, self.args)
         checkpoint = self._run.checkpoints.read_checkpoint(ckpt_path, module=model) if ckpt_path is not None else None
@@ -262,6 +264,7 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
             `estimated_stepping_batches`'s request in configure_optimizers, or after setup."""
             if not prepared:
                 train, val = self._fit_loaders_from_module(model, train_loader, val_loader)
+                train = as_train_loader(train)
                 check_loader(train, "train_loader")
                 prepared.append((self._prepare_loader(train, train=True), val))
             return prepared[0]

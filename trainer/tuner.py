@@ -254,6 +254,9 @@ class _PersistentWorkers:
         self._generators: list[tuple[torch.Generator, torch.Tensor]] = []  # (generator, its state before the sweep)
 
     def put_aside(self, loader: Any) -> None:
+        if getattr(loader, "combines_loaders", False):  # a CombinedLoader or Mixture: each of its loaders
+            for child in loader.flattened:
+                self.put_aside(child)
         # a loader first seen here (a datamodule's) has not been iterated yet: its generators
         # (often the datamodule's own, shared by every loader it makes) are as the sweep found them
         for generator in _loader_generators(loader):
@@ -278,7 +281,13 @@ class _PersistentWorkers:
 
 def _loader_generators(loader: Any) -> list[torch.Generator]:
     """The generators a loader draws its order and base seed from: its own, its sampler's and its
-    batch sampler's (or that one's sampler's)."""
+    batch sampler's (or that one's sampler's); a CombinedLoader's: each of its loaders' (a Mixture's own too)."""
+    if getattr(loader, "combines_loaders", False) or isinstance(loader, (dict, list, tuple)):
+        parts = loader.flattened if getattr(loader, "combines_loaders", False) else \
+            list(loader.values()) if isinstance(loader, dict) else list(loader)
+        children = [g for child in parts for g in _loader_generators(child)]
+        own = getattr(loader, "generator", None)
+        return children + ([own] if isinstance(own, torch.Generator) else [])
     sampler = getattr(loader, "sampler", None)
     batch_sampler = getattr(loader, "batch_sampler", None)
     holders = [loader, sampler, batch_sampler, getattr(batch_sampler, "sampler", None)]

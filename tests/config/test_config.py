@@ -311,3 +311,24 @@ def test_a_class_path_from_the_users_folder_is_named_once_from_rank_zero_and_nev
         assert classpath.import_target("userfile_good.Thing", "model")[0] is not None
     assert caplog.text.count("imported from") == 1
     assert f"class_path userfile_good.Thing: imported from {tmp_path / 'userfile_good.py'}" in caplog.text
+
+
+def test_a_dry_run_keeps_two_batches_of_each_of_several_evaluation_loaders() -> None:
+    """`--dry_run` evaluates 2 batches: with a DataModule's dict (or list) of loaders, 2 of each,
+    in the shape it gave (the loaders still run one after the other)."""
+    from torch.utils.data import DataLoader
+
+    from trainer import Trainer
+    from trainer.config.experiment import Experiment
+
+    class Data:
+        def val_dataloader(self):
+            return {"a": DataLoader(range(10), batch_size=2), "b": DataLoader(range(9), batch_size=3)}
+
+        def test_dataloader(self):
+            return [DataLoader(range(10), batch_size=2), DataLoader(range(9), batch_size=3)]
+
+    experiment = Experiment({}, None, Data(), Trainer(logger=False, enable_checkpointing=False), dry_run=True)
+    val = experiment.loader("val_dataloader", "validate")
+    assert list(val) == ["a", "b"] and [len(one) for one in val.values()] == [2, 2]
+    assert [[b.tolist() for b in one] for one in experiment.loader("test_dataloader", "test")] == [[[0, 1], [2, 3]], [[0, 1, 2], [3, 4, 5]]]

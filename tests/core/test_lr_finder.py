@@ -133,3 +133,18 @@ def test_plot_and_saving_it(tmp_path):
     path = result.save_plot()
     assert path == trainer.log_dir / "lr_find.png" and path.stat().st_size > 1000
     assert result.save_plot(tmp_path / "elsewhere.png").is_file()
+
+
+def test_several_training_loaders_with_their_own_generators_are_left_where_they_were():
+    """A dict of training loaders (combined as Lightning combines them): each loader's own generator
+    is put back after the sweep, so the fit that follows reads them as it would have."""
+
+    class TwoSources(Regression):
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            return sum(super(TwoSources, self).training_step(part, batch_idx) for part in batch.values())
+
+    data = {"a": regression_data(), "b": regression_data()}
+    data["b"].generator.manual_seed(2)  # type: ignore[union-attr]
+    states = {name: loader.generator.get_state() for name, loader in data.items()}  # type: ignore[union-attr]
+    lr_find(Trainer(**QUIET), TwoSources(), data, num_training=10)
+    assert all(torch.equal(data[name].generator.get_state(), state) for name, state in states.items())  # type: ignore[union-attr]

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch.utils.data import DataLoader, TensorDataset
 
 pytest.importorskip("lightning")
 
@@ -25,14 +24,6 @@ def _section() -> str:
     match = re.search(r"### What still needs an edit\n(.*?)\n## ", text, re.S)
     assert match, "docs/lightning.md has no 'What still needs an edit' list under Imports"
     return match.group(1)
-
-
-def _two_train_loaders() -> None:
-    import trainer
-    from trainer.demos.boring_classes import BoringModel
-
-    loader = DataLoader(TensorDataset(torch.randn(4, 32)), batch_size=2)
-    trainer.Trainer(max_steps=1, **QUIET).fit(BoringModel(), [loader, loader])
 
 
 def _trainer(**kwargs: object) -> Callable[[], None]:
@@ -54,7 +45,6 @@ def _construct(module: str, name: str, **kwargs: object) -> Callable[[], None]:
 
 
 RAISES: dict[str, Callable[[], None]] = {
-    "several loaders in one stage": _two_train_loaders,
     '`strategy="ddp_spawn"`': _trainer(strategy="ddp_spawn"),
     '`"dp"`': _trainer(strategy="dp"),
     "`DeepSpeedStrategy(...)`": _construct("trainer.strategies", "DeepSpeedStrategy"),

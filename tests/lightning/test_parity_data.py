@@ -71,8 +71,6 @@ def test_datamodule_stages(precision: str, tmp_path: Path) -> None:
     assert ours["hparams"] == theirs["hparams"] and ours["dm_hparams"] == theirs["dm_hparams"]
 
 
-@pytest.mark.xfail(strict=True, reason="several loaders in one stage: not supported, a ValueError (documented in "
-                                       "docs/lightning.md)")
 @pytest.mark.parametrize("loaders", ["eval", "train", "predict"])
 def test_multiple_loaders(loaders: str, tmp_path: Path) -> None:
     ours, theirs = both("multi_loaders", tmp_path, loaders=loaders)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from trainer._utils import first_line
 from trainer.config.classpath import ConfigError, Problem, ResolvedSpec, instantiate
 from trainer.config.yaml_io import dump_yaml
+from trainer.loops.loaders import loaders_in
 
 if TYPE_CHECKING:
     from trainer.loops.context import RunContext
@@ -81,6 +82,11 @@ class Experiment:
             raise ConfigError([Problem("data", f"{type(self.data).__name__} has no {method}(), which `{stage}` needs.")])
         loader = make()
         if self.dry_run and loader is not None and method != "train_dataloader":
+            several = loaders_in(loader)  # a list or dict of loaders: 2 batches of each
+            if isinstance(loader, Mapping) and several is not None:
+                return {key: _FirstBatches(one) for key, one in loader.items()}
+            if several is not None:
+                return [_FirstBatches(one) for one in several]
             return list(itertools.islice(loader, 2))
         return loader
 
@@ -185,6 +191,19 @@ class Experiment:
             path.write_text(dump_yaml(self.config), encoding="utf-8")
             log.info("Config saved to %s", path)
 
+
+
+class _FirstBatches:
+    """A dry run's loader: the first 2 batches of one of several evaluation loaders."""
+
+    def __init__(self, loader: Any) -> None:
+        self.batches = list(itertools.islice(loader, 2))
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.batches)
+
+    def __len__(self) -> int:
+        return len(self.batches)
 
 
 def _exists(path: Path) -> ConfigError:

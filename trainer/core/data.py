@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from trainer.core.flags import overfit_loader
 from trainer.loops.batches import check_loader, one_loader
+from trainer.loops.combined import CombinedLoader, as_train_loader
+from trainer.loops.loaders import EvalLoaders
 
 if TYPE_CHECKING:
     from trainer._args import TrainerArgs
@@ -124,7 +126,12 @@ class TrainerData:
 
     def _prepare_loader(self, loader: Any, *, train: bool, fitting: bool = True) -> Any:
         """`overfit_batches` (fit only: unshuffled), then the strategy's DistributedSampler
-        unless `use_distributed_sampler=False`."""
+        unless `use_distributed_sampler=False`; several evaluation loaders: each of them."""
+        if isinstance(loader, EvalLoaders):
+            return loader.map(lambda one: self._prepare_loader(one, train=train, fitting=fitting))
+        if isinstance(loader, CombinedLoader):  # each of its loaders, in place (as Lightning's)
+            loader.flattened = [self._prepare_loader(one, train=train, fitting=fitting) for one in loader.flattened]
+            return loader
         if fitting and self.args.overfit_batches:
             loader = overfit_loader(loader, "train" if train else "val")
         if not self.args.use_distributed_sampler:
@@ -137,6 +144,7 @@ class TrainerData:
         if self._loader_source is None:
             return None
         train, val = self._loader_source()
+        train = as_train_loader(train)
         check_loader(train, "train_loader")
         val = self._checked_val(model, val)
         return self._prepare_loader(train, train=True), (None if val is None else self._prepare_loader(val, train=False))

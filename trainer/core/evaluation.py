@@ -2,8 +2,9 @@
 
 `validate`/`test` return a dict of the epoch-averaged metrics (the contract); Lightning returns
 a list with one such dict per dataloader, so the dict also answers `results[0]` with itself
-(`trainer.test(...)[0]["test_loss"]` runs unchanged). With `verbose=True` (Lightning's default)
-rank 0 prints the table Lightning prints.
+(`trainer.test(...)[0]["test_loss"]` runs unchanged). With several loaders they return
+Lightning's list itself: one dict per loader, in order. With `verbose=True` (Lightning's
+default) rank 0 prints the table Lightning prints.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from trainer.checkpoint.latest import note
 from trainer.loops.batches import check_module
 from trainer.loops.evaluation import EvalLoop
 from trainer.loops.hooks import Dispatcher, with_module_callbacks
+from trainer.loops.loaders import EvalLoaders, loader_list
 from trainer.module import Module
 from trainer.loops.schedule import batch_limit
 
@@ -52,21 +54,30 @@ class EvalResults(dict):  # type: ignore[type-arg]
         return super().__getitem__(key)
 
 
-def results_table(results: dict[str, float], stage: str) -> str:
-    """Lightning's printed table of an evaluation's metrics (its plain-text form)."""
-    names = sorted(results)
+def results_table(results: list[dict[str, float]], stage: str) -> str:
+    """Lightning's printed table of an evaluation's metrics (its plain-text form): one column
+    per loader, each metric by its name without the `/dataloader_idx_N` suffix."""
+    columns_of = [{name.split("/dataloader_idx_")[0]: value for name, value in each.items()} for each in results]
+    names = sorted({name for each in columns_of for name in each})
+    headers = [f"DataLoader {index}" for index in range(len(results))]
     header = f"{'Validate' if stage == 'validation' else stage.capitalize()} metric"
     columns = shutil.get_terminal_size(fallback=(120, 30)).columns or 120
-    width = int(min(max(max(map(len, names)), len("DataLoader 0"), 25), columns / 2))
+    width = int(min(max(max(map(len, names)), max(map(len, headers)), 25), columns / 2))
     try:
         bar_character = "─" if sys.stdout.encoding is None or "─".encode(sys.stdout.encoding) else "-"
     except UnicodeEncodeError:
         bar_character = "-"
     bar = bar_character * columns
-    row = f"{{:^{width}}}{{:^{width}}}"
-    lines = [bar, row.format(header, "DataLoader 0").rstrip(), bar]
-    lines += [row.format(name, f"{results[name]}").rstrip() for name in names]
-    return "\n".join([*lines, bar])
+    per_table = max(int((columns - width) / width), 1)
+    lines: list[str] = []
+    for start in range(0, len(headers), per_table):
+        shown = range(start, min(start + per_table, len(headers)))
+        row = f"{{:^{width}}}" * (len(shown) + 1)
+        lines += [bar, row.format(header, *(headers[i] for i in shown)).rstrip(), bar]
+        lines += [row.format(name, *(f"{columns_of[i][name]}" if name in columns_of[i] else " " for i in shown)).rstrip()
+                  for name in names]
+        lines.append(bar)
+    return "\n".join(lines)
 
 
 class TrainerEvaluation:
@@ -78,30 +89,33 @@ class TrainerEvaluation:
     _run: RunContext
     _eval: EvalLoop
     _eval_loaders: dict[str, Any] | None
-    _eval_batches: dict[str, int | float] | None
+    _eval_batches: dict[str, list[int | float]] | None
     _interrupted: bool
     _running: str | None
     _ckpt_path: str | None
 
     def validate(self, model: Module | None = None, loader: Any = None, ckpt_path: str | Path | None = None,
                  verbose: bool = True, *, dataloaders: Any = None, datamodule: Any = None,
-                 weights_only: bool | None = None) -> dict[str, float]:
+                 weights_only: bool | None = None) -> Any:
         """Run `validation_step` over `loader` (or `dataloaders=`/`datamodule=`, or the module's
-        `val_dataloader()`); return the epoch-averaged metrics. Without `model`, the fitted one."""
+        `val_dataloader()`); return the epoch-averaged metrics (several loaders: a list of them,
+        one dict per loader). Without `model`, the fitted one."""
         return self._evaluate("validation", model, loader, ckpt_path, dataloaders, datamodule, verbose)  # type: ignore[no-any-return]
 
     def test(self, model: Module | None = None, loader: Any = None, ckpt_path: str | Path | None = None,
              verbose: bool = True, *, dataloaders: Any = None, datamodule: Any = None,
-             weights_only: bool | None = None) -> dict[str, float]:
+             weights_only: bool | None = None) -> Any:
         """Run `test_step` over `loader` (or `dataloaders=`/`datamodule=`, or the module's
-        `test_dataloader()`); return the epoch-averaged metrics. Without `model`, the fitted one."""
+        `test_dataloader()`); return the epoch-averaged metrics (several loaders: a list of them,
+        one dict per loader). Without `model`, the fitted one."""
         return self._evaluate("test", model, loader, ckpt_path, dataloaders, datamodule, verbose)  # type: ignore[no-any-return]
 
     def predict(self, model: Module | None = None, loader: Any = None, ckpt_path: str | Path | None = None, *,
                 dataloaders: Any = None, datamodule: Any = None, return_predictions: bool | None = None,
                 weights_only: bool | None = None) -> list[Any] | None:
         """Return the list of `predict_step` outputs over `loader` (or `dataloaders=`/`datamodule=`, or
-        the module's `predict_dataloader()`); `return_predictions=False` keeps none and returns None."""
+        the module's `predict_dataloader()`; several loaders: one such list per loader);
+        `return_predictions=False` keeps none and returns None."""
         keep = return_predictions is None or bool(return_predictions)
         return self._evaluate("predict", model, loader, ckpt_path, dataloaders, datamodule, False, keep)  # type: ignore[no-any-return]
 
@@ -152,12 +166,18 @@ class TrainerEvaluation:
                 self._run.checkpoints.restore_weights(checkpoint)
             self._eval = EvalLoop(self._run)
             self._run.output.run_start_actions()
+
+            def prepare(one: Any) -> Any:
+                return self.strategy.setup_loader(one, train=False)
+
             limit_name = f"limit_{'val' if stage == 'validation' else stage}_batches"
             if self.args.use_distributed_sampler:
-                loader = self.strategy.setup_loader(loader, train=False)
-            count = batch_limit(getattr(self.args, limit_name), length_of(loader), limit_name)
+                loader = loader.map(prepare) if isinstance(loader, EvalLoaders) else prepare(loader)
+            counts = [batch_limit(getattr(self.args, limit_name), length_of(one), limit_name) for one in loader_list(loader)]
+            count: Any = counts if isinstance(loader, EvalLoaders) else counts[0]
             self._eval_loaders = {**(self._eval_loaders or {}), stage: loader}  # trainer.test_dataloaders, ...
-            self._eval_batches = {**(self._eval_batches or {}), stage: math.inf if count is None else count}
+            self._eval_batches = {**(self._eval_batches or {}),
+                                  stage: [math.inf if each is None else each for each in counts]}
             results = self._eval.run(loader, stage, count, keep=keep)
         except BaseException:
             self._interrupted = True
@@ -170,9 +190,13 @@ class TrainerEvaluation:
                 self._run.datamodule.teardown(hook_stage)
         if stage == "predict":
             return results if keep else None
+        if isinstance(results, list):  # several loaders: Lightning's list, one dict per loader
+            if verbose and self.strategy.is_global_zero and any(results):
+                sys.stdout.write(results_table(results, stage) + "\n")
+            return [dict(each) for each in results]
         results = EvalResults(results)
         if verbose and self.strategy.is_global_zero and results:
-            sys.stdout.write(results_table(results, stage) + "\n")
+            sys.stdout.write(results_table([results], stage) + "\n")
         return results
 
     # ------------------------------------------------------------------ defined by Trainer

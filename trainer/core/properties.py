@@ -11,6 +11,8 @@ import torch
 
 from trainer._utils import length_of
 from trainer.logging.metrics import to_floats
+from trainer.loops.combined import CombinedLoader
+from trainer.loops.loaders import public_loaders
 from trainer.loops.schedule import batch_limit
 
 if TYPE_CHECKING:
@@ -35,7 +37,7 @@ class _Recorded:
         if trainer is None:
             return self
         if self.what == "loader":
-            return (trainer._eval_loaders or {}).get(self.stage)
+            return public_loaders((trainer._eval_loaders or {}).get(self.stage))
         return trainer._eval_counts(self.stage)
 
 
@@ -51,7 +53,7 @@ class TrainerProperties:
     # What the Trainer records for these properties (class defaults until it sets them):
     # the evaluation loaders and batch counts by stage, whether a run raised, the checkpoint read.
     _eval_loaders: dict[str, Any] | None = None
-    _eval_batches: dict[str, int | float] | None = None
+    _eval_batches: dict[str, list[int | float]] | None = None
     _interrupted: bool = False
     _running: str | None = None  # "fit", "validate", "test", "predict" while that call runs
     _ckpt_path: str | None = None
@@ -309,14 +311,15 @@ class TrainerProperties:
     @property
     def train_dataloader(self) -> Any:
         """The loader fit trains on, as the Trainer prepared it (with its DistributedSampler
-        under DDP); None before fit."""
-        return self._run.train_loader
+        under DDP); None before fit. Several combined loaders: the dict or list they came in, as Lightning's."""
+        loader = self._run.train_loader
+        return loader.iterables if isinstance(loader, CombinedLoader) else loader
 
     @property
     def val_dataloaders(self) -> Any:
         """The validation loader of fit, else the one `validate` used; None without one."""
         fitted = getattr(self._loop, "val_loader", None)
-        return fitted if fitted is not None else (self._eval_loaders or {}).get("validation")
+        return public_loaders(fitted if fitted is not None else (self._eval_loaders or {}).get("validation"))
 
     test_dataloaders = _Recorded("loader", "test")  # the loader `test` used; None before it ran
     predict_dataloaders = _Recorded("loader", "predict")  # the loader `predict` used; None before it ran
@@ -331,14 +334,15 @@ class TrainerProperties:
 
     @property
     def num_val_batches(self) -> list[int | float]:
-        """Validation batches per loader (one loader here: a list of one, [] without one):
-        of `validate` while it runs, else of fit (inf for a loader without len())."""
+        """Validation batches per loader ([] without one): of `validate` while it runs, else of
+        fit (inf for a loader without len())."""
         if self._evaluation_stage() == "validation" and self._loop_is_idle():
             return self._eval_counts("validation")
         if not self.enable_validation:
             return self._eval_counts("validation") if self._loop is None else []
         limit = getattr(self._loop, "val_limit", None)
-        return [math.inf if limit is None else limit]
+        limits = limit if isinstance(limit, list) else [limit]
+        return [math.inf if each is None else each for each in limits]
 
     def _loop_is_idle(self) -> bool:
         return not getattr(self._loop, "running", False)
@@ -350,5 +354,4 @@ class TrainerProperties:
         return [min(steps, batches) for batches in self.num_val_batches]
 
     def _eval_counts(self, stage: str) -> list[int | float]:
-        count = (self._eval_batches or {}).get(stage)
-        return [] if count is None else [count]
+        return list((self._eval_batches or {}).get(stage) or [])

@@ -170,6 +170,12 @@ class MetricStore:
         self.claimed: set[str] = set()  # every name the user logs: the Trainer writes no scalar of its own under them
         self._noted: set[str] = set()  # names the Trainer said it leaves to the user
         self.batch: Any = None  # the batch being processed: its size weights epoch means
+        # Which of several evaluation loaders runs (None: one loader, or outside their batches):
+        # names logged meanwhile get Lightning's "/dataloader_idx_N" suffix.
+        self.dataloader_idx: int | None = None
+        self.loader_name: str | None = None  # the loader's name, when the step asked for names
+        self._eval_owner: dict[str, int | None] = {}  # evaluation epoch name -> the loader it was logged for
+        self._loader_suffix = ""  # the suffix of the value being logged
         self._evaluating = False
         self.epoch_end_reached = False  # the module's epoch-end hook runs: `current` shows the open epoch
         # trainer.callback_metrics: one dict, refreshed in place on every read (as Lightning's), and
@@ -187,6 +193,7 @@ class MetricStore:
     def evaluating(self, value: bool) -> None:
         if value:
             self._eval_epoch = {}  # nothing left over from an earlier (perhaps failed) pass
+            self._eval_owner = {}
         elif self._evaluating:  # a pass ended (after its on_validation_end/on_test_end hooks)
             reset_all(self._eval_objects)
         self._evaluating = value
@@ -206,9 +213,15 @@ class MetricStore:
         prog_bar: bool,
         reduce: str,
         batch_size: int | None,
+        add_dataloader_idx: bool = True,
     ) -> None:
         if not isinstance(name, str) or not name:
             raise ValueError(f"self.log(name, ...) expected a non-empty string name. Received: {name!r}.")
+        self._loader_suffix = ""
+        if self._evaluating:
+            base, name = name, self._eval_name(name, add_dataloader_idx)
+            if base in self.hidden:  # logger=False holds for the loader's name too
+                self.hidden.add(name)
         if reduce not in _REDUCTIONS:
             raise ValueError(
                 f"self.log({name!r}, ..., reduce=...) expected one of {', '.join(map(repr, _REDUCTIONS))}. "
@@ -235,7 +248,7 @@ class MetricStore:
             batch_size = batch_size_of(self.batch)  # tensor metadata only: no host read
         weight = float(batch_size) if batch_size is not None else 1.0
         if on_step:
-            step_key = name + STEP_SUFFIX if on_epoch else name
+            step_key = self._forked(name, STEP_SUFFIX) if on_epoch else name
             if self._evaluating:
                 kept = tensor.clone()  # kept past this step (see _Reduction.add)
                 self.latest[step_key] = kept
@@ -265,6 +278,38 @@ class MetricStore:
         if prog_bar:
             self._show(name, on_step, on_epoch, key)
 
+    def _eval_name(self, name: str, add_dataloader_idx: bool) -> str:
+        """The name a value logged during an evaluation is kept under: with several loaders,
+        `name/dataloader_idx_N` (Lightning's), unless `add_dataloader_idx=False`; one name
+        logged for two loaders without the suffix is Lightning's error."""
+        index = self.dataloader_idx
+        if add_dataloader_idx and index is not None:
+            self._loader_suffix = f"/dataloader_idx_{index}" if self.loader_name is None else f"/{self.loader_name}"
+            name += self._loader_suffix
+        owner = self._eval_owner.setdefault(name, index)
+        if owner is not None and index is not None and owner != index:
+            raise ValueError(
+                f"self.log({name!r}, ..., add_dataloader_idx=False) was called for dataloader {index} after "
+                f"dataloader {owner}: one name cannot hold two loaders' values. Expected a name per loader: "
+                f"drop add_dataloader_idx=False (the name gets '/dataloader_idx_N'), or put the index in the name."
+            )
+        return name
+
+    def _forked(self, name: str, tail: str) -> str:
+        """`name_step` / `name_epoch`; with a loader's suffix, Lightning's `base_epoch/dataloader_idx_N`."""
+        suffix = self._loader_suffix
+        if suffix and name.endswith(suffix):
+            return name[: -len(suffix)] + tail + suffix
+        return name + tail
+
+    def eval_owners(self) -> dict[str, int | None]:
+        """The current evaluation's epoch names (as `close_epoch` returns them) and the loader each
+        was logged for (None: outside the loaders' batches, e.g. in `on_validation_epoch_end`)."""
+        owners: dict[str, int | None] = {}
+        for key, slot in self._eval_epoch.items():
+            owners[key] = self._eval_owner.get(slot.source)
+        return owners
+
     def _claim(self, name: str) -> None:
         """The user logs `name` for the first time: from now on the Trainer writes no scalar of its
         own under it (`leave_to_user`), and a value of its own already recorded there goes."""
@@ -286,7 +331,7 @@ class MetricStore:
 
     def _epoch_slot(self, name: str, on_step: bool) -> tuple[str, dict[str, _Reduction | MetricEntry]]:
         """The name an epoch value is written under, and the current epoch's reductions."""
-        key = name + EPOCH_SUFFIX if on_step else name
+        key = self._forked(name, EPOCH_SUFFIX) if on_step else name
         return key, self._eval_epoch if self._evaluating else self.epoch
 
     def _show(self, name: str, on_step: bool, on_epoch: bool, epoch_key: str) -> None:
@@ -294,7 +339,7 @@ class MetricStore:
         `name_step` and `name_epoch`."""
         self.prog_bar.add(name)
         if on_step:
-            self.prog_bar.add(name + STEP_SUFFIX if on_epoch else name)
+            self.prog_bar.add(self._forked(name, STEP_SUFFIX) if on_epoch else name)
         if on_epoch:
             self.prog_bar.add(epoch_key)
 
@@ -305,7 +350,7 @@ class MetricStore:
         (self._train_objects if training else self._eval_objects)[id(metric)] = metric
         if on_step:
             value = step_value(name, metric)  # None: only update() ran since its last reset
-            step_key = name + STEP_SUFFIX if on_epoch else name
+            step_key = self._forked(name, STEP_SUFFIX) if on_epoch else name
             if value is not None and training:
                 last = self.step[step_key] = _Reduction("mean", name, self.clock() if self.clock is not None else None)
                 last.add(value, 1.0)  # the step's last value, copied on the device

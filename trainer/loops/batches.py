@@ -130,30 +130,32 @@ def check_module(model: Any) -> None:
         )
 
 
-def _loaders_in(value: Any) -> list[Any] | None:
-    """The DataLoaders a list, tuple or dict holds (Lightning's several loaders), else None."""
-    from torch.utils.data import DataLoader
-
-    items = list(value.values()) if isinstance(value, Mapping) else list(value) if isinstance(value, (list, tuple)) else None
-    return items if items and all(isinstance(item, DataLoader) for item in items) else None
-
-
 def one_loader(loader: Any) -> Any:
-    """An evaluation loader given as a list (or dict) of one DataLoader is that loader, as
-    Lightning runs it; several stay as they are (`check_loader` refuses them)."""
-    items = _loaders_in(loader)
-    return items[0] if items is not None and len(items) == 1 else loader
+    """An evaluation loader given as a list (or dict) of one loader is that loader, as
+    Lightning runs it; several become `EvalLoaders`, run one after the other (loops/loaders.py)."""
+    from trainer.loops.loaders import as_eval_loaders
+
+    return as_eval_loaders(loader)
 
 
 def check_loader(loader: Any, name: str) -> None:
-    items = _loaders_in(loader)
+    from trainer.loops.combined import CombinedLoader
+    from trainer.loops.loaders import EvalLoaders, loaders_in
+
+    if isinstance(loader, EvalLoaders):
+        for key, each in zip(loader.keys, loader.loaders):
+            check_loader(each, f"{name}[{key!r}]")
+        return
+    if isinstance(loader, CombinedLoader):
+        for index, each in enumerate(loader.flattened):
+            check_loader(each, f"{name} (CombinedLoader's loader {index})")
+        return
+    items = loaders_in(loader)
     if items is not None:
         what = "a dict" if isinstance(loader, Mapping) else f"a {type(loader).__name__}"
         raise ValueError(
-            f"{name} expected one loader. Received: {what} of {len(items)} DataLoaders. Several loaders in one "
-            "stage (Lightning's CombinedLoader for training, `dataloader_idx` for evaluation) are not supported "
-            "here. Expected one DataLoader: concatenate the datasets (torch.utils.data.ConcatDataset), or run "
-            "trainer.validate/test once per loader."
+            f"{name} expected one loader. Received: {what} of {len(items)} loaders. Expected one loader, or "
+            "a CombinedLoader (trainer.utilities.CombinedLoader) for several (docs/data.md)."
         )
     if not isinstance(loader, Iterable) or isinstance(loader, (str, bytes)):
         raise TypeError(

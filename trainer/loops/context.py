@@ -48,8 +48,9 @@ class Evaluation(Protocol):
     """The evaluation loop, as the fit loop runs it (`EvalLoop`)."""
 
     def run(
-        self, loader: Any, stage: str, limit: int | None = None, before_end: Callable[[], None] | None = None
-    ) -> dict[str, float] | list[Any]: ...
+        self, loader: Any, stage: str, limit: int | None | list[int | None] = None,
+        before_end: Callable[[], None] | None = None,
+    ) -> Any: ...
 
 
 class ManualSteps(Protocol):
@@ -194,7 +195,7 @@ class RunContext:
         return self.manual
 
     def log_metric(self, name: str, value: Any, *, on_step: bool | None, on_epoch: bool | None, prog_bar: bool,
-                   reduce: str, batch_size: int | None, logger: bool = True) -> None:
+                   reduce: str, batch_size: int | None, logger: bool = True, add_dataloader_idx: bool = True) -> None:
         # Defaults: per step inside the training batch loop, per epoch everywhere else
         # (validation/test steps, epoch-end hooks), including a validation that runs inside
         # the training batch loop (val_check_interval): it reduces like the epoch-end one.
@@ -210,6 +211,7 @@ class RunContext:
             prog_bar=prog_bar,
             reduce=reduce,
             batch_size=batch_size,
+            add_dataloader_idx=add_dataloader_idx,
         )
 
 

@@ -72,9 +72,21 @@ def rebatch_problem(loader: Any) -> str | None:
 
 
 def loader_generators(loader: Any) -> dict[str, torch.Generator]:
-    """The distinct `torch.Generator`s a loader and its samplers own, by attribute path."""
+    """The distinct `torch.Generator`s a loader and its samplers own, by attribute path (a
+    `CombinedLoader`: those of each of its loaders, as `flattened[i].<path>`)."""
     found: dict[str, torch.Generator] = {}
     seen: set[int] = set()
+    children = getattr(loader, "flattened", None)
+    if isinstance(children, list) and getattr(loader, "combines_loaders", False):
+        for index, child in enumerate(children):
+            for path, generator in loader_generators(child).items():
+                if id(generator) not in seen:
+                    seen.add(id(generator))
+                    found[f"flattened[{index}].{path}"] = generator
+        mixing = getattr(loader, "generator", None)  # a Mixture's own generator
+        if isinstance(mixing, torch.Generator):
+            found["generator"] = mixing
+        return found
     for path in _GENERATOR_PATHS:
         value: Any = loader
         for name in path.split("."):
@@ -168,6 +180,9 @@ class DataOrder:
             # empty one), so only the generators that decide the next order are restored.
             if pending is not None:
                 _set_generator_states(loader_generators(loader), pending.get("generators") or {})
+                between = getattr(loader, "load_state_between_epochs", None)  # a Mixture's sample counts
+                if callable(between) and pending.get("loader") is not None:
+                    between(pending["loader"])
             return iter(loader)
         saved = pending.get("loader") if pending is not None else None
         if saved is None:

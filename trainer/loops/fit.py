@@ -33,6 +33,10 @@ from trainer.loops.batches import batch_mover, empty_loader_message, micro_batch
 from trainer.loops.resume import restore_after_epoch_start
 from trainer.loops.schedule import ValidationSchedule, batch_limit, parse_max_time
 from trainer.logging.profiler import StepProfiler
+from trainer.loops.combined import CombinedLoader, batches_of
+from trainer.loops.mixture import log_samples
+from trainer.loops.evaluation import check_dataloader_idx
+from trainer.loops.loaders import EvalLoaders
 from trainer.loops.context import Evaluation, ManualSteps, RunContext, manual_of, module_of, optimizers_of
 from trainer.loops.monitors import MonitorCheck
 from trainer.logging.metrics import MonitorError
@@ -73,7 +77,7 @@ class FitLoop:
         self.epoch_batches: int | None = None
         self.schedule: ValidationSchedule | None = None
         self.validate_at_end = False
-        self.val_limit: int | None = None
+        self.val_limit: int | None | list[int | None] = None  # a list: one per loader (several loaders)
         self.profiler = StepProfiler.from_arg(args.profiler)
         if context.simple_profiler is not None:  # profiler="simple": time every training batch
             self.optimization.run = context.simple_profiler.wrap(self.optimization.run, "run_training_batch")  # type: ignore[method-assign]
@@ -136,7 +140,12 @@ class FitLoop:
                 "a positive number or fraction; to only evaluate, call trainer.validate(model, loader)."
             )
         self.schedule = ValidationSchedule(args.val_check_interval, args.check_val_every_n_epoch, self.epoch_batches)
-        if self.val_loader is not None:
+        if self.val_loader is not None:  # a step without dataloader_idx for several loaders: before any batch
+            check_dataloader_idx(module_of(self.context), "validation", isinstance(self.val_loader, EvalLoaders))
+        if isinstance(self.val_loader, EvalLoaders):  # several: a limit per loader, as Lightning's
+            self.val_limit = [batch_limit(args.limit_val_batches, length_of(one), "limit_val_batches")
+                              for one in self.val_loader.loaders]
+        elif self.val_loader is not None:
             self.val_limit = batch_limit(args.limit_val_batches, length_of(self.val_loader), "limit_val_batches")
 
     def _reload(self, train_loader: Any) -> Any:
@@ -201,7 +210,11 @@ class FitLoop:
         context, steps = self.context, self.context.args.num_sanity_val_steps
         if self.val_loader is None or steps == 0:
             return
-        limit = self.val_limit if steps == -1 else (steps if self.val_limit is None else min(steps, self.val_limit))
+        limit: int | None | list[int | None]
+        if isinstance(self.val_limit, list):
+            limit = [each if steps == -1 else (steps if each is None else min(steps, each)) for each in self.val_limit]
+        else:
+            limit = self.val_limit if steps == -1 else (steps if self.val_limit is None else min(steps, self.val_limit))
         latest = dict(context.metrics.latest)
         context.sanity_checking = True
         try:
@@ -261,6 +274,7 @@ class FitLoop:
     def end_epoch(self) -> None:
         context, state = self.context, self.context.state
         self.reconcile()
+        log_samples(context.metrics, context.train_loader)  # a Mixture's samples per source
         context.output.close_train_epoch()
         assert self.schedule is not None
         if (
@@ -343,6 +357,9 @@ class FitLoop:
             # The epoch's order is recorded at its start; a resume inside it replays the order and
             # skips what was consumed (loops/data_order.py), then restores the checkpoint's random state.
             iterator = context.data_order.epoch_iterator(loader, state.batches_done, state.epoch)
+            combined = isinstance(loader, CombinedLoader)
+            if combined:  # Lightning's (batch, batch_idx, dataloader_idx): the step gets the batch
+                iterator = batches_of(iterator)
             if total is None and isinstance(args.limit_train_batches, int):  # an iterable loader, capped
                 iterator = itertools.islice(iterator, max(args.limit_train_batches - state.batches_done, 0))
             with context.uninterruptible():
@@ -390,7 +407,7 @@ class FitLoop:
                     if stop or self.stop_now():
                         complete = total is not None and state.batches_done >= total
                         if complete:
-                            if total == length:  # leave the loader as the uninterrupted run's loop does
+                            if total == length and not combined:  # leave the loader as the uninterrupted run's loop does
                                 context.data_order.finish_epoch(iterator)
                         elif not stop and not validated and not context.preempted and validating \
                                 and schedule.epoch_validates(state.epoch):
@@ -398,9 +415,10 @@ class FitLoop:
                         return complete
             if batch_idx + 1 > state.batches_done:  # the loader ended inside a window (len() overstated it)
                 optimization.end_window(batch_idx + 1)
-            elif total is not None and total == length:
+            elif total is not None and total == length and not combined:
                 # The whole loader: ask once past its end, as a `for` loop over it does (a sampler's
-                # last draw). A limited epoch asks for nothing beyond its last batch.
+                # last draw). A limited epoch asks for nothing beyond its last batch. A CombinedLoader
+                # is not asked (Lightning's rule): asking would start a shorter loader again.
                 context.data_order.finish_epoch(iterator)
             if total is None and state.epoch == 0 and state.batches_done == 0:
                 raise ValueError(empty_loader_message(loader))

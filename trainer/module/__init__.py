@@ -231,7 +231,7 @@ class Module(ModuleTools):
     def test_step(self, batch: Any, batch_idx: int) -> Any:
         """Optional: log test metrics with `self.log`."""
 
-    def predict_step(self, batch: Any, batch_idx: int) -> Any:
+    def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> Any:
         """Return one prediction; the default calls the module on the batch."""
         return self(batch)
 
@@ -286,12 +286,13 @@ class Module(ModuleTools):
                 ranks under DDP (weighted), per-step values are each rank's own.
             sync_dist_group, add_dataloader_idx, rank_zero_only, enable_graph, metric_attribute:
                 Lightning's, accepted so its code runs: epoch values reduce over every rank
-                (there is no sub-group), one loader per stage means no `/dataloader_idx_N`
-                suffix, a value logged on rank 0 only is kept there, values are kept detached,
+                (there is no sub-group), a value logged on rank 0 only is kept there, values are kept detached,
                 and a metric object is found by identity (no attribute name needed).
 
         With both `on_step` and `on_epoch` the values are written as `<name>_step` and
         `<name>_epoch`, and `callback_metrics[name]` holds the latest (Lightning's rule).
+        With several evaluation loaders a value logged while loader N runs is kept as
+        `<name>/dataloader_idx_N` (Lightning's), unless `add_dataloader_idx=False`.
         """
         ref = self.__dict__.get("_run_ref")
         run = ref() if ref is not None else None
@@ -299,6 +300,11 @@ class Module(ModuleTools):
             return  # called outside a Trainer (e.g. a unit test of the step): nothing to do
         if reduce_fx is not None:
             reduce = _reduce_name(name, reduce_fx)
+        if add_dataloader_idx and isinstance(name, str) and "/dataloader_idx_" in name:
+            raise ValueError(
+                f"self.log({name!r}, ...) expected a name without '/dataloader_idx_': with several evaluation "
+                "loaders the Trainer adds it itself. Drop it from the name, or pass add_dataloader_idx=False."
+            )
         run.log_metric(
             name,
             value,
@@ -308,6 +314,7 @@ class Module(ModuleTools):
             reduce=reduce,
             batch_size=batch_size,
             logger=logger,
+            add_dataloader_idx=add_dataloader_idx,
         )
 
     def log_dict(self, dictionary: Mapping[str, Any], **options: Any) -> None:

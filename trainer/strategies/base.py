@@ -96,7 +96,7 @@ class Strategy(LightningAttributes):
             precision.scaler_class = torch.amp.GradScaler  # an AMP() an FSDP run used before
         precision.setup(self.device)
 
-    def step_callable(self, module: torch.nn.Module, name: str) -> Callable[[Any, int], Any]:
+    def step_callable(self, module: torch.nn.Module, name: str) -> Callable[..., Any]:
         """The callable that runs `module.<name>` (a validation, test or predict step)."""
         return step_caller(module, name)
 
@@ -130,7 +130,13 @@ class Strategy(LightningAttributes):
     def set_epoch(self, loader: Any, epoch: int) -> None:
         """Tell the loader's samplers which epoch it is (`set_epoch`, where they have one: a
         `DistributedSampler` shuffles by it), on every strategy, as Lightning does: a
-        DistributedSampler a user made for one process reshuffles each epoch too."""
+        DistributedSampler a user made for one process reshuffles each epoch too; each loader
+        of a `CombinedLoader`."""
+        children = getattr(loader, "flattened", None)
+        if isinstance(children, list) and getattr(loader, "combines_loaders", False):  # CombinedLoader, Mixture
+            for child in children:
+                self.set_epoch(child, epoch)
+            return
         samplers = (getattr(loader, "sampler", None), getattr(getattr(loader, "batch_sampler", None), "sampler", None))
         for index, sampler in enumerate(samplers):
             set_epoch = getattr(sampler, "set_epoch", None)
@@ -209,7 +215,7 @@ def launched_by_torchrun() -> bool:
     return all(name in os.environ for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
 
 
-def step_caller(module: Any, name: str) -> Callable[[Any, int], Any]:
+def step_caller(module: Any, name: str) -> Callable[..., Any]:
     """`module.<name>` as a `(batch, batch_idx)` callable; Lightning lets a step omit
     `batch_idx`. Decided once (per fit), so a step pays nothing for it."""
     method = getattr(module, name)
@@ -220,4 +226,4 @@ def step_caller(module: Any, name: str) -> Callable[[Any, int], Any]:
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     if len(positional) >= 2 or any(p.kind is p.VAR_POSITIONAL for p in params):
         return method  # type: ignore[no-any-return]
-    return lambda batch, batch_idx: method(batch)
+    return lambda batch, batch_idx, *rest, **named: method(batch, *rest, **named)  # rest: dataloader_idx (several loaders)

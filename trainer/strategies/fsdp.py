@@ -221,10 +221,10 @@ class FSDP(ProcessGroupStrategy):
         }
         set_optimizer_state_dict(module, optimizer, by_name, options=StateDictOptions(full_state_dict=True))
 
-    def step_callable(self, module: torch.nn.Module, name: str) -> Callable[[Any, int], Any]:
+    def step_callable(self, module: torch.nn.Module, name: str) -> Callable[..., Any]:
         root = self._root
         assert root is not None, "FSDP.setup_module must run before a step"
-        return lambda batch, batch_idx: root(name, batch, batch_idx)
+        return lambda batch, batch_idx, *rest, **named: root(name, batch, batch_idx, *rest, **named)
 
     def check_eval_lengths(self, batches: int | None, stage: str) -> None:
         """Each evaluation step gathers parameters from every rank, so a rank with fewer
@@ -310,11 +310,11 @@ class _Steps(torch.nn.Module):
         self.world_size = world_size
         self._callers: dict[str, Callable[[Any, int], Any]] = {}
 
-    def forward(self, name: str, batch: Any, batch_idx: int) -> Any:
+    def forward(self, name: str, batch: Any, batch_idx: int, *rest: Any, **named: Any) -> Any:
         caller = self._callers.get(name)
         if caller is None:
             caller = self._callers[name] = step_caller(self.module, name)
-        return caller(batch, batch_idx)
+        return caller(batch, batch_idx, *rest, **named)
 
 
 class _ShardedGradScaler(torch.amp.GradScaler):

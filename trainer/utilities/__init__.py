@@ -1,7 +1,8 @@
 """Lightning's `lightning.pytorch.utilities` that user code imports, at the same paths:
 `trainer.utilities` (rank-zero helpers, `grad_norm`, `seed_everything`),
 `trainer.utilities.rank_zero`, `trainer.utilities.types` (type aliases for annotations),
-`trainer.utilities.exceptions` (`MisconfigurationException`).
+`trainer.utilities.exceptions` (`MisconfigurationException`), `trainer.utilities.combined_loader`
+(`CombinedLoader`, also here), and this Trainer's `Mixture` (training sources drawn by weight).
 
 Example:
     >>> from trainer.utilities import rank_zero_only
@@ -17,6 +18,8 @@ from __future__ import annotations
 from typing import Any
 
 from trainer._utils import seed_everything
+from trainer.loops.mixture import Mixture
+from trainer.utilities.combined_loader import CombinedLoader
 from trainer.utilities.grads import grad_norm
 from trainer.utilities.rank_zero import (
     rank_prefixed_message, rank_zero_debug, rank_zero_deprecation, rank_zero_info, rank_zero_only, rank_zero_warn,
@@ -24,7 +27,7 @@ from trainer.utilities.rank_zero import (
 
 __all__ = [
     "rank_zero_only", "rank_zero_info", "rank_zero_warn", "rank_zero_debug", "rank_zero_deprecation",
-    "rank_prefixed_message", "seed_everything", "model_summary", "grad_norm",
+    "rank_prefixed_message", "seed_everything", "model_summary", "grad_norm", "CombinedLoader", "Mixture",
 ]
 
 

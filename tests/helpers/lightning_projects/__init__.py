@@ -34,6 +34,7 @@ IMPORT_RULES: tuple[tuple[str, str], ...] = (
     (r"^(\s*)from trainer\.loggers import ", r"\1from lightning.pytorch.loggers import "),
     (r"^(\s*)from trainer\.cli import LightningCLI\b", r"\1from lightning.pytorch.cli import LightningCLI"),
     (r"^(\s*)from trainer\.utilities import ", r"\1from lightning.pytorch.utilities import "),
+    (r"^(\s*)from trainer\.utilities\.combined_loader import ", r"\1from lightning.pytorch.utilities.combined_loader import "),
     (r"^(\s*)from trainer\.demos\.boring_classes import ", r"\1from lightning.pytorch.demos.boring_classes import "),
 )
 
