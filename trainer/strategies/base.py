@@ -184,6 +184,11 @@ class Strategy(LightningAttributes):
         """Combine epoch metrics over ranks: weighted mean, sum, max or min (one process: as is)."""
         return values
 
+    def stop_agreement(self) -> Any:
+        """How the ranks agree on the step to stop at after a signal (`StopAgreement`); None in
+        one process, where the stop needs no agreement."""
+        return None
+
     def barrier(self, name: str | None = None) -> None:
         """Wait for every rank (`name`: Lightning's label, unused)."""
 

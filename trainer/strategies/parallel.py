@@ -357,6 +357,19 @@ class ProcessGroupStrategy(Strategy):
         self._collective("broadcast_object_list", dist.broadcast_object_list, holder, src=0, group=self._group())
         return holder[0]
 
+    def stop_agreement(self) -> Any:
+        """Once per fit on every rank: the agreement through the process group's store (one
+        round trip now, none per step until a signal arrives); None without a default store."""
+        from torch.distributed import distributed_c10d
+
+        from trainer.strategies.preemption import StopAgreement
+
+        try:
+            store = distributed_c10d._get_default_store()
+        except (AttributeError, RuntimeError, ValueError):  # a torch without it: agreed at logging steps
+            return None
+        return StopAgreement.start(store, self.world_size)
+
     def _watch_collectives(self) -> None:
         """With a timeout: start the collective watchdog for the run (`setup_module`); it
         stops at `teardown` and when the group is released."""
