@@ -93,6 +93,31 @@ def test_cuda_graphs_with_accumulation_are_refused_at_construction(options):
     Trainer(compile={"mode": "max-autotune", "options": {"triton.cudagraphs": False}}, accumulate_grad_batches=2, **QUIET)
 
 
+def test_cuda_graphs_with_accumulation_set_later_are_refused_too():
+    trainer = Trainer(compile={"mode": "reduce-overhead"}, **QUIET)
+    with pytest.raises(ValueError, match=r"trainer.accumulate_grad_batches = 4 \(set after construction.*CUDA graphs"):
+        trainer.accumulate_grad_batches = 4
+    assert trainer.accumulate_grad_batches == 1
+    trainer.accumulate_grad_batches = 1  # one micro-batch per step: accepted
+    Trainer(compile={"mode": "default"}, **QUIET).accumulate_grad_batches = 4
+
+
+def test_a_gradient_accumulation_schedule_under_cuda_graphs_is_refused_before_any_step():
+    from callbacks import GradientAccumulationScheduler
+
+    model = TinyNet(dropout=0.0)
+    steps = []
+    model.on_train_batch_start = lambda batch, batch_idx: steps.append(batch_idx)  # type: ignore[method-assign]
+    trainer = Trainer(compile={"mode": "reduce-overhead"}, max_epochs=2,
+                      callbacks=[GradientAccumulationScheduler({0: 1, 1: 4})], **QUIET)
+    with pytest.raises(ValueError, match=r"accumulate_grad_batches = 4 .*GradientAccumulationScheduler"):
+        trainer.fit(model, loader(make_data(16)))
+    assert steps == [] and trainer.global_step == 0
+    # the same schedule without CUDA graphs runs
+    Trainer(max_epochs=2, callbacks=[GradientAccumulationScheduler({0: 1, 1: 4})], **QUIET).fit(
+        TinyNet(dropout=0.0), loader(make_data(16)))
+
+
 class Graphs:
     """A dynamo backend that counts the graphs it is given and runs them eagerly."""
 
