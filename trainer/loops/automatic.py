@@ -36,7 +36,13 @@ from trainer.loops.context import RunContext, module_of, optimizers_of
 from trainer.loops.items import HeldWindow, is_item_output, mixed_window_error
 from trainer.loops.overrides import LoopOptimizer, OverrideSteps, check_overrides, step_schedulers
 
-__all__ = ["AutomaticOptimization"]
+__all__ = ["AutomaticOptimization", "copies_kept_losses"]
+
+
+def copies_kept_losses(compile: Any) -> bool:
+    """Whether a loss kept past its step is copied: with `Trainer(compile=...)`, whose CUDA graphs
+    (mode "reduce-overhead", ...) replay into the memory of earlier outputs."""
+    return bool(compile)
 
 log = logging.getLogger("trainer")
 
@@ -95,6 +101,10 @@ class AutomaticOptimization(OverrideSteps):
         self.held: HeldWindow | None = None  # an item-weighted window's micro-batches (items.py)
         io = context.output  # the run's first micro-batch: its FLOPs counted once (logging/throughput.py)
         self.flops = io.throughput.meter(io.writes and io.logging_on and not context.args.compile)
+        # A compiled module's output may be CUDA-graph memory that the next replay (a validation
+        # forward included) overwrites: the loss kept past its step (for the bar and the last
+        # step's scalars) is then a copy of it, one scalar copy on the device per step.
+        self.copy_kept_loss = copies_kept_losses(context.args.compile)
 
     def reset(self) -> None:
         self.window_loss = None
@@ -335,6 +345,8 @@ class AutomaticOptimization(OverrideSteps):
                 self.reconcile()
             context.output.log_step(window_loss, norm)
         else:
+            if self.copy_kept_loss and window_loss is self.batch_loss:  # the forward's own memory
+                window_loss = window_loss.clone()
             context.output.step_done(window_loss)  # the bar's loss every 0.5 s; the last step's, written at the end
 
     def step_schedulers(self, interval: str, count: int) -> None:
