@@ -16,30 +16,8 @@ from typing import Any
 import pytest
 import torch
 from torch.optim.swa_utils import AveragedModel, get_ema_avg_fn, get_ema_multi_avg_fn
-from torch.utils._python_dispatch import TorchDispatchMode
-
 import callbacks
-
-
-class HostDeviceTraffic(TorchDispatchMode):
-    """Records every op that moves data between the host and another device, or reads a value."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.seen: list[str] = []
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        kwargs = kwargs or {}
-        tensors = [t for t in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
-        out = func(*args, **kwargs)
-        outputs = [t for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
-        moved = func in (torch.ops.aten._to_copy.default, torch.ops.aten.copy_.default) and len(
-            {t.device for t in tensors + outputs}
-        ) > 1
-        read = func is torch.ops.aten._local_scalar_dense.default and tensors[0].device.type != "cpu"
-        if moved or read:
-            self.seen.append(f"{func} {[t.device.type for t in tensors + outputs]}")
-        return out
+from tests.helpers.traffic import HostDeviceTraffic
 
 
 class Net(torch.nn.Module):

@@ -244,7 +244,12 @@ class ProcessGroupStrategy(Strategy):
 
     # ----------------------------------------------------------------- collectives
     def _flag_tensor(self, flag: bool) -> torch.Tensor:
-        return torch.tensor([int(flag)], dtype=torch.int32, device=self.device)
+        return self._host_value(int(flag), torch.int32)
+
+    def _host_value(self, value: int, dtype: torch.dtype) -> torch.Tensor:
+        """`[value]` on the device by a fill kernel: `torch.tensor(..., device="cuda")` would copy
+        it from the host and wait for the stream, a sync on every call."""
+        return torch.full((1,), value, dtype=dtype, device=self.device)
 
     def check_epoch_lengths(self, batches: int | None) -> None:
         """Once per epoch: equal known lengths on every rank, or one clear error on all of them.
@@ -265,7 +270,7 @@ class ProcessGroupStrategy(Strategy):
     def fewest(self, count: int) -> int:
         from torch import distributed as dist
 
-        tensor = torch.tensor([count], dtype=torch.int64, device=self.device)
+        tensor = self._host_value(count, torch.int64)
         return self._reduce_to_host(tensor, dist.ReduceOp.MIN, "all_reduce(MIN)")
 
     def _reduce_to_host(self, tensor: torch.Tensor, op: Any, name: str) -> int:
