@@ -109,6 +109,14 @@ class ProcessGroupStrategy(Strategy):
                 f"Trainer(strategy={self.name!r}, device={device!r}): expected a 'cuda' or 'cpu' device. "
                 f"Received: {chosen.type!r}, which {type(self).__name__} does not support."
             )
+        local_world = self._cluster.local_world_size
+        if chosen.type == "cuda" and local_world is not None and local_world > 1:
+            raise ValueError(
+                f"Trainer(strategy={self.name!r}, device={device!r}) with {local_world} processes on this machine: "
+                f"every one of them would compute on GPU {chosen.index}, and NCCL can't put two ranks on one GPU "
+                "('Duplicate GPU detected'). Expected device='cuda' or 'auto': each rank takes the GPU of its local "
+                "rank. To choose which GPUs the job uses, set CUDA_VISIBLE_DEVICES."
+            )
         return chosen
 
     def _local_gpu(self) -> int:
