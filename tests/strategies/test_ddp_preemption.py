@@ -2,7 +2,7 @@
 step: with 2-second steps and `log_every_n_steps=50` the checkpoint is written one step after
 the step the signal landed in (torchrun and SLURM kill 30 s after SIGTERM).
 
-Also the agreement itself (trainer/strategies/preemption.py) against a real TCPStore, with
+Also the agreement itself (trainer/strategies/agreement.py) against a real TCPStore, with
 ranks reaching their boundaries in every order.
 """
 
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainer.strategies.preemption import StopAgreement
+from trainer.strategies.agreement import StoreAgreement
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = ROOT / "tests" / "helpers" / "scripts" / "preemption_worker.py"
@@ -69,7 +69,7 @@ def store():
 def play(store, world: int, schedule: list[tuple[int, int]]) -> dict[int, int]:
     """Ranks reach their boundaries in `schedule`'s order (rank, step); a rank consults from its
     first listed boundary on. Returns the step each rank stops after."""
-    agreements = [StopAgreement.start(store, world) for _ in range(world)]
+    agreements = [StoreAgreement.start(store, world) for _ in range(world)]
     stopped: dict[int, int] = {}
     for rank, step in schedule:
         if rank in stopped:
@@ -99,6 +99,6 @@ def test_every_order_of_boundaries_agrees_on_one_step(store, world: int) -> None
 
 
 def test_a_signal_on_some_ranks_only_is_left_to_the_collective_agreement(store) -> None:
-    agreements = [StopAgreement.start(store, 2) for _ in range(2)]
+    agreements = [StoreAgreement.start(store, 2) for _ in range(2)]
     assert not any(agreements[0].stop_here(step) for step in range(3, 20))  # rank 1 never had the signal
     assert agreements[0].target is None

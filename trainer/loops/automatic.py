@@ -150,6 +150,8 @@ class AutomaticOptimization(OverrideSteps):
             with precision.autocast():
                 output = context.train_step(batch, batch_idx)
             loss = extract_loss(output, batch_idx)
+            if loss is None and last and context.stop_agreement is not None:
+                self._check_skipped_everywhere(batch_idx)
             if self.zero_hook is not None and batch_idx % (context.args.accumulate_grad_batches or 1) == 0:  # Lightning's place
                 if self.want_before_zero_grad:
                     context.call("on_before_zero_grad", self.optimizer)
@@ -184,6 +186,26 @@ class AutomaticOptimization(OverrideSteps):
         if not meter.record(backward_ran=self.held is None):
             self.flops = meter  # nothing ran (training_step returned None): count the next one
         return output
+
+    def _check_skipped_everywhere(self, batch_idx: int) -> None:
+        """Under DDP/FSDP a window's last micro-batch syncs the gradients in its backward: one
+        that returned None must have done so on every rank, or the others wait for this one in
+        that all-reduce forever. Agreed through the store (only on this path: no per-step cost)."""
+        context = self.context
+        agreement = context.stop_agreement
+        assert agreement is not None
+        timeout = getattr(context.strategy, "timeout", None)
+        wait_s = timeout.total_seconds() if timeout is not None else 60.0  # DDP(timeout=...) bounds it
+        step = context.state.global_step + 1
+        if not agreement.all_skip(step, wait_s):
+            raise RuntimeError(
+                f"training_step returned None for batch {batch_idx} on rank {context.strategy.rank} of "
+                f"{context.strategy.world_size}, but not on every rank: that batch syncs the gradients of optimizer "
+                f"step {step}, and the ranks that returned a loss are waiting for this rank's in DDP's all-reduce "
+                f"(waited {wait_s:g} s for them to skip too). Expected every rank to return None for the same batch, "
+                "or, to skip one rank's batch only, return a loss that keeps it in the all-reduce, such as "
+                "`loss * 0` (its gradient then counts as zero in DDP's average)."
+            )
 
     def _hold(self, output: dict[str, Any], loss: torch.Tensor, batch_idx: int, synced: bool) -> None:
         """The window's first `{"loss", "num_items"}` output: hold its graph (items.py)."""

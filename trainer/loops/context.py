@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from trainer.module import Module
     from trainer.precision import Precision
     from trainer.strategies import Strategy
-    from trainer.strategies.preemption import StopAgreement
+    from trainer.strategies.agreement import StoreAgreement
 
 __all__ = ["RunContext", "Evaluation", "ManualSteps", "module_of", "optimizers_of", "manual_of", "signals_of"]
 
@@ -97,7 +97,7 @@ class RunContext:
         self.sanity_checking = False
         self.stop_request = False  # this rank's own stop request (max_time under DDP, EarlyStopping)
         self.preempted = False  # SIGTERM: the stop does not wait for min_epochs/min_steps
-        self.stop_agreement: StopAgreement | None = None  # DDP/FSDP, while fit runs: after SIGTERM
+        self.stop_agreement: StoreAgreement | None = None  # DDP/FSDP, while fit runs: after SIGTERM
 
     @property
     def trainer(self) -> Any:
@@ -170,7 +170,7 @@ class RunContext:
     def agree_preemption(self) -> None:
         """At every optimizer-step boundary of a rank that received SIGTERM or SLURM's signal
         (`preempted`): agree through the job's store on the step every rank stops after
-        (strategies/preemption.py); no collective, no device work."""
+        (strategies/agreement.py); no collective, no device work."""
         agreement = self.stop_agreement
         if agreement is not None and not self.state.stop_requested and agreement.stop_here(self.state.global_step):
             self.state.stop_requested = True

@@ -185,7 +185,7 @@ class Strategy(LightningAttributes):
         return values
 
     def stop_agreement(self) -> Any:
-        """How the ranks agree on the step to stop at after a signal (`StopAgreement`); None in
+        """How the ranks agree on the step to stop at after a signal (`StoreAgreement`); None in
         one process, where the stop needs no agreement."""
         return None
 

@@ -375,13 +375,13 @@ class ProcessGroupStrategy(Strategy):
         round trip now, none per step until a signal arrives); None without a default store."""
         from torch.distributed import distributed_c10d
 
-        from trainer.strategies.preemption import StopAgreement
+        from trainer.strategies.agreement import StoreAgreement
 
         try:
             store = distributed_c10d._get_default_store()
         except (AttributeError, RuntimeError, ValueError):  # a torch without it: agreed at logging steps
             return None
-        return StopAgreement.start(store, self.world_size)
+        return StoreAgreement.start(store, self.world_size)
 
     def _watch_collectives(self) -> None:
         """With a timeout: start the collective watchdog for the run (`setup_module`); it

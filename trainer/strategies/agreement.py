@@ -1,4 +1,10 @@
-"""Agreeing on the step to stop at after SIGTERM or SLURM's warning signal, through the job's store.
+"""Decisions the ranks agree on through the job's store, never through a collective.
+
+Two decisions come up at moments when the ranks cannot meet in a collective: the step to stop
+at after a signal, and whether a sync micro-batch that returned no loss on this rank was
+skipped on every rank (`all_skip`, below).
+
+## The step to stop at after SIGTERM or SLURM's warning signal
 
 Under DDP/FSDP every rank must stop after the same optimizer step, or the ranks that go on wait
 forever in a collective for those that stopped. A launcher's signal (torchrun forwards its
@@ -26,15 +32,16 @@ run then, as before.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
-__all__ = ["StopAgreement"]
+__all__ = ["StoreAgreement"]
 
 _PREFIX = "trainer/stop/"
 _SEALED = "T"
 
 
-class StopAgreement:
+class StoreAgreement:
     """One fit's agreement; `start` on every rank when fit starts, `stop_here` at every step
     boundary of a rank that received the signal."""
 
@@ -47,7 +54,7 @@ class StopAgreement:
         self.target: int | None = None
 
     @classmethod
-    def start(cls, store: Any, world_size: int) -> StopAgreement:
+    def start(cls, store: Any, world_size: int) -> StoreAgreement:
         """Every rank, once per fit (one store round trip): the keys of this fit, the same on
         every rank (each rank adds once per fit, and no rank starts the next fit before every
         rank has started this one)."""
@@ -67,6 +74,17 @@ class StopAgreement:
                 f"The ranks agreed to stop after step {self.target}, but this rank is already at step {step}."
             )
         return self.target is not None and step >= self.target
+
+    def all_skip(self, step: int, wait_s: float) -> bool:
+        """This rank's micro-batch that syncs the gradients of optimizer step `step` returned
+        no loss: whether every rank's did, so none of them waits in DDP's all-reduce (the
+        others are waiting in it when they did not). Waits up to `wait_s` seconds for them."""
+        key = f"{self._key}skip/{step}"
+        count, deadline = int(self._store.add(key, 1)), time.monotonic() + wait_s
+        while count < self._world_size and time.monotonic() < deadline:
+            time.sleep(0.01)
+            count = int(self._store.add(key, 0))
+        return count >= self._world_size
 
     def _raise_to(self, step: int) -> int | None:
         """The open value up to `step` at least; the target once sealed."""
