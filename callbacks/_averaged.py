@@ -47,7 +47,7 @@ class HostCountedAverage(AveragedModel):
     def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> Any:
         """`.to(device)`, `.cuda()`...: the weights move, the counter stays on the host."""
         counter = self.n_averaged
-        out = super()._apply(fn, recurse)
+        out = AveragedModel._apply(self, fn, recurse)  # nn.Module._apply, which moves every tensor
         self.n_averaged = counter
         return out
 
