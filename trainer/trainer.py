@@ -365,7 +365,9 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
             self._run.train_step = FirstStepCheck(self._run.train_step, probe)
         if new_run:
             self._run.precision.setup(self.strategy.device)
-            self._run.optimizers = parse_optimizers(optimizers_or_none(model), manual=not model.automatic_optimization)
+            setup = parse_optimizers(optimizers_or_none(model), manual=not model.automatic_optimization)
+            self.strategy.check_optimizers(setup.optimizers)  # e.g. FSDP's cpu_offload: no fused step
+            self._run.optimizers = setup
             closure_steps = [type(o).__name__ for o in self._run.optimizers.optimizers if needs_closure(o)]
             if model.automatic_optimization and closure_steps:
                 self._run.optimizers = None

@@ -168,6 +168,18 @@ def test_fsdp_offload_asks_for_cpu_collectives_and_reports_the_compute_device():
     assert module.device == torch.device("cuda", 0)
 
 
+def test_fsdp_offload_refuses_fused_optimizers_before_any_step():
+    """Under cpu_offload the fused CPU kernel would read the GPU's skip flags through copies
+    nobody waits for; the foreach (default) step reads them correctly."""
+    from trainer.distributed import FSDP
+
+    params = [torch.nn.Parameter(torch.zeros(2))]
+    with pytest.raises(ValueError, match=r"FSDP\(cpu_offload=True\) with AdamW\(fused=True\).*Expected fused=False"):
+        FSDP(cpu_offload=True).check_optimizers([torch.optim.AdamW(params, fused=True)])
+    FSDP(cpu_offload=True).check_optimizers([torch.optim.AdamW(params)])  # foreach: fine
+    FSDP().check_optimizers([torch.optim.AdamW(params, fused=True)])  # fused on the GPU: fine
+
+
 GROUP_SCRIPT = """
 import os, torch.distributed as dist
 from trainer.strategies.devices import has_cpu_backend

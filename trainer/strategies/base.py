@@ -184,6 +184,9 @@ class Strategy(LightningAttributes):
         """Combine epoch metrics over ranks: weighted mean, sum, max or min (one process: as is)."""
         return values
 
+    def check_optimizers(self, optimizers: list[Any]) -> None:
+        """Refuse optimizers this strategy can't step correctly (before any step); default: all fine."""
+
     def stop_agreement(self) -> Any:
         """How the ranks agree on the step to stop at after a signal (`StoreAgreement`); None in
         one process, where the stop needs no agreement."""
