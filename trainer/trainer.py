@@ -296,7 +296,7 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
     def _fit_with_signals(self, train_loader: Any, val_loader: Any) -> None:
         with SignalGuard(self._preempt, self._requeue.signals) as signals:
             self._run.signals = signals
-            self._run.stop_agreement = self.strategy.stop_agreement()  # DDP/FSDP: a signal's stop step
+            self._run.agreement = self.strategy.store_agreement()  # DDP/FSDP: decisions made through the store
             self._steps_at_fit_start = self.global_step
             try:
                 self._run.metrics.clear_latest()  # a new, empty callback_metrics dict, as Lightning's
@@ -313,7 +313,7 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
                     self.strategy.teardown(failed=True)
                 raise
             finally:
-                self._run.signals = self._run.stop_agreement = None
+                self._run.signals = self._run.agreement = None
                 with signals.deferred():
                     self._run.output.end_run()
         self.strategy.teardown()

@@ -150,7 +150,7 @@ class AutomaticOptimization(OverrideSteps):
             with precision.autocast():
                 output = context.train_step(batch, batch_idx)
             loss = extract_loss(output, batch_idx)
-            if loss is None and last and context.stop_agreement is not None:
+            if loss is None and last and context.agreement is not None:
                 self._check_skipped_everywhere(batch_idx)
             if self.zero_hook is not None and batch_idx % (context.args.accumulate_grad_batches or 1) == 0:  # Lightning's place
                 if self.want_before_zero_grad:
@@ -192,7 +192,7 @@ class AutomaticOptimization(OverrideSteps):
         that returned None must have done so on every rank, or the others wait for this one in
         that all-reduce forever. Agreed through the store (only on this path: no per-step cost)."""
         context = self.context
-        agreement = context.stop_agreement
+        agreement = context.agreement
         assert agreement is not None
         timeout = getattr(context.strategy, "timeout", None)
         wait_s = timeout.total_seconds() if timeout is not None else 60.0  # DDP(timeout=...) bounds it

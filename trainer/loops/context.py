@@ -97,7 +97,7 @@ class RunContext:
         self.sanity_checking = False
         self.stop_request = False  # this rank's own stop request (max_time under DDP, EarlyStopping)
         self.preempted = False  # SIGTERM: the stop does not wait for min_epochs/min_steps
-        self.stop_agreement: StoreAgreement | None = None  # DDP/FSDP, while fit runs: after SIGTERM
+        self.agreement: StoreAgreement | None = None  # DDP/FSDP, while fit runs: a signal's stop step, skips
 
     @property
     def trainer(self) -> Any:
@@ -171,7 +171,7 @@ class RunContext:
         """At every optimizer-step boundary of a rank that received SIGTERM or SLURM's signal
         (`preempted`): agree through the job's store on the step every rank stops after
         (strategies/agreement.py); no collective, no device work."""
-        agreement = self.stop_agreement
+        agreement = self.agreement
         if agreement is not None and not self.state.stop_requested and agreement.stop_here(self.state.global_step):
             self.state.stop_requested = True
 

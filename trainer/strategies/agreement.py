@@ -28,6 +28,14 @@ joined, the last value it raised (or read) is at most the highest value the seal
 next boundary is at most one more. A signal that reaches some ranks only is never sealed here;
 the collective agreement at logging steps and epoch ends (`RunContext.agree_stop`) stops the
 run then, as before.
+
+## A sync micro-batch skipped on every rank, or on some only
+
+A window's last micro-batch all-reduces the gradients in its backward. When `training_step`
+returns None for it on one rank, that rank asks whether every rank did the same (a skip the
+ranks agree on, which goes on as in one process), and waits a bounded time for them: ranks
+that returned a loss are waiting in DDP's all-reduce and never answer, and the skipping rank
+then raises instead of leaving them to the backend's timeout. Only that path touches the store.
 """
 
 from __future__ import annotations
@@ -42,20 +50,22 @@ _SEALED = "T"
 
 
 class StoreAgreement:
-    """One fit's agreement; `start` on every rank when fit starts, `stop_here` at every step
-    boundary of a rank that received the signal."""
+    """One fit's decisions through the store: `start` on every rank when fit starts; `stop_here`
+    at every step boundary of a rank that received the signal; `all_skip` when a sync
+    micro-batch returned no loss."""
 
     def __init__(self, store: Any, world_size: int, prefix: str) -> None:
         self._store = store
         self._world_size = world_size
         self._key = prefix + "step"
         self._count_key = prefix + "joined"
+        self._skip_prefix = prefix + "skip/"
         self._joined = False
         self.target: int | None = None
 
     @classmethod
     def start(cls, store: Any, world_size: int) -> StoreAgreement:
-        """Every rank, once per fit (one store round trip): the keys of this fit, the same on
+        """Every rank, once per fit (one store round trip): this fit's keys, the same on
         every rank (each rank adds once per fit, and no rank starts the next fit before every
         rank has started this one)."""
         fit = (int(store.add(_PREFIX + "fits", 1)) - 1) // world_size
@@ -79,7 +89,7 @@ class StoreAgreement:
         """This rank's micro-batch that syncs the gradients of optimizer step `step` returned
         no loss: whether every rank's did, so none of them waits in DDP's all-reduce (the
         others are waiting in it when they did not). Waits up to `wait_s` seconds for them."""
-        key = f"{self._key}skip/{step}"
+        key = f"{self._skip_prefix}{step}"
         count, deadline = int(self._store.add(key, 1)), time.monotonic() + wait_s
         while count < self._world_size and time.monotonic() < deadline:
             time.sleep(0.01)

@@ -187,9 +187,9 @@ class Strategy(LightningAttributes):
     def check_optimizers(self, optimizers: list[Any]) -> None:
         """Refuse optimizers this strategy can't step correctly (before any step); default: all fine."""
 
-    def stop_agreement(self) -> Any:
-        """How the ranks agree on the step to stop at after a signal (`StoreAgreement`); None in
-        one process, where the stop needs no agreement."""
+    def store_agreement(self) -> Any:
+        """What the ranks decide through the job's store (`StoreAgreement`: the step to stop at
+        after a signal, a skip on every rank); None in one process, where nothing needs agreeing."""
         return None
 
     def barrier(self, name: str | None = None) -> None:

@@ -370,7 +370,7 @@ class ProcessGroupStrategy(Strategy):
         self._collective("broadcast_object_list", dist.broadcast_object_list, holder, src=0, group=self._group())
         return holder[0]
 
-    def stop_agreement(self) -> Any:
+    def store_agreement(self) -> Any:
         """Once per fit on every rank: the agreement through the process group's store (one
         round trip now, none per step until a signal arrives); None without a default store."""
         from torch.distributed import distributed_c10d
