@@ -36,7 +36,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from trainer.logging.metrics import batch_size_of
 
-__all__ = ["PEAK_TFLOPS", "FlopMeter", "ShapeCounter", "Throughput", "peak_tflops", "peak_memory_gib"]
+__all__ = ["PEAK_TFLOPS", "FlopMeter", "ShapeCounter", "Throughput", "peak_tflops", "peak_memory_gib", "recomputing"]
 
 log = logging.getLogger("trainer")
 
@@ -110,16 +110,34 @@ class ShapeCounter(TorchDispatchMode):
         self.formulas = FlopCounterMode(display=False).flop_registry  # torch's formulas, by operation
         self.total = 0
         self.convolutions = False  # a convolution ran (cuDNN runs fp32 ones in TF32 by default)
+        self.paused = 0  # inside activation checkpointing's recomputation (`recomputing`)
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         packet = getattr(func, "_overloadpacket", None)
         formula = self.formulas.get(packet)
-        if formula is not None:
+        if formula is not None and not self.paused:
             self.total += int(formula(*args, **kwargs, out_val=out))
             self.convolutions = self.convolutions or "convolution" in str(packet)
         return out
+
+
+@contextlib.contextmanager
+def recomputing() -> Iterator[None]:
+    """Activation checkpointing's second forward, run in backward: the FLOP counters in force
+    don't count it, so `train/flops_per_sec` and MFU count the model's FLOPs, not the extra
+    work checkpointing trades for memory."""
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    counters = [mode for mode in _get_current_dispatch_mode_stack() if isinstance(mode, ShapeCounter)]
+    for counter in counters:
+        counter.paused += 1
+    try:
+        yield
+    finally:
+        for counter in counters:
+            counter.paused -= 1
 
 
 class FlopMeter:
