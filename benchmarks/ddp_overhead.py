@@ -9,7 +9,8 @@ median seconds per step and the ratio, for fp32 (where the Trainer agrees on a f
 across ranks every step) and amp (where the GradScaler's skip needs no extra agreement).
 
 Run: python benchmarks/ddp_overhead.py [--steps 200 --rounds 5]   (re-launches itself under
-torchrun --standalone --nproc_per_node=2), or directly under torchrun.
+torchrun --standalone --nproc_per_node=2), or directly under torchrun. With a GPU per process
+both loops run on CUDA over NCCL; otherwise on the CPU over Gloo.
 
 `--launchers` instead compares the two ways of starting the same 2-process job, as a user
 runs them (the environment as it is, without OMP_NUM_THREADS): `Trainer(devices=2)` in a
@@ -38,6 +39,14 @@ from trainer import Module, Trainer
 from trainer.precision import AMP
 
 BATCH, LOG_EVERY = 32, 50
+
+
+def device() -> torch.device:
+    """This rank's GPU (NCCL) when there are enough for one per process, else the CPU (Gloo)."""
+    local, world = int(os.environ.get("LOCAL_RANK", "0")), int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    if torch.cuda.is_available() and torch.cuda.device_count() >= world:
+        return torch.device("cuda", local)
+    return torch.device("cpu")
 
 
 class MLP(Module):
@@ -69,26 +78,30 @@ def run_trainer(dataset: TensorDataset, precision: str) -> float:
     model = MLP()
     trainer = Trainer(
         precision=AMP() if precision == "amp" else "fp32", max_epochs=1, logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, log_every_n_steps=LOG_EVERY, strategy="ddp", device="cpu",
+        enable_progress_bar=False, log_every_n_steps=LOG_EVERY, strategy="ddp", device=device().type,
     )
     dist.barrier()
     start = time.perf_counter()
     trainer.fit(model, DataLoader(dataset, batch_size=BATCH, shuffle=True))
+    if device().type == "cuda":
+        torch.cuda.synchronize()
     return time.perf_counter() - start
 
 
 def run_hand(dataset: TensorDataset, precision: str) -> float:
     torch.manual_seed(0)
-    model = MLP()
+    here = device()
+    model = MLP().to(here)
     dist.barrier()
     start = time.perf_counter()
-    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[here.index] if here.type == "cuda" else None)
     opt = model.configure_optimizers()
-    scaler = torch.amp.GradScaler("cpu", enabled=precision == "amp")
+    scaler = torch.amp.GradScaler(here.type, enabled=precision == "amp")
     sampler = DistributedSampler(dataset, shuffle=True)
     sampler.set_epoch(0)
     for step, (x, y) in enumerate(DataLoader(dataset, batch_size=BATCH, sampler=sampler)):
-        with torch.autocast("cpu", dtype=torch.float16, enabled=precision == "amp"):
+        x, y = x.to(here, non_blocking=True), y.to(here, non_blocking=True)
+        with torch.autocast(here.type, dtype=torch.float16, enabled=precision == "amp"):
             loss = torch.nn.functional.cross_entropy(ddp(x).float(), y)
         scaler.scale(loss).backward()
         scaler.step(opt)
@@ -96,6 +109,8 @@ def run_hand(dataset: TensorDataset, precision: str) -> float:
         opt.zero_grad(set_to_none=True)
         if (step + 1) % LOG_EVERY == 0:
             loss.item()
+    if here.type == "cuda":
+        torch.cuda.synchronize()
     return time.perf_counter() - start
 
 
@@ -160,7 +175,12 @@ def main() -> None:
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", __file__, *sys.argv[1:]]
         raise SystemExit(subprocess.call(command, env=env))
     torch.set_num_threads(1)
-    dist.init_process_group("gloo")  # ours: the Trainer uses it and leaves it alone
+    here = device()
+    if here.type == "cuda":  # NCCL on GPUs, as the Trainer would choose
+        torch.cuda.set_device(here)
+        dist.init_process_group("nccl", device_id=here)
+    else:
+        dist.init_process_group("gloo")  # ours: the Trainer uses it and leaves it alone
     dataset = data(args.steps)
     rank0 = dist.get_rank() == 0
     for precision in ("fp32", "amp"):
@@ -178,7 +198,7 @@ def main() -> None:
                 f"ratio {trainer_s / hand_s:.3f} (overhead {(trainer_s - hand_s) * 1e6:+.0f} us/step)",
                 flush=True,
             )
-    flag = torch.ones(1, dtype=torch.int32)
+    flag = torch.ones(1, dtype=torch.int32, device=here)
     dist.barrier()
     start = time.perf_counter()
     for _ in range(args.steps):

@@ -8,7 +8,8 @@ steps after the first. Rank 0 prints one JSON line per strategy and the ratios F
 On a CUDA machine it also reports each device's peak allocated memory.
 
 Run: python benchmarks/fsdp_memory.py [--layers 16 --width 2048 --steps 6]
-(re-launches itself under torchrun --standalone --nproc_per_node=2), or directly under torchrun.
+(re-launches itself under torchrun --standalone with `--nproc` processes: 2, or on a machine with
+one GPU, one), or directly under torchrun.
 """
 
 from __future__ import annotations
@@ -104,15 +105,19 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=2048)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--steps", type=int, default=5)
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    parser.add_argument("--nproc", type=int, default=min(gpus, 2) if gpus else 2,
+                        help="processes (one per GPU on CUDA; default: 2, or the GPUs there are when fewer)")
     args = parser.parse_args()
-    if "RANK" not in os.environ:  # start the 2-process job
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", __file__, *sys.argv[1:]]
+    if "RANK" not in os.environ:  # start the job
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={args.nproc}",
+                   __file__, *sys.argv[1:]]
         sys.exit(subprocess.call(command, env={**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}))
     device = "cuda" if torch.cuda.is_available() else "cpu"
     rows = {"ddp": run("ddp", args, device), "fsdp": run(FSDP(shard_modules=["Block"]), args, device)}
     if int(os.environ["RANK"]) == 0:
         params = args.layers * (args.width * args.width + args.width)
-        print(json.dumps({"model_mb": params * 4 / 2**20, "device": device, "world_size": 2, **rows}))
+        print(json.dumps({"model_mb": params * 4 / 2**20, "device": device, "world_size": int(os.environ["WORLD_SIZE"]), **rows}))
         print(json.dumps({"fsdp_over_ddp_memory": rows["fsdp"]["total_mb"] / rows["ddp"]["total_mb"],
                           "fsdp_over_ddp_step_time": rows["fsdp"]["step_s"] / rows["ddp"]["step_s"]}))
 

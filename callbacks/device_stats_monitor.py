@@ -79,7 +79,9 @@ class DeviceStatsMonitor(Callback):
     def setup(self, trainer: Trainer, module: Any, stage: str) -> None:
         if stage != "fit":
             return
-        if not trainer.loggers:
+        # The Trainer's argument, the same on every rank (`trainer.loggers` is [] off rank 0 under DDP/FSDP).
+        logger = trainer.args.logger
+        if logger is False or logger is None or (isinstance(logger, (list, tuple)) and not logger):
             raise ValueError("DeviceStatsMonitor writes to the loggers: it cannot run with Trainer(logger=False). "
                              "Expected a logger, or remove the callback.")
         if self.cpu_stats is not False and trainer.strategy.device.type == "cpu":
@@ -93,6 +95,8 @@ class DeviceStatsMonitor(Callback):
         return bool(every) and (step % every == 0 or trainer.should_stop)
 
     def _log(self, trainer: Trainer, hook: str, step: int) -> None:
+        if not trainer.loggers:  # ranks other than 0 under DDP/FSDP write nothing
+            return
         device = trainer.strategy.device
         if self.cpu_stats is False and device.type == "cpu":
             return

@@ -50,6 +50,11 @@ class GradientAccumulationScheduler(Callback):
             raise ValueError(f"Trainer(accumulate_grad_batches={trainer.accumulate_grad_batches}) and a "
                              "GradientAccumulationScheduler were both given. Expected one of them: leave the "
                              "Trainer's at 1, or drop the callback.")
+        most = max(self.scheduling.values())
+        if most > 1:  # what the Trainer refuses later (CUDA graphs can't accumulate) is refused now, before any step
+            before = trainer.accumulate_grad_batches
+            trainer.accumulate_grad_batches = most
+            trainer.accumulate_grad_batches = before
         self._checked = True
 
     def on_train_epoch_start(self, trainer: Trainer, module: Any) -> None:

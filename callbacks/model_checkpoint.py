@@ -137,7 +137,10 @@ class ModelCheckpoint(Checkpoint):
         self._last_saved_step = 0  # Lightning's: nothing is saved before the first step, nor twice at one step
         self._pending: dict[str, Any] | None = None  # an epoch-end save waiting for a clean cut
         self._written = ""  # the last file this fit wrote (Lightning's `_last_checkpoint_saved`)
-        self._stepped = False  # an optimizer step ended since the last on_train_batch_end
+        # The global step at the last on_train_batch_end: a batch end after a step is a clean cut.
+        # (Read from the counter, not from on_train_step_end: overriding that hook makes amp with a
+        # fused optimizer read the GradScaler's verdict at every step, which this callback never uses.)
+        self._step_seen: int | None = None
         self._deferred = False  # a step save waits for the validation that logs `monitor`
         self._fitting = False
         self._validated = False  # a validation ran in this fit (then a missing monitor is an error)
@@ -158,12 +161,11 @@ class ModelCheckpoint(Checkpoint):
 
     def on_train_start(self, trainer: Trainer, module: Any) -> None:
         self._last_time_checked = time.monotonic()  # Lightning's: the interval counts from here
-
-    def on_train_step_end(self, trainer: Trainer, module: Any, stepped: bool) -> None:
-        self._stepped = True  # this batch's on_train_batch_end is a clean cut
+        self._step_seen = trainer.global_step
 
     def on_train_batch_end(self, trainer: Trainer, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        stepped, self._stepped = self._stepped, False
+        stepped = self._step_seen is not None and trainer.global_step != self._step_seen
+        self._step_seen = trainer.global_step
         n = self.every_n_train_steps
         if not stepped or not (n is not None and trainer.global_step % n == 0 or self._time_is_due(trainer)):
             return

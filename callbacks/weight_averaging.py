@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.optim.swa_utils import AveragedModel, get_ema_avg_fn
 
+from callbacks._averaged import HostCountedAverage
 from callbacks._weights import swap_all
 from trainer import Callback
 
@@ -67,6 +68,7 @@ class WeightAveraging(Callback):
         self._device = torch.device(device) if isinstance(device, str) else device
         self._use_buffers = use_buffers
         self._kwargs = kwargs
+        self._ema_decay: float | None = None  # EMAWeightAveraging's decay: the average is that EMA
         self._average_model: AveragedModel | None = None
         self._source: torch.nn.Module | None = None  # the module the average follows
         self._trainer: Any = None  # a weak reference: the Trainer holds this callback
@@ -105,7 +107,9 @@ class WeightAveraging(Callback):
             kwargs = dict(self._kwargs)
             if self._device is not None and torch.device(self._device) != _device_of(module):
                 kwargs["device"] = self._device
-            self._average_model = AveragedModel(module, use_buffers=self._use_buffers, **kwargs)
+            self._average_model = HostCountedAverage(
+                module, use_buffers=self._use_buffers, ema_decay=self._ema_decay, **kwargs
+            )
             self._average_model.requires_grad_(False)
             self._source = module
             self._swapped = self._ended = False
@@ -268,6 +272,7 @@ class EMAWeightAveraging(WeightAveraging):
             raise ValueError(f"EMAWeightAveraging(decay=...) expected a value in [0, 1]. Received: {decay!r}.")
         super().__init__(device=device, use_buffers=use_buffers, **kwargs, avg_fn=get_ema_avg_fn(decay=decay))
         self.decay = decay
+        self._ema_decay = decay
         self.update_every_n_steps = update_every_n_steps
         self.update_starting_at_step = update_starting_at_step
         self.update_starting_at_epoch = update_starting_at_epoch

@@ -301,6 +301,7 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
     def _fit_with_signals(self, train_loader: Any, val_loader: Any) -> None:
         with SignalGuard(self._preempt, self._requeue.signals) as signals:
             self._run.signals = signals
+            self._run.agreement = self.strategy.store_agreement()  # DDP/FSDP: decisions made through the store
             self._steps_at_fit_start = self.global_step
             try:
                 self._run.metrics.clear_latest()  # a new, empty callback_metrics dict, as Lightning's
@@ -318,7 +319,7 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
                     self.strategy.teardown(failed=True)
                 raise
             finally:
-                self._run.signals = None
+                self._run.signals = self._run.agreement = None
                 with signals.deferred():
                     try:
                         self._run.output.end_run()
@@ -373,7 +374,9 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
             self._run.train_step = FirstStepCheck(self._run.train_step, probe)
         if new_run:
             self._run.precision.setup(self.strategy.device)
-            self._run.optimizers = parse_optimizers(optimizers_or_none(model), manual=not model.automatic_optimization)
+            setup = parse_optimizers(optimizers_or_none(model), manual=not model.automatic_optimization)
+            self.strategy.check_optimizers(setup.optimizers)  # e.g. FSDP's cpu_offload: no fused step
+            self._run.optimizers = setup
             closure_steps = [type(o).__name__ for o in self._run.optimizers.optimizers if needs_closure(o)]
             if model.automatic_optimization and closure_steps:
                 self._run.optimizers = None

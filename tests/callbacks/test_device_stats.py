@@ -131,3 +131,20 @@ def test_without_logger_or_psutil(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 def test_cuda_memory_stats() -> None:
     stats = device_stats(torch.device("cuda", 0))
     assert "allocated_bytes.all.current" in stats
+
+
+def test_every_rank_runs_under_ddp_and_rank_zero_writes(tmp_path: Path) -> None:
+    """Under DDP the loggers exist on rank 0 only; the other ranks must not refuse to start."""
+    import os
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    worker = root / "tests" / "helpers" / "scripts" / "device_stats_worker.py"
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(root))
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(worker), str(tmp_path)]
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, f"torchrun failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+    assert [(tmp_path / f"rank{r}.txt").read_text() for r in range(2)] == ["4", "4"]
+    written = "".join(p.read_text() for p in (tmp_path / "logs").rglob("metrics.csv"))
+    assert "DeviceStatsMonitor.on_train_batch_end/cpu_percent" in written

@@ -142,3 +142,24 @@ def test_benchmark_measures_less_kept_for_backward():
     tiny = {"vocab": 50, "width": 32, "layers": 2, "heads": 2, "context": 16, "batch": 2}
     off, blocks = (bench.child(setting, tiny, 2, torch.device("cpu")) for setting in ("off", "blocks"))
     assert 0 < blocks["saved_mib"] < off["saved_mib"] / 2
+
+
+def test_the_flop_count_leaves_out_the_recomputation(tmp_path):
+    """train/flops_per_sec and MFU count the model's FLOPs: the forward that checkpointing runs
+    again in backward is extra work, not the model's."""
+
+    class Quiet:
+        def log_metrics(self, metrics: Any, step: int) -> None: ...
+        def log_hyperparams(self, params: Any, metrics: Any = None) -> None: ...
+        def flush(self) -> None: ...
+        def close(self) -> None: ...
+
+    counted = {}
+    for setting in (False, ["Block"]):
+        torch.manual_seed(0)
+        trainer = Trainer(max_steps=2, activation_checkpointing=setting, logger=Quiet(), enable_checkpointing=False,
+                          enable_progress_bar=False, device="cpu", root_dir=tmp_path)
+        trainer.fit(Stack(), loader(make_data()))
+        counted[str(setting)] = trainer._run.output.throughput.flops_per_batch
+    assert counted["False"] is not None and counted["False"] > 0
+    assert counted["['Block']"] == counted["False"]

@@ -1,7 +1,10 @@
 """No host synchronisation per optimizer step with a fused optimizer, checked by CUDA itself:
 `torch.cuda.set_sync_debug_mode("error")` makes any synchronising call raise. fp32/bf16 (the
 device-side non-finite guard) and amp (the GradScaler's skip kept on the device), with
-clipping; the window excludes logging steps (they read to the host by design)."""
+clipping; the window excludes logging steps (they read to the host by design). The watcher
+uses the batch hooks only: a callback overriding `on_train_step_end` asks for amp's verdict at
+once (one read per step, by design), so it would measure itself. The usual callbacks
+(ModelCheckpoint, LearningRateMonitor) must not bring that read back."""
 
 from __future__ import annotations
 
@@ -33,8 +36,8 @@ class SyncsAreErrors(Callback):
         if trainer.global_step == self.start:
             torch.cuda.set_sync_debug_mode("error")
 
-    def on_train_step_end(self, trainer: Any, module: Any, stepped: bool) -> None:
-        if self.start < trainer.global_step <= self.stop:
+    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self.start < trainer.global_step <= self.stop:  # one batch per step: no accumulation here
             self.checked += 1
         if trainer.global_step == self.stop:
             torch.cuda.set_sync_debug_mode("default")
@@ -42,11 +45,15 @@ class SyncsAreErrors(Callback):
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "amp"])
 @pytest.mark.parametrize("clip", [None, 1.0])
-def test_no_host_sync_per_step_with_a_fused_optimizer(precision, clip):
+@pytest.mark.parametrize("usual_callbacks", [False, True], ids=["alone", "with_checkpoint_and_lr_monitor"])
+def test_no_host_sync_per_step_with_a_fused_optimizer(precision, clip, usual_callbacks, tmp_path):
+    from callbacks import LearningRateMonitor, ModelCheckpoint
+
     watch = SyncsAreErrors(start=3, stop=20)
+    more = [ModelCheckpoint(dirpath=tmp_path), LearningRateMonitor()] if usual_callbacks else []
     data = DataLoader(make_data(200), batch_size=8, shuffle=True, pin_memory=True)  # 25 steps: one epoch
     trainer = Trainer(precision=precision, max_epochs=1, log_every_n_steps=1000, gradient_clip_val=clip, device="cuda",
-                      num_sanity_val_steps=0, callbacks=[watch], **QUIET)
+                      num_sanity_val_steps=0, callbacks=[watch, *more], **QUIET)
     try:
         trainer.fit(Fused(dropout=0.0), data)
     finally:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +121,27 @@ def test_benchmark(tmp_path: Path, benchmark_: Any, deterministic: Any, expected
             assert torch.backends.cudnn.benchmark is start  # restored
     finally:
         torch.backends.cudnn.benchmark = before
+
+
+def test_deterministic_sets_the_cublas_workspace_at_construction(monkeypatch: pytest.MonkeyPatch,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """cuBLAS reads CUBLAS_WORKSPACE_CONFIG once, at the process's first CUDA matmul: set when the
+    Trainer is built (as Lightning does), not when fit starts; said when CUDA already ran."""
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", "")  # the process's own value comes back after the test
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG")
+    Trainer(deterministic=None, logger=False)
+    assert "CUBLAS_WORKSPACE_CONFIG" not in os.environ
+    Trainer(deterministic=True, logger=False)
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")  # the user's own value stays
+    Trainer(deterministic="warn", logger=False)
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)  # a forward on the GPU before the Trainer
+    with caplog.at_level("WARNING", logger="trainer"):
+        Trainer(deterministic=True, logger=False, device="cpu")
+    assert "CUBLAS_WORKSPACE_CONFIG=:4096:8 in the environment before the process starts" in caplog.text
 
 
 def test_benchmark_with_deterministic_warns() -> None:

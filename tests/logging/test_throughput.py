@@ -171,6 +171,27 @@ def test_peak_table():
     assert peak_tflops("NVIDIA GeForce RTX 4090", "bf16") is None
 
 
+@pytest.mark.parametrize("name,bf16,fp32", [
+    ("NVIDIA L40S", 362.05, 91.6),  # not the L40's row, nor the L4's
+    ("NVIDIA L40", 181.05, 90.5),  # not the L4's
+    ("NVIDIA L4", 121.0, 30.3),
+    ("NVIDIA H200 NVL", 835.5, 60.0),  # not the SXM's
+    ("NVIDIA H200", 989.4, 67.0),
+    ("NVIDIA GH200 480GB", 989.4, 67.0),
+    ("NVIDIA GH200 144G HBM3e", 989.4, 67.0),
+    ("NVIDIA H100 NVL", 835.5, 60.0),
+    ("NVIDIA H100 80GB HBM3", 989.4, 67.0),
+    ("NVIDIA A100-PCIE-40GB", 312.0, 19.5),
+    ("NVIDIA A100 80GB PCIe", 312.0, 19.5),
+    ("NVIDIA A10", None, None),  # not an A100
+    ("NVIDIA A1000", None, None),
+    ("NVIDIA L4000", None, None),
+])
+def test_device_names_match_their_own_row_only(name, bf16, fp32):
+    assert peak_tflops(name, "bf16") == bf16
+    assert peak_tflops(name, "fp32", tf32=False) == fp32
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 def test_mfu_on_a_gpu():
     torch.manual_seed(0)
@@ -180,3 +201,35 @@ def test_mfu_on_a_gpu():
     assert metrics["train/peak_memory_gib"] > 0
     if peak_tflops(torch.cuda.get_device_name(), "bf16") is not None:
         assert 0 < metrics["train/mfu"] < 1
+
+
+def test_fp32_convolutions_take_the_tf32_peak_when_cudnn_may_use_it(monkeypatch):
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)  # PyTorch's default
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=True):
+        assert peak_tflops("NVIDIA A100-SXM4-80GB", "fp32", convolutions=True) == 156.0
+        assert peak_tflops("NVIDIA A100-SXM4-80GB", "fp32", convolutions=False) == 19.5
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        assert peak_tflops("NVIDIA A100-SXM4-80GB", "fp32", convolutions=True) == 19.5
+
+
+class ConvNet(Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.Flatten(), torch.nn.Linear(4 * 6 * 6, 2))
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        return torch.nn.functional.cross_entropy(self.net(x), y)
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def test_the_counter_notes_convolutions():
+    torch.manual_seed(0)
+    data = torch.utils.data.TensorDataset(torch.randn(16, 1, 8, 8), torch.randint(0, 2, (16,)))
+    conv = fit(ConvNet(), DataLoader(data, batch_size=4), Collect())
+    assert conv._run.output.throughput.convolutions
+    plain = fit(make_model(), loader(make_data(16)), Collect())
+    assert not plain._run.output.throughput.convolutions

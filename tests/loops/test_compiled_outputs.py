@@ -93,6 +93,31 @@ def test_cuda_graphs_with_accumulation_are_refused_at_construction(options):
     Trainer(compile={"mode": "max-autotune", "options": {"triton.cudagraphs": False}}, accumulate_grad_batches=2, **QUIET)
 
 
+def test_cuda_graphs_with_accumulation_set_later_are_refused_too():
+    trainer = Trainer(compile={"mode": "reduce-overhead"}, **QUIET)
+    with pytest.raises(ValueError, match=r"trainer.accumulate_grad_batches = 4 \(set after construction.*CUDA graphs"):
+        trainer.accumulate_grad_batches = 4
+    assert trainer.accumulate_grad_batches == 1
+    trainer.accumulate_grad_batches = 1  # one micro-batch per step: accepted
+    Trainer(compile={"mode": "default"}, **QUIET).accumulate_grad_batches = 4
+
+
+def test_a_gradient_accumulation_schedule_under_cuda_graphs_is_refused_before_any_step():
+    from callbacks import GradientAccumulationScheduler
+
+    model = TinyNet(dropout=0.0)
+    steps = []
+    model.on_train_batch_start = lambda batch, batch_idx: steps.append(batch_idx)  # type: ignore[method-assign]
+    trainer = Trainer(compile={"mode": "reduce-overhead"}, max_epochs=2,
+                      callbacks=[GradientAccumulationScheduler({0: 1, 1: 4})], **QUIET)
+    with pytest.raises(ValueError, match=r"accumulate_grad_batches = 4 .*GradientAccumulationScheduler"):
+        trainer.fit(model, loader(make_data(16)))
+    assert steps == [] and trainer.global_step == 0
+    # the same schedule without CUDA graphs runs
+    Trainer(max_epochs=2, callbacks=[GradientAccumulationScheduler({0: 1, 1: 4})], **QUIET).fit(
+        TinyNet(dropout=0.0), loader(make_data(16)))
+
+
 class Graphs:
     """A dynamo backend that counts the graphs it is given and runs them eagerly."""
 
@@ -138,3 +163,61 @@ def test_compile_that_compiles_nothing_that_runs_warns_once():
         trainer.fit(model, loader(make_data(), shuffle=False))
         trainer.fit(model, loader(make_data(), shuffle=False))  # a later fit: not said again
     assert graphs.count == 0 and len([w for w in caught if "first training step" in str(w.message)]) == 1
+
+
+class GraphMemory(torch.autograd.Function):
+    """Returns its input in one buffer that every call overwrites, as a CUDA-graph replay does
+    with a compiled forward's outputs."""
+
+    buffer = torch.zeros(())
+
+    @staticmethod
+    def forward(ctx: Any, value: torch.Tensor) -> torch.Tensor:
+        GraphMemory.buffer.copy_(value)
+        return GraphMemory.buffer.view_as(GraphMemory.buffer)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return grad
+
+
+class ReplayedLoss(TinyNet):
+    def __init__(self) -> None:
+        super().__init__(dropout=0.0)
+        self.losses: list[float] = []
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        loss = GraphMemory.apply(super().training_step(batch, batch_idx))
+        self.losses.append(float(loss))
+        return loss
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        GraphMemory.apply(super().training_step(batch, batch_idx) + 100.0)  # the same memory, another value
+
+
+class Written:
+    def __init__(self) -> None:
+        self.rows: list[tuple[int, dict[str, float]]] = []
+
+    def log_metrics(self, metrics: Any, step: int) -> None:
+        self.rows.append((step, dict(metrics)))
+
+    def log_hyperparams(self, params: Any, metrics: Any = None) -> None: ...
+    def flush(self) -> None: ...
+    def close(self) -> None: ...
+
+
+def test_the_last_steps_loss_is_a_copy_when_outputs_are_graph_memory(monkeypatch, tmp_path):
+    """The last step is not a logging step and the epoch's validation runs before its scalars
+    are written: the written loss must be the step's, not what validation left in the memory."""
+    import trainer.loops.automatic as automatic
+
+    assert automatic.copies_kept_losses({"mode": "reduce-overhead"}) and not automatic.copies_kept_losses(False)
+    monkeypatch.setattr(automatic, "copies_kept_losses", lambda compile: True)  # no compile on the CPU: stand in
+    model, logger = ReplayedLoss(), Written()
+    trainer = Trainer(max_epochs=1, log_every_n_steps=5, logger=logger, enable_checkpointing=False,
+                      enable_progress_bar=False, num_sanity_val_steps=0, device="cpu", root_dir=tmp_path)
+    trainer.fit(model, loader(make_data(28)), loader(make_data(8, seed=3), shuffle=False))  # 7 steps
+    written = {step: row["train/loss"] for step, row in logger.rows if "train/loss" in row}
+    assert sorted(written) == [5, 7]
+    assert written[7] == pytest.approx(model.losses[-1])

@@ -142,3 +142,23 @@ def test_ddp_reads_the_host_once_per_step_and_not_at_all_with_a_fused_optimizer(
         mine = results[case]["weights"]
         assert all(torch.equal(mine[k], other[case]["weights"][k]) for k in mine)
         assert all(torch.isfinite(v).all() for v in mine.values())
+
+
+def test_amp_with_a_fused_optimizer_reads_nothing_per_step_with_the_usual_callbacks(host_reads, tmp_path):  # noqa: F811
+    """ModelCheckpoint and LearningRateMonitor do not need to know at once whether the GradScaler
+    skipped a step, so they must not bring back the per-step read of its verdict. Reads per step:
+    the difference between a 16-step and a 6-step fit (the fixed costs of a fit cancel out)."""
+    from callbacks import LearningRateMonitor, ModelCheckpoint
+
+    def reads(steps: int) -> dict[str, int]:
+        host_reads.clear()
+        trainer = Trainer(precision="amp", max_steps=steps, log_every_n_steps=100, root_dir=tmp_path / str(steps),
+                          enable_progress_bar=False, num_sanity_val_steps=0, device="cpu",
+                          callbacks=[ModelCheckpoint(dirpath=tmp_path / f"ckpt{steps}"), LearningRateMonitor()])
+        trainer.fit(Fused(), loader(make_data(200)))
+        assert trainer.global_step == steps
+        return dict(host_reads)
+
+    short, long = reads(6), reads(16)
+    per_step = {name: (long.get(name, 0) - short.get(name, 0)) / 10 for name in set(short) | set(long)}
+    assert all(count == 0 for count in per_step.values()), per_step

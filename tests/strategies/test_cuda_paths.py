@@ -80,10 +80,27 @@ def test_each_process_takes_its_own_gpu(kwargs, expected):
     (dict(local_rank=1, rank=1, visible=1, local_world_size=2), "share its one visible GPU"),
     (dict(local_rank=2, rank=2, visible=2, local_world_size=3), "which has 2 visible GPU"),
     (dict(local_rank=0, rank=0, visible=0), "sees none"),
+    # srun --gpu-bind=closest shows each task a share of the node's GPUs: say what SLURM should give
+    (dict(local_rank=5, rank=5, visible=4, local_world_size=8, launcher="slurm"), r"--gpus-per-task=1"),
 ])
 def test_more_processes_than_gpus_is_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):
         local_cuda_index(**kwargs)
+
+
+def test_an_explicit_gpu_index_with_several_processes_per_machine_is_refused():
+    """device="cuda:1" under DDP would put every local rank on GPU 1 (NCCL: "Duplicate GPU detected")."""
+    from types import SimpleNamespace
+
+    from trainer.distributed import DDP
+
+    strategy = DDP()
+    strategy._cluster = SimpleNamespace(local_world_size=4)  # type: ignore[assignment]
+    with pytest.raises(ValueError, match=r"device='cuda:1'\) with 4 processes on this machine.*Expected device='cuda'"):
+        strategy._local_device("cuda:1")
+    assert strategy._local_device("cpu") == torch.device("cpu")
+    strategy._cluster = SimpleNamespace(local_world_size=1)  # type: ignore[assignment]  # one process per machine
+    assert strategy._local_device("cuda:1") == torch.device("cuda", 1)
 
 
 def test_devices_n_is_checked_against_the_visible_gpus_before_starting_anything():
@@ -149,6 +166,18 @@ def test_fsdp_offload_asks_for_cpu_collectives_and_reports_the_compute_device():
     module.layer = torch.nn.Linear(1, 1)  # its parameters on the CPU, as offloaded ones are
     object.__setattr__(module, "_compute_device", torch.device("cuda", 0))  # what FSDP sets when it offloads
     assert module.device == torch.device("cuda", 0)
+
+
+def test_fsdp_offload_refuses_fused_optimizers_before_any_step():
+    """Under cpu_offload the fused CPU kernel would read the GPU's skip flags through copies
+    nobody waits for; the foreach (default) step reads them correctly."""
+    from trainer.distributed import FSDP
+
+    params = [torch.nn.Parameter(torch.zeros(2))]
+    with pytest.raises(ValueError, match=r"FSDP\(cpu_offload=True\) with AdamW\(fused=True\).*Expected fused=False"):
+        FSDP(cpu_offload=True).check_optimizers([torch.optim.AdamW(params, fused=True)])
+    FSDP(cpu_offload=True).check_optimizers([torch.optim.AdamW(params)])  # foreach: fine
+    FSDP().check_optimizers([torch.optim.AdamW(params, fused=True)])  # fused on the GPU: fine
 
 
 GROUP_SCRIPT = """

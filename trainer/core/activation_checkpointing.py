@@ -30,6 +30,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import logging
 import pydoc
@@ -39,6 +40,8 @@ from typing import Any
 
 import torch
 from torch.utils.checkpoint import checkpoint
+
+from trainer.logging.throughput import recomputing
 
 __all__ = ["MIN_PARAMS", "checkpoint_activations", "chosen_modules"]
 
@@ -53,7 +56,14 @@ def _checkpointed_forward(self: torch.nn.Module, *args: Any, **kwargs: Any) -> A
     forward = type(self).forward
     if not torch.is_grad_enabled():
         return forward(self, *args, **kwargs)
-    return checkpoint(forward, self, *args, use_reentrant=False, preserve_rng_state=True, **kwargs)
+    if torch.compiler.is_compiling():  # compiled: no FLOP counter runs, and no context_fn for dynamo
+        return checkpoint(forward, self, *args, use_reentrant=False, preserve_rng_state=True, **kwargs)
+    return checkpoint(forward, self, *args, use_reentrant=False, preserve_rng_state=True, context_fn=_contexts, **kwargs)
+
+
+def _contexts() -> tuple[Any, Any]:
+    """The forward as it is; the recomputation in backward not counted as model FLOPs."""
+    return contextlib.nullcontext(), recomputing()
 
 
 def chosen_modules(module: torch.nn.Module, setting: Any) -> list[tuple[str, torch.nn.Module]]:

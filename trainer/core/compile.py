@@ -45,16 +45,21 @@ def uses_cuda_graphs(options: Mapping[str, Any]) -> bool:
     return options.get("mode") in ("reduce-overhead", "max-autotune")
 
 
-def check_compile_options(compile: bool | Mapping[str, Any], accumulate_grad_batches: int) -> None:
-    """Refuse CUDA graphs with gradient accumulation (see the module's docstring).
+def check_compile_options(compile: bool | Mapping[str, Any], accumulate_grad_batches: int, later: bool = False) -> None:
+    """Refuse CUDA graphs with gradient accumulation (see the module's docstring); `later`: the
+    accumulation is set after construction (`trainer.accumulate_grad_batches = k`, as
+    `GradientAccumulationScheduler` does).
 
     Raises:
         ValueError: naming both arguments and what to write instead.
     """
     if not isinstance(compile, Mapping) or not uses_cuda_graphs(compile) or accumulate_grad_batches <= 1:
         return
+    given = (f"Trainer(compile={dict(compile)!r}) with trainer.accumulate_grad_batches = {accumulate_grad_batches} "
+             "(set after construction, e.g. by GradientAccumulationScheduler)" if later else
+             f"Trainer(compile={dict(compile)!r}, accumulate_grad_batches={accumulate_grad_batches})")
     raise ValueError(
-        f"Trainer(compile={dict(compile)!r}, accumulate_grad_batches={accumulate_grad_batches}): CUDA graphs "
+        f"{given}: CUDA graphs "
         "(mode 'reduce-overhead' or 'max-autotune', or options triton.cudagraphs) replay every step into the "
         "same memory, and gradients accumulated over several micro-batches (DDP's no_sync windows too) would "
         "live in memory a later replay reuses: wrong gradients, or CUDAGraphs' 'overwritten by a subsequent "

@@ -38,6 +38,17 @@ def check_flags(args: TrainerArgs) -> TrainerArgs:
             "You passed `deterministic=True` and `benchmark=True`. Note that PyTorch ignores "
             "torch.backends.cudnn.deterministic=True when torch.backends.cudnn.benchmark=True.", stacklevel=3,
         )
+    if args.deterministic and "CUBLAS_WORKSPACE_CONFIG" not in os.environ:
+        # cuBLAS reads it once, at the process's first CUDA matmul: set at construction (as
+        # Lightning does), before the script's own first forward, not when fit starts.
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            log.warning(
+                "Trainer(deterministic=%r): CUDA is already in use in this process, so cuBLAS may have read "
+                "CUBLAS_WORKSPACE_CONFIG already, without it; a CUDA matmul under deterministic algorithms then "
+                "raises. Set CUBLAS_WORKSPACE_CONFIG=:4096:8 in the environment before the process starts, or "
+                "build the Trainer before running anything on the GPU.", args.deterministic,
+            )
+        os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
     if args.barebones:
         args = barebones_args(args)
     bars = [type(cb).__name__ for cb in args.callbacks or [] if callable(getattr(cb, "make_progress_bar", None))]

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from trainer.core.compile import check_compile_options
 from trainer.core.properties import TrainerProperties
 
 if TYPE_CHECKING:
@@ -131,6 +132,7 @@ class TrainerSettings(TrainerProperties):
     def accumulate_grad_batches(self, value: int) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"trainer.accumulate_grad_batches expected an int >= 1. Received: {value!r}.")
+        check_compile_options(self.args.compile, value, later=True)  # CUDA graphs: no accumulation, set now or later
         self.args.accumulate_grad_batches = value
 
     # Lightning's Trainer attributes that repeat its arguments (read-only here).

@@ -36,32 +36,50 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from trainer.logging.metrics import batch_size_of
 
-__all__ = ["PEAK_TFLOPS", "FlopMeter", "ShapeCounter", "Throughput", "peak_tflops", "peak_memory_gib"]
+__all__ = ["PEAK_TFLOPS", "FlopMeter", "ShapeCounter", "Throughput", "peak_tflops", "peak_memory_gib", "recomputing"]
 
 log = logging.getLogger("trainer")
 
-#: Dense peak TFLOP/s by GPU (the start of `torch.cuda.get_device_name()`, most specific
-#: first): bf16/fp16 tensor cores, TF32, and plain fp32 (the vendors' data sheets).
+#: Dense peak TFLOP/s by GPU: bf16/fp16 tensor cores, TF32, and plain fp32 (the vendors' data
+#: sheets, halved where they quote sparsity). A key matches `torch.cuda.get_device_name()` when
+#: the name is the key or goes on after it with a space or a dash ("NVIDIA H100 80GB HBM3",
+#: "NVIDIA A100-SXM4-80GB"), so "NVIDIA L40S" is not an "NVIDIA L40" nor that an "NVIDIA L4";
+#: the first key that matches wins, so variants come before their family.
 PEAK_TFLOPS: dict[str, dict[str, float]] = {
-    "NVIDIA H200": {"bf16": 989.4, "tf32": 494.7, "fp32": 67.0},
+    "NVIDIA GH200": {"bf16": 989.4, "tf32": 494.7, "fp32": 67.0},  # Grace Hopper: the H100/H200 SXM's GPU peaks
+    "NVIDIA H200 NVL": {"bf16": 835.5, "tf32": 417.5, "fp32": 60.0},
+    "NVIDIA H200": {"bf16": 989.4, "tf32": 494.7, "fp32": 67.0},  # SXM
     "NVIDIA H100 PCIe": {"bf16": 756.5, "tf32": 378.0, "fp32": 51.0},
     "NVIDIA H100 NVL": {"bf16": 835.5, "tf32": 417.5, "fp32": 60.0},
     "NVIDIA H100": {"bf16": 989.4, "tf32": 494.7, "fp32": 67.0},  # SXM (HBM3)
     "NVIDIA A100": {"bf16": 312.0, "tf32": 156.0, "fp32": 19.5},
+    "NVIDIA L40S": {"bf16": 362.05, "tf32": 183.0, "fp32": 91.6},
+    "NVIDIA L40": {"bf16": 181.05, "tf32": 90.5, "fp32": 90.5},
     "NVIDIA L4": {"bf16": 121.0, "tf32": 60.0, "fp32": 30.3},
 }
 
 
-def peak_tflops(device_name: str, precision: str, tf32: bool | None = None) -> float | None:
+def _peaks_of(device_name: str) -> dict[str, float] | None:
+    name = device_name.strip()
+    for key, peaks in PEAK_TFLOPS.items():
+        if name == key or (name.startswith(key) and name[len(key)] in " -"):
+            return peaks
+    return None
+
+
+def peak_tflops(device_name: str, precision: str, tf32: bool | None = None, convolutions: bool = False) -> float | None:
     """The peak for `precision` ("fp32", "amp" = fp16, "bf16") on `device_name`, or None.
-    fp32 counts TF32 tensor cores when matmuls may use them (`tf32`; None: torch's setting)."""
-    row = next((peaks for name, peaks in PEAK_TFLOPS.items() if device_name.startswith(name)), None)
+    fp32 counts TF32 tensor cores when the model's work may run on them (`tf32`; None: torch's
+    settings: matmuls in TF32, or, for a model with `convolutions`, cuDNN's TF32, which
+    PyTorch turns on by default)."""
+    row = _peaks_of(device_name)
     if row is None:
         return None
     if precision in ("amp", "bf16", "fp16"):
         return row["bf16"]
     if tf32 is None:
         tf32 = torch.backends.cuda.matmul.allow_tf32 or torch.get_float32_matmul_precision() != "highest"
+        tf32 = tf32 or (convolutions and torch.backends.cudnn.allow_tf32)
     return row["tf32"] if tf32 else row["fp32"]
 
 
@@ -91,14 +109,35 @@ class ShapeCounter(TorchDispatchMode):
 
         self.formulas = FlopCounterMode(display=False).flop_registry  # torch's formulas, by operation
         self.total = 0
+        self.convolutions = False  # a convolution ran (cuDNN runs fp32 ones in TF32 by default)
+        self.paused = 0  # inside activation checkpointing's recomputation (`recomputing`)
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        formula = self.formulas.get(getattr(func, "_overloadpacket", None))
-        if formula is not None:
+        packet = getattr(func, "_overloadpacket", None)
+        formula = self.formulas.get(packet)
+        if formula is not None and not self.paused:
             self.total += int(formula(*args, **kwargs, out_val=out))
+            self.convolutions = self.convolutions or "convolution" in str(packet)
         return out
+
+
+@contextlib.contextmanager
+def recomputing() -> Iterator[None]:
+    """Activation checkpointing's second forward, run in backward: the FLOP counters in force
+    don't count it, so `train/flops_per_sec` and MFU count the model's FLOPs, not the extra
+    work checkpointing trades for memory."""
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    counters = [mode for mode in _get_current_dispatch_mode_stack() if isinstance(mode, ShapeCounter)]
+    for counter in counters:
+        counter.paused += 1
+    try:
+        yield
+    finally:
+        for counter in counters:
+            counter.paused -= 1
 
 
 class FlopMeter:
@@ -113,6 +152,7 @@ class FlopMeter:
         with counter:
             yield
         self.flops = float(counter.total)
+        self.convolutions = counter.convolutions
         self.samples = batch_size_of(batch)
 
     def record(self, backward_ran: bool) -> bool:
@@ -123,6 +163,7 @@ class FlopMeter:
         if flops <= 0:
             return False
         self.throughput.flops_per_batch = flops
+        self.throughput.convolutions = self.convolutions
         self.throughput.flops_per_sample = flops / self.samples if self.samples else None
         log.info("FLOPs of one training micro-batch (forward and backward): %.4g%s", flops,
                  f" ({flops / self.samples:.4g} per sample)" if self.samples else "")
@@ -136,6 +177,7 @@ class Throughput:
         self.enabled = enabled
         self.flops_per_sample: float | None = None
         self.flops_per_batch: float | None = None
+        self.convolutions = False  # the counted micro-batch ran convolutions
         self.items = 0.0
 
     def meter(self, active: bool) -> FlopMeter | None:
@@ -167,7 +209,7 @@ class Throughput:
         if not math.isnan(flops):
             out["train/flops_per_sec"] = flops
             if device.type == "cuda":
-                peak = peak_tflops(torch.cuda.get_device_name(device), precision)
+                peak = peak_tflops(torch.cuda.get_device_name(device), precision, convolutions=self.convolutions)
                 if peak is not None:
                     out["train/mfu"] = flops / (peak * 1e12)
         memory = peak_memory_gib(device)

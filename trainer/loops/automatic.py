@@ -36,7 +36,13 @@ from trainer.loops.context import RunContext, module_of, optimizers_of
 from trainer.loops.items import HeldWindow, is_item_output, mixed_window_error
 from trainer.loops.overrides import LoopOptimizer, OverrideSteps, check_overrides, step_schedulers
 
-__all__ = ["AutomaticOptimization"]
+__all__ = ["AutomaticOptimization", "copies_kept_losses"]
+
+
+def copies_kept_losses(compile: Any) -> bool:
+    """Whether a loss kept past its step is copied: with `Trainer(compile=...)`, whose CUDA graphs
+    (mode "reduce-overhead", ...) replay into the memory of earlier outputs."""
+    return bool(compile)
 
 log = logging.getLogger("trainer")
 
@@ -95,6 +101,10 @@ class AutomaticOptimization(OverrideSteps):
         self.held: HeldWindow | None = None  # an item-weighted window's micro-batches (items.py)
         io = context.output  # the run's first micro-batch: its FLOPs counted once (logging/throughput.py)
         self.flops = io.throughput.meter(io.writes and io.logging_on and not context.args.compile)
+        # A compiled module's output may be CUDA-graph memory that the next replay (a validation
+        # forward included) overwrites: the loss kept past its step (for the bar and the last
+        # step's scalars) is then a copy of it, one scalar copy on the device per step.
+        self.copy_kept_loss = copies_kept_losses(context.args.compile)
 
     def reset(self) -> None:
         self.window_loss = None
@@ -140,6 +150,8 @@ class AutomaticOptimization(OverrideSteps):
             with precision.autocast():
                 output = context.train_step(batch, batch_idx)
             loss = extract_loss(output, batch_idx)
+            if loss is None and last and context.agreement is not None:
+                self._check_skipped_everywhere(batch_idx)
             if self.zero_hook is not None and batch_idx % (context.args.accumulate_grad_batches or 1) == 0:  # Lightning's place
                 if self.want_before_zero_grad:
                     context.call("on_before_zero_grad", self.optimizer)
@@ -174,6 +186,26 @@ class AutomaticOptimization(OverrideSteps):
         if not meter.record(backward_ran=self.held is None):
             self.flops = meter  # nothing ran (training_step returned None): count the next one
         return output
+
+    def _check_skipped_everywhere(self, batch_idx: int) -> None:
+        """Under DDP/FSDP a window's last micro-batch syncs the gradients in its backward: one
+        that returned None must have done so on every rank, or the others wait for this one in
+        that all-reduce forever. Agreed through the store (only on this path: no per-step cost)."""
+        context = self.context
+        agreement = context.agreement
+        assert agreement is not None
+        timeout = getattr(context.strategy, "timeout", None)
+        wait_s = timeout.total_seconds() if timeout is not None else 60.0  # DDP(timeout=...) bounds it
+        step = context.state.global_step + 1
+        if not agreement.all_skip(step, wait_s):
+            raise RuntimeError(
+                f"training_step returned None for batch {batch_idx} on rank {context.strategy.rank} of "
+                f"{context.strategy.world_size}, but not on every rank: that batch syncs the gradients of optimizer "
+                f"step {step}, and the ranks that returned a loss are waiting for this rank's in DDP's all-reduce "
+                f"(waited {wait_s:g} s for them to skip too). Expected every rank to return None for the same batch, "
+                "or, to skip one rank's batch only, return a loss that keeps it in the all-reduce, such as "
+                "`loss * 0` (its gradient then counts as zero in DDP's average)."
+            )
 
     def _hold(self, output: dict[str, Any], loss: torch.Tensor, batch_idx: int, synced: bool) -> None:
         """The window's first `{"loss", "num_items"}` output: hold its graph (items.py)."""
@@ -335,6 +367,8 @@ class AutomaticOptimization(OverrideSteps):
                 self.reconcile()
             context.output.log_step(window_loss, norm)
         else:
+            if self.copy_kept_loss and window_loss is self.batch_loss:  # the forward's own memory
+                window_loss = window_loss.clone()
             context.output.step_done(window_loss)  # the bar's loss every 0.5 s; the last step's, written at the end
 
     def step_schedulers(self, interval: str, count: int) -> None:

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from trainer.module import Module
     from trainer.precision import Precision
     from trainer.strategies import Strategy
+    from trainer.strategies.agreement import StoreAgreement
 
 __all__ = ["RunContext", "Evaluation", "ManualSteps", "module_of", "optimizers_of", "manual_of", "signals_of"]
 
@@ -99,6 +100,7 @@ class RunContext:
         self.sanity_checking = False
         self.stop_request = False  # this rank's own stop request (max_time under DDP, EarlyStopping)
         self.preempted = False  # SIGTERM: the stop does not wait for min_epochs/min_steps
+        self.agreement: StoreAgreement | None = None  # DDP/FSDP, while fit runs: a signal's stop step, skips
 
     @property
     def trainer(self) -> Any:
@@ -167,6 +169,14 @@ class RunContext:
             if agreed:
                 self.state.stop_requested = True
             self.preempted = agreed == 2
+
+    def agree_preemption(self) -> None:
+        """At every optimizer-step boundary of a rank that received SIGTERM or SLURM's signal
+        (`preempted`): agree through the job's store on the step every rank stops after
+        (strategies/agreement.py); no collective, no device work."""
+        agreement = self.agreement
+        if agreement is not None and not self.state.stop_requested and agreement.stop_here(self.state.global_step):
+            self.state.stop_requested = True
 
     def read_metric(self, name: str) -> float | None:
         """One logged metric as a float (a host read, made only when a scheduler monitors it)."""

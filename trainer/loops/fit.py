@@ -402,6 +402,8 @@ class FitLoop:
                     if not stop and self.max_time is not None and self._elapsed() >= self.max_time:
                         stop = context.strategy.world_size == 1
                         context.stop_request = True  # DDP: agreed at the next logging step
+                    if context.preempted:  # SIGTERM on this rank; DDP: the step is agreed through the store
+                        context.agree_preemption()
                     if not stop and state.global_step % args.log_every_n_steps == 0:
                         context.agree_stop()  # DDP: no per-step collective, only at logging steps
                     if stop or self.stop_now():

@@ -122,7 +122,9 @@ class HeldWindow:
         device = losses[-1].device
         # summed in int64 or float64 whatever the counts' own dtype: a window of uint8/int16 counts
         # would wrap around, one of bfloat16/float16 counts would round
-        wide = [count.to(torch.float64 if count.is_floating_point() else torch.int64) for count in self.counts]
+        # A count given as an int (or a CPU tensor) is read on the host and filled on the device:
+        # `.to(device)` would copy it from pageable memory, a stream sync per count.
+        wide = [_on(count, torch.float64 if count.is_floating_point() else torch.int64, device) for count in self.counts]
         total = wide[0]
         for count in wide[1:]:
             total = total + count
@@ -131,7 +133,7 @@ class HeldWindow:
         for loss in losses[1:]:
             loss_sum = loss_sum + loss.detach()
         # Each count must be a whole number, at least 0: checked on the device, read with the total
-        counts = torch.stack([count.to(device=device, dtype=torch.float64) for count in self.counts])
+        counts = torch.stack([_on(count, torch.float64, device) for count in self.counts])
         bad = (counts < 0) | (counts != counts.floor()) | ~torch.isfinite(counts)  # nan, inf, 2.5, -2
         first_bad = bad.to(torch.int64).argmax()
         stats = torch.stack([total.to(torch.float64), loss_sum.to(torch.float64), bad.sum(dtype=torch.float64)])
@@ -190,3 +192,10 @@ class HeldWindow:
             f"training_step (batch {self.batches[index]}) returned num_items={shown} (as a tensor). Expected the "
             "number of items the summed loss covers: a whole number, at least 0 (e.g. mask.sum() of a 0/1 mask)."
         )
+
+
+def _on(count: torch.Tensor, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """`count.to(device, dtype)`, with no host-to-device copy for a count that lives on the host."""
+    if count.device.type == "cpu" and device.type != "cpu":
+        return torch.full((), count.item(), dtype=dtype, device=device)
+    return count.to(device=device, dtype=dtype)

@@ -258,7 +258,10 @@ class ManualOptimization:
             if state.global_step // n != steps_before // n:
                 context.output.log_step(_loss_of(output), None)
             else:
-                context.output.step_done(_loss_of(output))
+                kept = _loss_of(output)
+                if kept is not None and context.args.compile:  # CUDA graphs reuse an output's memory
+                    kept = kept.clone()
+                context.output.step_done(kept)
         return output
 
     def batch_end_outputs(self, output: Any) -> Any:

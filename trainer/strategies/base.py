@@ -190,6 +190,14 @@ class Strategy(LightningAttributes):
         """Combine epoch metrics over ranks: weighted mean, sum, max or min (one process: as is)."""
         return values
 
+    def check_optimizers(self, optimizers: list[Any]) -> None:
+        """Refuse optimizers this strategy can't step correctly (before any step); default: all fine."""
+
+    def store_agreement(self) -> Any:
+        """What the ranks decide through the job's store (`StoreAgreement`: the step to stop at
+        after a signal, a skip on every rank); None in one process, where nothing needs agreeing."""
+        return None
+
     def barrier(self, name: str | None = None) -> None:
         """Wait for every rank (`name`: Lightning's label, unused)."""
 

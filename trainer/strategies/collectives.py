@@ -19,7 +19,8 @@ backend's 10 to 30 minutes. What this module adds:
   was, answers, and ends its process (exit code 1) within a couple of seconds, so a rank
   stuck outside any collective (a hang in user code, a very slow step) does not keep the job
   alive after the others failed, whatever launched it. A collective that outlives its
-  timeout by `SLACK_S` (a backend that did not raise) ends the process the same way.
+  timeout by `SLACK_S` (a backend that did not raise) ends the process the same way, and so
+  does a store that has not answered for the timeout (rank 0, which holds it, is gone).
 
 The watchdog exists only when a timeout was given: without one nothing here runs.
 """
@@ -216,6 +217,7 @@ class CollectiveGuard:
 
     # -------------------------------------------------------------------- watchdog
     def _watch(self) -> None:
+        unreachable_since: float | None = None
         while not self._stop.wait(POLL_S):
             if self._failing:
                 continue
@@ -226,8 +228,16 @@ class CollectiveGuard:
                 return
             try:
                 someone_failed = self._store.check([f"{_PREFIX}failed"])
-            except Exception:  # noqa: BLE001 - the store is gone (rank 0 exited): nothing to hear
+            except Exception:  # noqa: BLE001 - the store is gone: rank 0, which holds it, exited
+                # Every rank meets at exit, so a store gone for longer than the timeout means rank 0
+                # (or its machine) died: no collective can succeed again, and a rank stuck outside
+                # one (NCCL's watchdog only ends ranks waiting in one) would keep its GPUs forever.
+                unreachable_since = unreachable_since or time.monotonic()
+                if time.monotonic() - unreachable_since > max(self.seconds, 2 * POLL_S):
+                    self._end_unreachable(time.monotonic() - unreachable_since)
+                    return
                 continue
+            unreachable_since = None
             if someone_failed and not self._failing:
                 self._answer()
                 return
@@ -250,6 +260,16 @@ class CollectiveGuard:
         self._end(
             f"Rank {self.rank} of {self.world_size}: rank(s) {', '.join(map(str, failed)) or '?'} gave up waiting for "
             f"the others ({self.owner}(timeout={self.seconds:g})), so this rank ends too. It was {where}; its stack:\n{stack}"
+        )
+
+    def _end_unreachable(self, seconds: float) -> None:
+        frame = sys._current_frames().get(self._owner_thread)
+        current = self._current
+        where = f"waiting in {current[0]}" if current is not None else _describe_frame(frame)
+        self._end(
+            f"Rank {self.rank} of {self.world_size}: the job's key-value store, which rank 0 holds, has not answered "
+            f"for {seconds:.0f} s ({self.owner}(timeout={self.seconds:g})): rank 0 has exited or its machine is gone, "
+            f"so no collective can succeed again and this rank ends too. It was {where}."
         )
 
     def _end(self, message: str) -> None:

@@ -62,10 +62,15 @@ def local_cuda_index(
         return 0  # the process's own GPU (SLURM --gpus-per-task=1), or the only one
     index = local_rank if local_rank is not None else rank % visible
     if index >= visible or many:
+        slurm = (
+            ". Under srun each task sees only the GPUs SLURM binds to it: give every task one GPU "
+            "(--gpus-per-task=1) or every GPU of the node (no --gpu-bind), not a share of them"
+            if launcher == "slurm" else ""
+        )
         raise ValueError(
             f"local rank {index} of {local_world_size if local_world_size is not None else '?'} processes on this "
             f"machine, which has {visible} visible GPU(s). Expected at most one process per GPU: launch at most "
-            f"{visible} per machine (--nproc_per_node / devices / --ntasks-per-node), or train on the CPU"
+            f"{visible} per machine (--nproc_per_node / devices / --ntasks-per-node), or train on the CPU{slurm}"
         )
     return index
 

@@ -109,6 +109,23 @@ class FSDP(ProcessGroupStrategy):
                 f"{self.device}, whose memory already is the CPU's. Set cpu_offload=False."
             )
 
+    def check_optimizers(self, optimizers: list[Any]) -> None:
+        """cpu_offload: a fused optimizer steps the CPU shards with a CPU kernel, which would read
+        the GPU's skip flags (`found_inf`, amp's `grad_scale`) through copies torch makes without
+        waiting for them (`non_blocking=True` into pinned memory): a step meant to be skipped
+        could run, or divide by a stale scale."""
+        if not self.options["cpu_offload"]:
+            return
+        fused = [type(o).__name__ for o in optimizers if getattr(o, "defaults", {}).get("fused")]
+        if fused:
+            raise ValueError(
+                f"FSDP(cpu_offload=True) with {fused[0]}(fused=True): the optimizer steps the shards in CPU "
+                "memory, and its fused CPU kernel would read the GPU's skip decision (found_inf, amp's grad_scale) "
+                "through a copy that is not waited for. Expected fused=False (the default foreach step) with "
+                "cpu_offload, or cpu_offload=False to keep the fused step on the GPU. Under offload `self.device` "
+                "is the GPU, so `fused=self.device.type == 'cuda'` picks fused: test the strategy's cpu_offload too."
+            )
+
     def _cpu_collectives(self) -> bool:
         """cpu_offload: gradients live on the CPU, and amp's inf check and the clip norm
         all-reduce them, so the group has Gloo beside NCCL (`"cuda:nccl,cpu:gloo"`)."""

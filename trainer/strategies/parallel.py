@@ -109,6 +109,14 @@ class ProcessGroupStrategy(Strategy):
                 f"Trainer(strategy={self.name!r}, device={device!r}): expected a 'cuda' or 'cpu' device. "
                 f"Received: {chosen.type!r}, which {type(self).__name__} does not support."
             )
+        local_world = self._cluster.local_world_size
+        if chosen.type == "cuda" and local_world is not None and local_world > 1:
+            raise ValueError(
+                f"Trainer(strategy={self.name!r}, device={device!r}) with {local_world} processes on this machine: "
+                f"every one of them would compute on GPU {chosen.index}, and NCCL can't put two ranks on one GPU "
+                "('Duplicate GPU detected'). Expected device='cuda' or 'auto': each rank takes the GPU of its local "
+                "rank. To choose which GPUs the job uses, set CUDA_VISIBLE_DEVICES."
+            )
         return chosen
 
     def _local_gpu(self) -> int:
@@ -244,7 +252,12 @@ class ProcessGroupStrategy(Strategy):
 
     # ----------------------------------------------------------------- collectives
     def _flag_tensor(self, flag: bool) -> torch.Tensor:
-        return torch.tensor([int(flag)], dtype=torch.int32, device=self.device)
+        return self._host_value(int(flag), torch.int32)
+
+    def _host_value(self, value: int, dtype: torch.dtype) -> torch.Tensor:
+        """`[value]` on the device by a fill kernel: `torch.tensor(..., device="cuda")` would copy
+        it from the host and wait for the stream, a sync on every call."""
+        return torch.full((1,), value, dtype=dtype, device=self.device)
 
     def check_epoch_lengths(self, batches: int | None) -> None:
         """Once per epoch: equal known lengths on every rank, or one clear error on all of them.
@@ -265,7 +278,7 @@ class ProcessGroupStrategy(Strategy):
     def fewest(self, count: int) -> int:
         from torch import distributed as dist
 
-        tensor = torch.tensor([count], dtype=torch.int64, device=self.device)
+        tensor = self._host_value(count, torch.int64)
         return self._reduce_to_host(tensor, dist.ReduceOp.MIN, "all_reduce(MIN)")
 
     def _reduce_to_host(self, tensor: torch.Tensor, op: Any, name: str) -> int:
@@ -356,6 +369,19 @@ class ProcessGroupStrategy(Strategy):
         holder = [obj]
         self._collective("broadcast_object_list", dist.broadcast_object_list, holder, src=0, group=self._group())
         return holder[0]
+
+    def store_agreement(self) -> Any:
+        """Once per fit on every rank: the agreement through the process group's store (one
+        round trip now, none per step until a signal arrives); None without a default store."""
+        from torch.distributed import distributed_c10d
+
+        from trainer.strategies.agreement import StoreAgreement
+
+        try:
+            store = distributed_c10d._get_default_store()
+        except (AttributeError, RuntimeError, ValueError):  # a torch without it: agreed at logging steps
+            return None
+        return StoreAgreement.start(store, self.world_size)
 
     def _watch_collectives(self) -> None:
         """With a timeout: start the collective watchdog for the run (`setup_module`); it
