@@ -15,7 +15,7 @@ from trainer._utils import length_of, move_to_device, to_host
 from trainer.loops.batches import batch_mover, module_override
 from trainer.loops.combined import CombinedLoader, batches_of
 from trainer.loops.context import RunContext, module_of
-from trainer.loops.loaders import EvalLoaders, loader_list
+from trainer.loops.loaders import EvalLoaders, loader_list, no_loaders
 
 __all__ = ["EvalLoop", "check_dataloader_idx", "per_loader", "takes_names"]
 
@@ -52,6 +52,8 @@ class EvalLoop:
         The module's `on_<stage>_epoch_end` runs before the callbacks' (see docs/hooks.md):
         what it logs joins the epoch's results, which every callback then sees.
         """
+        if no_loaders(loader):  # an empty list or dict of loaders: Lightning runs nothing, calls no hook
+            return None if stage == "predict" else []  # and `predict` returns None, as Lightning's
         context = self.context
         module = module_of(context)
         loaders = loader_list(loader)
