@@ -111,6 +111,7 @@ class EvalLoop:
         wants = context.hooks.wants
         want_start, want_end = wants(f"on_{stage}_batch_start"), wants(f"on_{stage}_batch_end")
         predictions: list[list[Any]] = [[] for _ in loaders]
+        gather = context.strategy.all_gather_object  # the ranks agree on what each loader logged
         context.call(f"on_{stage}_start")
         context.call(f"on_{stage}_epoch_start")
         named: dict[str, Any] = {}
@@ -135,6 +136,8 @@ class EvalLoop:
                 if want_end:
                     context.call(f"on_{stage}_batch_end", output, batch, batch_idx, *extra)
                 context.output.progress_advance_eval()
+            if several and stage != "predict":  # Lightning computes metric objects as each loader ends
+                context.metrics.close_loader(gather)
         context.metrics.dataloader_idx = None  # what the epoch-end hooks log belongs to every loader
         context.metrics.loader_name = None
         if stage == "predict":
@@ -148,8 +151,8 @@ class EvalLoop:
             context.hooks.call_module(f"on_{stage}_epoch_end")
         finally:
             context.metrics.epoch_end_reached = False
-        owners = context.metrics.eval_owners()
-        epoch_values = context.metrics.close_epoch(context.strategy.reduce_epoch)
+        owners = context.metrics.eval_owners(gather if several else None)
+        epoch_values = context.metrics.close_epoch(context.strategy.reduce_epoch, gather)
         results = to_floats(epoch_values)
         if not context.sanity_checking:  # the sanity check's numbers are never written
             context.output.log_eval(results)
