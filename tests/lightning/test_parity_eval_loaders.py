@@ -172,3 +172,133 @@ def test_the_printed_table_has_a_column_per_loader_as_lightnings(tmp_path: Path,
     table = printed[0][printed[0].index("─"):]
     assert table == printed[1][printed[1].index("─"):]
     assert "DataLoader 1" in table and "only_second" in table and "/dataloader_idx_" not in table
+
+
+_EMPTY_PROJECT = '''
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+import trainer as L
+
+
+class Net(L.LightningModule):
+    def __init__(self, calls):
+        super().__init__()
+        self.layer = torch.nn.Linear(3, 1)
+        self.calls = calls
+
+    def training_step(self, batch, batch_idx):
+        return self.layer(batch[0]).pow(2).mean()
+
+    def validation_step(self, batch, batch_idx, dataloader_idx=0):
+        self.calls.append("validation_step")
+
+    def test_step(self, batch, batch_idx, dataloader_idx=0):
+        self.calls.append("test_step")
+
+    def predict_step(self, batch, batch_idx, dataloader_idx=0):
+        return batch[0]
+
+    def on_validation_start(self):
+        self.calls.append("on_validation_start")
+
+    def on_test_start(self):
+        self.calls.append("on_test_start")
+
+    def on_predict_start(self):
+        self.calls.append("on_predict_start")
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def main(root, empty):
+    torch.manual_seed(0)
+    calls = []
+    train = DataLoader(TensorDataset(torch.randn(8, 3, generator=torch.Generator().manual_seed(1))), batch_size=4)
+    trainer = L.Trainer(default_root_dir=root, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                        enable_checkpointing=False, max_epochs=2)
+    model = Net(calls)
+    trainer.fit(model, train, empty)
+    results = [trainer.validate(model, empty, verbose=False), trainer.test(model, empty, verbose=False),
+               trainer.predict(model, empty)]
+    return {"calls": calls, "results": results, "step": trainer.global_step, "model": model}
+'''
+
+
+@pytest.mark.parametrize("empty", [[], {}], ids=["list", "dict"])
+def test_an_empty_collection_of_loaders_runs_no_evaluation_as_lightning(tmp_path: Path, empty: Any) -> None:
+    """Lightning reads an empty list or dict of evaluation loaders as none: fit trains without
+    validating, validate and test return [] and predict None, and no evaluation hook runs."""
+    from tests.helpers.lightning_projects import load_source
+
+    ours, theirs = (load_source(_EMPTY_PROJECT, framework, "empty").main(tmp_path / framework, type(empty)())
+                    for framework in ("ours", "lightning"))
+    assert ours["calls"] == theirs["calls"] == []
+    assert ours["results"] == theirs["results"] == [[], [], None]
+    assert ours["step"] == theirs["step"] == 4
+    assert_same_weights(ours["model"], theirs["model"])
+
+
+_SHARED_METRIC_PROJECT = '''
+import torch
+import torchmetrics
+from torch.utils.data import DataLoader, TensorDataset
+
+import trainer as L
+
+
+class Net(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(3, 1)
+        self.shared = torchmetrics.MeanMetric()  # one object, logged for both loaders
+        self.own = torch.nn.ModuleList([torchmetrics.MeanMetric(), torchmetrics.MeanMetric()])
+
+    def training_step(self, batch, batch_idx):
+        return self.layer(batch[0]).pow(2).mean()
+
+    def validation_step(self, batch, batch_idx, dataloader_idx=0):
+        loss = self.layer(batch[0]).pow(2).mean()
+        self.shared(loss)
+        self.own[dataloader_idx](loss)
+        self.log("shared", self.shared)
+        self.log("own", self.own[dataloader_idx])
+        self.log("plain", loss)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def main(root):
+    torch.manual_seed(0)
+    def data(n, seed):
+        return DataLoader(TensorDataset(torch.randn(n, 3, generator=torch.Generator().manual_seed(seed))), batch_size=4)
+    trainer = L.Trainer(default_root_dir=root, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                        enable_checkpointing=False, max_epochs=2, num_sanity_val_steps=0)
+    model = Net()
+    trainer.fit(model, data(8, 0), [data(8, 1), data(4, 2)])
+    fitted = {k: float(v) for k, v in trainer.callback_metrics.items() if not k.startswith("train/")}
+    return {"fit": fitted, "validate": trainer.validate(model, [data(8, 1), data(4, 2)], verbose=False), "model": model}
+'''
+
+
+def test_a_metric_object_logged_for_two_loaders_gives_lightnings_values(tmp_path: Path) -> None:
+    """Lightning computes what a loader logged when that loader ends, with no reset in between:
+    one metric object logged for loaders 0 and 1 reports loader 0's batches under
+    `/dataloader_idx_0` and both loaders' batches under `/dataloader_idx_1`; each pass starts
+    afresh (the second epoch's values are not mixed with the first's)."""
+    pytest.importorskip("torchmetrics")
+    from tests.helpers.lightning_projects import load_source
+
+    ours, theirs = (load_source(_SHARED_METRIC_PROJECT, framework, "shared_metric").main(tmp_path / framework)
+                    for framework in ("ours", "lightning"))
+    assert_same_weights(ours["model"], theirs["model"])
+    assert ours["fit"] == theirs["fit"]
+    assert ours["validate"] == theirs["validate"]
+    for values in (ours["fit"], ours["validate"][0] | ours["validate"][1]):
+        first, second = values["plain/dataloader_idx_0"], values["plain/dataloader_idx_1"]  # batches of 4: plain means
+        assert values["shared/dataloader_idx_0"] == pytest.approx(first, abs=1e-6)
+        assert values["shared/dataloader_idx_1"] == pytest.approx((2 * first + second) / 3, abs=1e-6)
+        assert values["own/dataloader_idx_1"] == pytest.approx(second, abs=1e-6)
+        assert values["shared/dataloader_idx_1"] != pytest.approx(second, abs=1e-4)

@@ -8,7 +8,9 @@ loader's whole dataset, computed in one process with the final weights.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -87,3 +89,69 @@ def test_a_mixture_resumed_on_two_processes_continues_each_ranks_sequence(tmp_pa
     for rank in range(2):
         assert resumed[rank]["seen"] == whole[rank]["seen"][4:]
         assert all(torch.equal(resumed[rank]["weights"][k], whole[rank]["weights"][k]) for k in whole[rank]["weights"])
+
+
+def _descendants(pid: int) -> list[int]:
+    """The processes `pid` started, and theirs (Linux's /proc)."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with contextlib.suppress(OSError):
+            for child in (task / "children").read_text().split():
+                found += [int(child), *_descendants(int(child))]
+    return found
+
+
+def _torchrun_bounded(phase: str, out: Path, seconds: float) -> list[dict[str, Any]]:
+    """`_torchrun`, killed with all its workers when it runs past `seconds` (a hang fails the test)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(WORKER), phase, str(out)]
+    process = subprocess.Popen(command, cwd=out, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    try:
+        stdout, stderr = process.communicate(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        for pid in [*_descendants(process.pid), process.pid]:  # the workers run in sessions of their own
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        stdout, stderr = process.communicate()
+        pytest.fail(f"torchrun {phase} still ran after {seconds:g} s (a hang):\n{stdout[-2000:]}\n{stderr[-4000:]}")
+    assert process.returncode == 0, f"torchrun {phase} failed:\n{stdout[-3000:]}\n{stderr[-6000:]}"
+    return [torch.load(out / f"{phase}_rank{rank}.pt", weights_only=False) for rank in range(2)]
+
+
+def test_loaders_of_different_lengths_on_each_rank_finish_with_every_ranks_batches(tmp_path: Path) -> None:
+    """Three validation loaders whose lengths differ per rank (loader 1: 3 batches on rank 0, 1 on
+    rank 1; loader 2: none on rank 1) finish in fit (with a sanity check) and in validate, each
+    loader's mean over the batches every rank ran, the same on both ranks. A metric object logged
+    for loader 2, which rank 1 never runs, would leave rank 0 waiting in its synchronisation: both
+    ranks raise a clear error instead (and so with one loader that gives rank 1 no batch)."""
+    pytest.importorskip("torchmetrics")
+    ranks = _torchrun_bounded("uneven", tmp_path, 90)
+    first, second = ranks
+    assert all(torch.equal(first["weights"][k], second["weights"][k]) for k in first["weights"])
+    assert first["validate"] == second["validate"]
+    names = [[f"val_loss/dataloader_idx_{index}"] for index in range(3)]
+    assert [list(d) for d in first["validate"]] == names  # rank 1 files loader 2's value under loader 2 too
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("loaders_worker_uneven", WORKER)
+    assert spec is not None and spec.loader is not None
+    worker = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(worker)
+    layer = torch.nn.Linear(3, 1)
+    layer.load_state_dict({k.removeprefix("layer."): v for k, v in first["weights"].items()})
+
+    def mean_loss(n: int, seed: int) -> float:  # every sample once: the ranks' shares together
+        x, y, _ = worker.regression(8, seed).tensors
+        with torch.no_grad():
+            return float(F.mse_loss(layer(x[:n]), y[:n], reduction="none").mean())
+
+    expected = [mean_loss(8, 2), mean_loss(8, 3), mean_loss(4, 4)]
+    for index, value in enumerate(expected):
+        assert abs(first["validate"][index][f"val_loss/dataloader_idx_{index}"] - value) < 1e-5
+        assert abs(first["fit"][f"val_loss/dataloader_idx_{index}"] - value) < 1e-5
+        assert first["fit"] == second["fit"]
+    for rank in ranks:
+        assert "'test_mean/dataloader_idx_2'" in rank["error"] and "rank(s) [1]" in rank["error"]
+        assert "'test_mean'" in rank["single"] and "rank(s) [1]" in rank["single"]  # one such loader alike

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from trainer.core.flags import overfit_loader
 from trainer.loops.batches import check_loader, one_loader
 from trainer.loops.combined import CombinedLoader, as_train_loader
-from trainer.loops.loaders import EvalLoaders
+from trainer.loops.loaders import EvalLoaders, no_loaders
 
 if TYPE_CHECKING:
     from trainer._args import TrainerArgs
@@ -111,8 +111,9 @@ class TrainerData:
 
     def _checked_val(self, model: Module, val: Any) -> Any:
         """The validation loader fit runs, or None: a module without `validation_step` skips
-        validation, with a warning (once per Trainer), as Lightning does."""
-        if val is None:
+        validation, with a warning (once per Trainer), as Lightning does; so does an empty list
+        or dict of loaders (silently, as Lightning)."""
+        if val is None or no_loaders(one_loader(val)):  # an empty list or dict: no validation, as Lightning
             return None
         if not _overrides_step(model, "validation_step"):
             if not self._warned_no_validation_step:

@@ -9,6 +9,10 @@ Lightning's semantics, which the metric store follows for them:
   `compute` does any synchronisation across processes: no mean over ranks on top), then
   `metric.reset()` once the epoch is over: a training metric after the last
   `on_train_epoch_end` hook, an evaluation metric when the validation/test pass ends;
+  with several evaluation loaders, what was logged while a loader ran is computed when that
+  loader ends, without a reset in between (Lightning's order), so one metric object logged
+  for loaders 0 and 1 gives loader 0 its value over loader 0's batches and loader 1 its value
+  over both loaders' batches;
 - `reduce`/`reduce_fx` and `batch_size` have no effect (the metric reduces itself).
 
 torchmetrics is not imported here: a `torchmetrics.Metric` is recognised through
@@ -26,7 +30,10 @@ from typing import Any
 
 import torch
 
-__all__ = ["is_metric", "is_metric_collection", "collection_error", "MetricEntry", "step_value", "compute_entries", "reset_all"]
+__all__ = [
+    "is_metric", "is_metric_collection", "collection_error", "MetricEntry", "step_value", "compute_entries",
+    "check_same_on_every_rank", "reset_all",
+]
 
 _METHODS = ("update", "compute", "reset")
 
@@ -100,25 +107,50 @@ class MetricEntry:
     for tensor reductions.
     """
 
-    __slots__ = ("metric", "source", "alias")
+    __slots__ = ("metric", "source", "alias", "value")
 
     def __init__(self, metric: Any, source: str, alias: bool) -> None:
         self.metric = metric
         self.source = source
         self.alias = alias
+        self.value: torch.Tensor | None = None  # its compute(), once taken (at the end of its loader)
 
 
 def compute_entries(entries: dict[str, MetricEntry]) -> dict[str, torch.Tensor]:
     """`compute()` of every entry, once per metric object (a metric logged under two names
-    is computed, and under DDP synchronised, once)."""
+    is computed, and under DDP synchronised, once), in the order of the names: the same
+    order on every rank, so their synchronisations pair up. An entry whose value was already
+    taken (`value`) keeps it."""
     computed: dict[int, torch.Tensor] = {}
     out: dict[str, torch.Tensor] = {}
-    for key, entry in entries.items():
-        ident = id(entry.metric)
-        if ident not in computed:
-            computed[ident] = _scalar(entry.source, entry.metric.compute(), "compute() result")
-        out[key] = computed[ident]
-    return out
+    for key in sorted(entries):
+        entry = entries[key]
+        if entry.value is None:
+            ident = id(entry.metric)
+            if ident not in computed:
+                computed[ident] = _scalar(entry.source, entry.metric.compute(), "compute() result")
+            entry.value = computed[ident]
+        out[key] = entry.value
+    return {key: out[key] for key in entries}
+
+
+def check_same_on_every_rank(names: list[str], gathered: list[list[str]]) -> None:
+    """Every rank must compute the same metric objects (`names`: this rank's; `gathered`: each
+    rank's), since each `compute()` synchronises all ranks: a rank that has one to compute
+    while another has none would wait forever. Raised on every rank alike (all see `gathered`)."""
+    every = sorted(set().union(*map(set, gathered)))
+    for name in every:
+        having = [rank for rank, per_rank in enumerate(gathered) if name in per_rank]
+        if len(having) < len(gathered):
+            lacking = [rank for rank in range(len(gathered)) if rank not in having]
+            raise RuntimeError(
+                f"self.log({name!r}, metric) logged a metric object on rank(s) {having} but not on rank(s) "
+                f"{lacking}, which had no batch where it is logged (a loader whose share on those ranks is "
+                "empty). A metric object's compute() synchronises every rank, so each rank must have logged "
+                "it, or the run would wait forever. Expected every rank to get at least one batch of each "
+                "loader: let the Trainer add a DistributedSampler (it pads the shares), give each rank a share "
+                "of every loader, or log a tensor value instead (it is reduced over the ranks that logged it)."
+            )
 
 
 def reset_all(metrics: dict[int, Any]) -> None:

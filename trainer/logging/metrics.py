@@ -37,6 +37,7 @@ import torch
 
 from trainer.logging.metric_objects import (
     MetricEntry,
+    check_same_on_every_rank,
     collection_error,
     compute_entries,
     is_metric,
@@ -302,12 +303,19 @@ class MetricStore:
             return name[: -len(suffix)] + tail + suffix
         return name + tail
 
-    def eval_owners(self) -> dict[str, int | None]:
+    def eval_owners(self, gather: Callable[[Any], list[Any]] | None = None) -> dict[str, int | None]:
         """The current evaluation's epoch names (as `close_epoch` returns them) and the loader each
-        was logged for (None: outside the loaders' batches, e.g. in `on_validation_epoch_end`)."""
+        was logged for (None: outside the loaders' batches, e.g. in `on_validation_epoch_end`).
+        `gather` (the strategy's `all_gather_object`) adds the names other ranks logged: a rank
+        that had no batch of a loader still files that loader's values under it."""
         owners: dict[str, int | None] = {}
         for key, slot in self._eval_epoch.items():
             owners[key] = self._eval_owner.get(slot.source)
+        if gather is not None:
+            for per_rank in gather(owners):
+                for key, owner in per_rank.items():
+                    if owners.get(key) is None:
+                        owners[key] = owner
         return owners
 
     def _claim(self, name: str) -> None:
@@ -378,12 +386,28 @@ class MetricStore:
         self.step = {}
         return values
 
-    def close_epoch(self, across_ranks: Any = None) -> dict[str, torch.Tensor]:
+    def close_loader(self, gather: Callable[[Any], list[Any]]) -> None:
+        """One of several evaluation loaders ended: each metric object logged so far whose value
+        is not taken yet is computed now (Lightning's order), after every rank agreed on which
+        (`gather`: the strategy's `all_gather_object`; a mismatch is an error on every rank)."""
+        self._compute_objects(self._eval_epoch, gather)
+
+    @staticmethod
+    def _compute_objects(reductions: Mapping[str, Any], gather: Callable[[Any], list[Any]] | None) -> dict[str, torch.Tensor]:
+        entries = {name: e for name, e in reductions.items() if isinstance(e, MetricEntry)}
+        if gather is not None:  # one small exchange per loader or pass, never per step
+            pending = sorted(name for name, e in entries.items() if e.value is None)
+            check_same_on_every_rank(pending, gather(pending))
+        return compute_entries(entries)
+
+    def close_epoch(self, across_ranks: Any = None, gather: Callable[[Any], list[Any]] | None = None) -> dict[str, torch.Tensor]:
         """Reduce and clear the current epoch's reductions (training's, or the evaluation's
         while `evaluating`); the results also become `latest`.
 
         `across_ranks(values, {name: (reduce, weight)})` (the strategy's `reduce_epoch`)
-        combines them over processes, so every rank keeps the same values.
+        combines them over processes, so every rank keeps the same values. `gather` (the
+        strategy's `all_gather_object`, given by evaluations, whose loaders may give a rank
+        no batch) first checks that every rank has the same metric objects to compute.
         """
         reductions = self._eval_epoch if self._evaluating else self.epoch
         tensors = {name: r for name, r in reductions.items() if isinstance(r, _Reduction)}
@@ -391,7 +415,7 @@ class MetricStore:
         if across_ranks is not None:
             values = across_ranks(values, {name: (r.reduce, r.weight) for name, r in tensors.items()})
         # A metric object's compute() synchronises it across ranks itself: no reduction on top.
-        computed = compute_entries({name: e for name, e in reductions.items() if isinstance(e, MetricEntry)})
+        computed = self._compute_objects(reductions, gather)
         merged = {name: computed[name] if name in computed else values[name]
                   for name in reductions if name in computed or name in values}  # in the order first logged
         merged.update((name, value) for name, value in values.items() if name not in merged)  # logged on other ranks

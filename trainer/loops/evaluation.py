@@ -15,7 +15,7 @@ from trainer._utils import length_of, move_to_device, to_host
 from trainer.loops.batches import batch_mover, module_override
 from trainer.loops.combined import CombinedLoader, batches_of
 from trainer.loops.context import RunContext, module_of
-from trainer.loops.loaders import EvalLoaders, loader_list
+from trainer.loops.loaders import EvalLoaders, loader_list, no_loaders
 
 __all__ = ["EvalLoop", "check_dataloader_idx", "per_loader", "takes_names"]
 
@@ -52,6 +52,8 @@ class EvalLoop:
         The module's `on_<stage>_epoch_end` runs before the callbacks' (see docs/hooks.md):
         what it logs joins the epoch's results, which every callback then sees.
         """
+        if no_loaders(loader):  # an empty list or dict of loaders: Lightning runs nothing, calls no hook
+            return None if stage == "predict" else []  # and `predict` returns None, as Lightning's
         context = self.context
         module = module_of(context)
         loaders = loader_list(loader)
@@ -109,6 +111,7 @@ class EvalLoop:
         wants = context.hooks.wants
         want_start, want_end = wants(f"on_{stage}_batch_start"), wants(f"on_{stage}_batch_end")
         predictions: list[list[Any]] = [[] for _ in loaders]
+        gather = context.strategy.all_gather_object  # the ranks agree on what each loader logged
         context.call(f"on_{stage}_start")
         context.call(f"on_{stage}_epoch_start")
         named: dict[str, Any] = {}
@@ -133,6 +136,8 @@ class EvalLoop:
                 if want_end:
                     context.call(f"on_{stage}_batch_end", output, batch, batch_idx, *extra)
                 context.output.progress_advance_eval()
+            if several and stage != "predict":  # Lightning computes metric objects as each loader ends
+                context.metrics.close_loader(gather)
         context.metrics.dataloader_idx = None  # what the epoch-end hooks log belongs to every loader
         context.metrics.loader_name = None
         if stage == "predict":
@@ -146,8 +151,8 @@ class EvalLoop:
             context.hooks.call_module(f"on_{stage}_epoch_end")
         finally:
             context.metrics.epoch_end_reached = False
-        owners = context.metrics.eval_owners()
-        epoch_values = context.metrics.close_epoch(context.strategy.reduce_epoch)
+        owners = context.metrics.eval_owners(gather if several else None)
+        epoch_values = context.metrics.close_epoch(context.strategy.reduce_epoch, gather)
         results = to_floats(epoch_values)
         if not context.sanity_checking:  # the sanity check's numbers are never written
             context.output.log_eval(results)

@@ -4,7 +4,9 @@ Lightning accepts a collection of loaders wherever it accepts one (`validate(mod
 a DataModule's `val_dataloader()` returning a dict, ...) and runs them in turn, telling the
 hooks which one a batch came from (`dataloader_idx`). `EvalLoaders` is that collection: its
 loaders in order, and the shape the user gave (`trainer.val_dataloaders` answers with it).
-A collection of one loader is that loader, as before: nothing changes for a single loader.
+A collection of one loader is that loader, as before: nothing changes for a single loader. An
+empty list or dict holds no loader: the stage runs nothing, as in Lightning (fit skips
+validation, validate and test return an empty list and predict None, without calling a hook).
 
 Example:
     >>> from torch.utils.data import DataLoader
@@ -23,7 +25,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["EvalLoaders", "as_eval_loaders", "loaders_in", "loader_list", "public_loaders"]
+__all__ = ["EvalLoaders", "as_eval_loaders", "loaders_in", "loader_list", "no_loaders", "public_loaders"]
 
 
 def _is_loader(item: Any) -> bool:
@@ -92,12 +94,26 @@ def as_eval_loaders(value: Any) -> Any:
         value = value.iterables  # Lightning's own way of reading several evaluation loaders
         if loaders_in(value) is None:
             return value
+    if _empty_collection(value):  # no loaders at all: Lightning runs no evaluation (no hook, no batch)
+        return EvalLoaders.of(value)
     items = loaders_in(value)
     if items is None:
         return value
     if len(items) == 1:
         return items[0]
     return EvalLoaders.of(value)
+
+
+def _empty_collection(value: Any) -> bool:
+    """An empty list, tuple or dict given where loaders go: no loader at all."""
+    plain = isinstance(value, (list, tuple, Mapping)) and not hasattr(value, "_fields")
+    return plain and len(value) == 0
+
+
+def no_loaders(value: Any) -> bool:
+    """Whether `value` (as `as_eval_loaders` made it) holds no loader: an empty list or dict was
+    given, and the stage runs nothing (fit skips validation; validate/test return [], predict None)."""
+    return isinstance(value, EvalLoaders) and len(value) == 0
 
 
 def loader_list(value: Any) -> list[Any]:

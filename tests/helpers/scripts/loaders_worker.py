@@ -3,6 +3,8 @@ loaders of different lengths (combined, max_size_cycle), two validation loaders 
 two test loaders. Each rank saves its weights, metrics, batch counts and the training samples
 it saw to OUT_DIR/loaders_rank{r}.pt; tests/strategies/test_ddp_loaders.py checks them.
 
+PHASE "uneven" evaluates loaders whose lengths differ per rank (uneven_rank{r}.pt).
+
 PHASE "mixture" trains from a `Mixture` of two sources and writes a checkpoint at step 4 on the
 way; "mixture_resume" continues that checkpoint in a new 2-process run.
 
@@ -18,7 +20,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
 from trainer import Callback, Module, Trainer
 from trainer.utilities import Mixture
@@ -98,8 +100,74 @@ def mixture(out: Path, resume: bool) -> None:
                out / f"{phase}_rank{os.environ['RANK']}.pt")
 
 
+class RankShare(IterableDataset):  # type: ignore[type-arg]
+    """Batches of 2 samples of `data`, `counts[rank]` of them on each rank: uneven on purpose."""
+
+    def __init__(self, data: TensorDataset, counts: tuple[int, int]) -> None:
+        self.data, self.counts = data, counts
+
+    def __iter__(self) -> Any:
+        rank = int(os.environ["RANK"])
+        start = sum(self.counts[:rank]) * 2
+        for index in range(start, start + self.counts[rank] * 2, 2):
+            yield tuple(part[index:index + 2] for part in self.data.tensors)
+
+
+class PlainNet(Net):
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        return F.mse_loss(self.layer(batch[0]), batch[1])
+
+
+class MetricNet(Net):
+    """One torchmetrics object per loader (the usual pattern), each logged for its loader."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        import torchmetrics
+
+        self.means = torch.nn.ModuleList([torchmetrics.MeanMetric() for _ in range(3)])
+
+    def test_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        self.means[dataloader_idx](F.mse_loss(self.layer(batch[0]), batch[1]))
+        self.log("test_mean", self.means[dataloader_idx])
+
+
+def uneven(out: Path) -> None:
+    """Three loaders whose lengths differ per rank: loader 1 gives rank 0 three batches and rank 1
+    one, loader 2 gives rank 1 none. Validation inside fit and `validate` finish on both ranks
+    with every rank's batches in each loader's mean; a metric object logged for loader 2 (which
+    rank 1 never runs) is a clear error on both ranks instead of a wait that never ends."""
+    torch.manual_seed(0)
+    data = [regression(8, 2), regression(8, 3), regression(8, 4)]
+
+    def loaders() -> list[Any]:
+        return [DataLoader(data[0], batch_size=2), DataLoader(RankShare(data[1], (3, 1)), batch_size=None),
+                DataLoader(RankShare(data[2], (2, 0)), batch_size=None)]
+
+    model = PlainNet()
+    trainer = Trainer(max_epochs=2, strategy="ddp", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                      root_dir=str(out / "uneven_runs"), num_sanity_val_steps=1)
+    trainer.fit(model, DataLoader(regression(16, 0), batch_size=4), loaders())
+    fitted = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val_loss")}
+    validated = trainer.validate(model, loaders(), verbose=False)
+    try:
+        trainer.test(MetricNet(), loaders(), verbose=False)
+        error = ""
+    except RuntimeError as caught:
+        error = str(caught)
+    try:  # one loader, none of whose batches reach rank 1: the same error
+        trainer.test(MetricNet(), loaders()[2], verbose=False)
+        single = ""
+    except RuntimeError as caught:
+        single = str(caught)
+    torch.save({"weights": {k: v.clone() for k, v in model.state_dict().items()}, "fit": fitted,
+                "validate": validated, "error": error, "single": single}, out / f"uneven_rank{os.environ['RANK']}.pt")
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "main":
         main(Path(sys.argv[2]))
+    elif sys.argv[1] == "uneven":
+        uneven(Path(sys.argv[2]))
     else:
         mixture(Path(sys.argv[2]), resume=sys.argv[1] == "mixture_resume")
