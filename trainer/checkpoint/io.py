@@ -203,12 +203,13 @@ class Checkpoints:
             output.continued_dir = folder  # whatever the logger: the Trainer's own files continue there
         return state
 
-    def _read(self, ckpt_path: str | Path) -> dict[str, Any]:
+    def _read(self, ckpt_path: str | Path, verify: bool = True) -> dict[str, Any]:
+        """`verify=False`: skip the file's checksum (another rank has just checked it)."""
         if str(ckpt_path) == "best":
             ckpt_path = self._best_path()
         if is_sharded(ckpt_path):
             return read_sharded(ckpt_path)
-        return load_checkpoint(ckpt_path)
+        return load_checkpoint(ckpt_path, verify=verify)
 
     def _best_path(self) -> Path:
         """ckpt_path="best": the best file of the Trainer's ModelCheckpoint (Lightning's rule)."""
