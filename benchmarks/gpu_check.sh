@@ -10,7 +10,7 @@
 #   2 install    wheels in ./.whl first (a machine without network: `pip download -d .whl ...`
 #                beforehand), then the project (pip install -e .[dev] when the package index
 #                answers; else the checkout on PYTHONPATH)
-#   3 gpu_suite  python -m pytest tests/gpu -m gpu
+#   3 gpu_suite  python -m pytest tests/gpu -m gpu (with 2+ GPUs it includes DDP and FSDP, a process per GPU)
 #   4 nccl       with 2+ GPUs: benchmarks/ddp_overhead.py (DDP over NCCL, a GPU per process)
 #                and benchmarks/fsdp_memory.py --nproc 2
 #   5 models     benchmarks/models.py --rounds 1 --steps 10 (eager, then compiled with the time left)
