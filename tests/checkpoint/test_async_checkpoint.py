@@ -85,6 +85,85 @@ def test_a_staged_copy_writes_the_same_bytes_and_keeps_shared_storage(tmp_path):
     assert loaded["embedding"].data_ptr() == loaded["head"].data_ptr()  # still one tensor
 
 
+def test_page_locked_staging_is_exact_reused_across_saves_and_released_when_fit_ends(tmp_path, monkeypatch):
+    """GPU tensors are staged in page-locked memory: registered at each storage's exact size (not
+    the pinned cache's power of two, kept for the process's life), registered once and reused by
+    later saves, and unlocked and dropped when fit ends. CUDA's calls are recorded stand-ins here;
+    every buffer is treated as a GPU tensor's."""
+    from trainer.checkpoint import background
+
+    locked: dict[int, int] = {}
+    registered: list[int] = []
+    unlocked: list[int] = []
+
+    def register(pointer: int, nbytes: int) -> bool:
+        assert pointer not in locked, "a buffer page-locked twice"
+        locked[pointer] = nbytes
+        registered.append(nbytes)
+        return True
+
+    def unregister(pointer: int) -> None:
+        assert pointer in locked, "unlocking memory that is not locked"
+        unlocked.append(locked.pop(pointer))
+
+    monkeypatch.setattr(background, "_host_register", register)
+    monkeypatch.setattr(background, "_host_unregister", unregister)
+    take = background.StagingPool.take
+    pools: list[Any] = []
+
+    def take_as_for_a_gpu(pool: Any, nbytes: int, pinned: bool) -> torch.UntypedStorage:
+        if not any(p is pool for p in pools):
+            pools.append(pool)
+        return take(pool, nbytes, True)
+
+    monkeypatch.setattr(background.StagingPool, "take", take_as_for_a_gpu)
+    sizes: list[list[int]] = []
+    real_stage = checkpoint_writer.stage
+
+    def stage_and_note(state: Any, pool: Any = None) -> Any:
+        staged = real_stage(state, pool)
+        seen: dict[int, int] = {}
+
+        def walk(value: Any) -> None:
+            if isinstance(value, torch.Tensor):
+                seen[value.untyped_storage().data_ptr()] = value.untyped_storage().nbytes()
+            elif isinstance(value, dict):
+                for item in value.values():
+                    walk(item)
+            elif isinstance(value, (list, tuple)):
+                for item in value:
+                    walk(item)
+
+        walk(staged)
+        sizes.append(sorted(seen.values()))
+        return staged
+
+    monkeypatch.setattr(checkpoint_writer, "stage", stage_and_note)
+    import callbacks
+
+    run, _ = _fit(tmp_path, async_checkpointing=True, callbacks=[callbacks.ModelCheckpoint(every_n_train_steps=7, save_top_k=-1)])
+    assert len(sizes) >= 3 and len(pools) == 1
+    assert sorted(registered) == sizes[0] and all(s == sizes[0] for s in sizes)  # exact sizes, locked once, reused
+    assert locked == {} and sorted(unlocked) == sorted(registered)  # all unlocked when fit ended
+    assert pools[0].page_locked_bytes == 0 and pools[0]._free == {} and pools[0]._lent == []
+
+
+def test_a_staging_pool_dropped_without_clear_unlocks_its_buffers(monkeypatch):
+    from trainer.checkpoint import background
+
+    unlocked: list[int] = []
+    monkeypatch.setattr(background, "_host_register", lambda pointer, nbytes: True)
+    monkeypatch.setattr(background, "_host_unregister", unlocked.append)
+    pool = background.StagingPool()
+    pointer = pool.take(4096, True).data_ptr()
+    assert pool.take(0, True).nbytes() == 0 and pool.page_locked_bytes == 4096
+    del pool
+    import gc
+
+    gc.collect()
+    assert unlocked == [pointer]
+
+
 def test_a_failure_in_the_background_write_surfaces_from_fit_and_leaves_the_previous_file(tmp_path, monkeypatch):
     real, calls = checkpoint_writer.save_atomic, []
 

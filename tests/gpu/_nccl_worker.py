@@ -1,4 +1,5 @@
-"""DDP and FSDP on NCCL under `torchrun --nproc_per_node=1` on one GPU (tests/gpu/test_distributed.py).
+"""DDP and FSDP on NCCL under torchrun (tests/gpu/test_distributed.py): one process on one GPU,
+or one per GPU (`--nproc_per_node=2`, each rank saving OUT/PHASE_rank{r}.pt).
 
 Usage: python -m torch.distributed.run --standalone --nproc_per_node=1 _nccl_worker.py PHASE OUT
 PHASE "ddp", "fsdp" or "fsdp_offload": fit with a mid-epoch save, resume from it in a new
@@ -53,6 +54,7 @@ def run(phase: str, precision: str, out: Path) -> dict[str, Any]:
     got = full(resumed)
     info["equal"] = expected.keys() == got.keys() and all(torch.equal(expected[k], got[k]) for k in expected)
     info["resumed_step"] = second.global_step
+    info["weights"], info["world_size"] = got, dist.get_world_size()
     return info
 
 
@@ -62,7 +64,8 @@ def main() -> None:
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     precisions = ("fp32", "amp") if phase == "ddp" else ("bf16", "amp")
     results = {precision: run(phase, precision, out) for precision in precisions}
-    torch.save(results, out / f"{phase}.pt")
+    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    torch.save(results, out / (f"{phase}.pt" if world == 1 else f"{phase}_rank{rank}.pt"))
 
 
 if __name__ == "__main__":

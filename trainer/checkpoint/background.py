@@ -8,7 +8,11 @@ a background thread writes that copy with the same atomic steps as a synchronous
 
 - The next save waits for the previous write first, so writes never overlap and files
   appear in the order they were requested; the staging buffers are reused from save to save
-  (same sizes: no new allocation, no page faults).
+  (same sizes: no new allocation, no page faults), and freed when fit ends.
+- A GPU tensor's buffer is page-locked at its exact size (`cudaHostRegister` on an ordinary
+  allocation), not taken from torch's pinned-memory cache, which rounds every block up to a
+  power of two and keeps it for the life of the process: page-locked memory is held only
+  while fit runs, and never more than the checkpoint's own size.
 - A write that fails raises its error at the next save or when `fit` ends; `fit` returns
   only after the last write is complete.
 - A crash or kill during a background write leaves the previous complete file, as any save
@@ -27,7 +31,9 @@ Example:
 
 from __future__ import annotations
 
+import logging
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -35,20 +41,64 @@ import torch
 
 __all__ = ["BackgroundWrites", "StagingPool", "stage"]
 
+log = logging.getLogger("trainer")
+
+
+def _host_register(pointer: int, nbytes: int) -> bool:
+    """Page-lock `nbytes` of ordinary host memory at `pointer` for CUDA (False: not possible here)."""
+    try:
+        return int(torch.cuda.cudart().cudaHostRegister(pointer, nbytes, 0)) == 0
+    except Exception:  # noqa: BLE001 - no CUDA runtime: the buffer stays pageable (slower copies, same bytes)
+        return False
+
+
+def _host_unregister(pointer: int) -> None:
+    try:
+        torch.cuda.cudart().cudaHostUnregister(pointer)
+    except Exception:  # noqa: BLE001 - best effort: the memory is freed either way
+        pass
+
+
+def _unregister_all(registered: list[torch.Tensor]) -> None:
+    """Unlock every buffer in `registered` and forget them (their memory is freed with the last reference)."""
+    for buffer in registered:
+        _host_unregister(buffer.data_ptr())
+    registered.clear()
+
 
 class StagingPool:
-    """CPU buffers of the previous save, handed out again by size (pinned ones for GPU tensors)."""
+    """CPU buffers of the previous save, handed out again by size; page-locked ones for GPU
+    tensors (registered at their exact size, see the module). `clear` unlocks and drops them
+    all; a pool dropped without `clear` unlocks its buffers when it is collected."""
 
     def __init__(self) -> None:
         self._free: dict[tuple[int, bool], list[torch.UntypedStorage]] = {}
         self._lent: list[tuple[tuple[int, bool], torch.UntypedStorage]] = []
+        self._registered: list[torch.Tensor] = []  # page-locked buffers, unlocked by clear()
+        finalizer = weakref.finalize(self, _unregister_all, self._registered)
+        finalizer.atexit = False  # at interpreter exit the process's memory goes anyway
 
     def take(self, nbytes: int, pinned: bool) -> torch.UntypedStorage:
         key = (nbytes, pinned)
         free = self._free.get(key)
-        buffer = free.pop() if free else torch.empty(nbytes, dtype=torch.uint8, pin_memory=pinned).untyped_storage()
+        buffer = free.pop() if free else self._allocate(nbytes, pinned)
         self._lent.append((key, buffer))
         return buffer
+
+    def _allocate(self, nbytes: int, pinned: bool) -> torch.UntypedStorage:
+        memory = torch.empty(nbytes, dtype=torch.uint8)
+        if pinned and nbytes > 0:
+            if _host_register(memory.data_ptr(), nbytes):
+                self._registered.append(memory)
+            else:
+                log.debug("Async checkpoint: %d bytes of staging memory could not be page-locked; copying to pageable memory.",
+                          nbytes)
+        return memory.untyped_storage()
+
+    @property
+    def page_locked_bytes(self) -> int:
+        """Bytes of page-locked memory the pool holds now."""
+        return sum(buffer.numel() for buffer in self._registered)
 
     def give_back(self) -> None:
         """The write that used the lent buffers is over: they can be filled again."""
@@ -57,12 +107,15 @@ class StagingPool:
         self._lent = []
 
     def clear(self) -> None:
+        """Fit ended: unlock and drop every buffer (a staged copy still referenced stays valid, pageable)."""
+        _unregister_all(self._registered)
         self._free, self._lent = {}, []
 
 
 def stage(state: Any, pool: StagingPool | None = None) -> Any:
     """`state` with every tensor copied into CPU memory of its own; containers rebuilt, other
     leaves (numbers, strings) shared. Tensors that share a storage still share one in the copy."""
+    pool = pool if pool is not None else StagingPool()  # kept until the copies are complete (it unlocks when dropped)
     copies: dict[int, torch.UntypedStorage] = {}
     tensors: dict[int, torch.Tensor] = {}  # one tensor object twice (tied weights) stays one object
     on_gpu: set[torch.device] = set()
@@ -81,7 +134,7 @@ def stage(state: Any, pool: StagingPool | None = None) -> Any:
             pinned = storage.device.type == "cuda"
             if pinned:
                 on_gpu.add(storage.device)
-            buffer = (pool or StagingPool()).take(storage.nbytes(), pinned)
+            buffer = pool.take(storage.nbytes(), pinned)
             source = torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)  # the bytes, flat
             torch.empty(0, dtype=torch.uint8).set_(buffer).copy_(source, non_blocking=pinned)
             copies[storage._cdata] = buffer

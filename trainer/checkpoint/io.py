@@ -158,7 +158,7 @@ class Checkpoints:
         if str(ckpt_path) == "last":
             state = self._read_last(weights_only, facts_of_run(self.context, module, weights_only))
         else:
-            state = self._read(ckpt_path)
+            state = self._read_on_every_rank(ckpt_path)
             check_layout(state, weights_only=weights_only)
             if not weights_only and str(ckpt_path) != "best" and self.writes and output.planned_dir() is None:
                 output.continued_dir = output.continued_dir or self._run_folder_holding(ckpt_path)
@@ -203,12 +203,39 @@ class Checkpoints:
             output.continued_dir = folder  # whatever the logger: the Trainer's own files continue there
         return state
 
-    def _read(self, ckpt_path: str | Path) -> dict[str, Any]:
+    def _read_on_every_rank(self, ckpt_path: str | Path) -> dict[str, Any]:
+        """A path (or 'best') read by every rank. With several processes, the file's checksum (a
+        full read of it) is checked by each machine's first process only (its local rank 0; every
+        process when that is not known), the others reading only what they use; then every rank
+        agrees the read worked, so a damaged file fails every rank, none left waiting."""
+        strategy = self.context.strategy
+        if strategy.world_size == 1:
+            return self._read(ckpt_path)
+        local_rank = getattr(strategy, "local_rank", None)
+        state: dict[str, Any] | None = None
+        failure: Exception | None = None
+        try:
+            state = self._read(ckpt_path, verify=local_rank is None or local_rank == 0)
+        except Exception as error:  # noqa: BLE001 - raised below, after the other ranks know
+            failure = error
+        read_everywhere = strategy.all_agree(failure is None)
+        if failure is not None:
+            raise failure
+        if not read_everywhere or state is None:
+            raise CheckpointError(
+                f"Checkpoint {str(ckpt_path)!r} could not be read on another rank (see that rank's error: a damaged "
+                "file, or a path that does not exist on every machine). Expected the same intact file at that path "
+                "on every machine: a shared file system, or a copy of the file on each."
+            )
+        return state
+
+    def _read(self, ckpt_path: str | Path, verify: bool = True) -> dict[str, Any]:
+        """`verify=False`: skip the file's checksum (another rank has just checked it)."""
         if str(ckpt_path) == "best":
             ckpt_path = self._best_path()
         if is_sharded(ckpt_path):
             return read_sharded(ckpt_path)
-        return load_checkpoint(ckpt_path)
+        return load_checkpoint(ckpt_path, verify=verify)
 
     def _best_path(self) -> Path:
         """ckpt_path="best": the best file of the Trainer's ModelCheckpoint (Lightning's rule)."""

@@ -384,8 +384,10 @@ def note(level: int, message: str, *args: Any) -> None:
 def agree_on_last(strategy: Any, root: str | os.PathLike[str], planned: Path | None, load: Any,
                   expected: Mapping[str, Any] | None = None, evaluating: bool = False
                   ) -> tuple[dict[str, Any] | None, Path | None]:
-    """`find_last_of_run` on rank 0; the other ranks load the file it chose with `load(path)`.
-    A failure on rank 0 is raised on every rank (nobody is left waiting)."""
+    """`find_last_of_run` on rank 0; the other ranks load the file it chose with
+    `load(path, verify=False)`: rank 0 has just checked that file's checksum (a full read), and
+    `root_dir` is on a file system every rank shares, so the other ranks read only what they use
+    (the tensors are memory-mapped). A failure on rank 0 is raised on every rank (nobody is left waiting)."""
     state: dict[str, Any] | None = None
     folder: Path | None = None
     problem: str | None = None
@@ -399,7 +401,7 @@ def agree_on_last(strategy: Any, root: str | os.PathLike[str], planned: Path | N
         path, where, problem = strategy.broadcast_object(chosen if strategy.is_global_zero else None)
         folder = Path(where) if where else None
         if not strategy.is_global_zero and problem is None and path is not None:
-            state = load(path)
+            state = load(path, verify=False)
     if problem is not None:
         raise CheckpointError(problem)
     if strategy.is_global_zero and not evaluating:  # an evaluation without a checkpoint raises instead
