@@ -43,6 +43,7 @@ class TrainerLink(Protocol):
         reduce: str,
         batch_size: int | None,
         logger: bool = True,
+        add_dataloader_idx: bool = True,
     ) -> None: ...
 
 
@@ -150,20 +151,24 @@ class Module(ModuleTools):
             )
         return ref
 
-    def _attach(self, trainer: object, run: TrainerLink | None = None) -> None:
+    def _attach(self, trainer: object, run: TrainerLink) -> None:
         # Weak: the Trainer holds the module, so a strong link back would be a reference cycle,
         # and a finished run's module (its GPU memory) would wait for the garbage collector.
-        object.__setattr__(self, "_trainer_ref", None if trainer is None else weakref.ref(trainer))
-        object.__setattr__(self, "_run_ref", None if run is None else weakref.ref(run))
+        object.__setattr__(self, "_trainer_ref", weakref.ref(trainer))
+        object.__setattr__(self, "_run_ref", weakref.ref(run))
+
+    def _running(self) -> TrainerLink | None:
+        """The run of the Trainer this module is attached to, or None (never attached, or gone)."""
+        ref = self.__dict__.get("_run_ref")
+        return ref() if ref is not None else None  # type: ignore[no-any-return]
 
     def _link(self) -> TrainerLink:
-        """What `self.log`, `self.optimizers()` and `self.manual_backward` reach in the Trainer."""
-        ref = self.__dict__.get("_run_ref")
-        run = ref() if ref is not None else None
+        """What `self.optimizers()`, `self.manual_backward` and `clip_gradients` reach in the Trainer."""
+        run = self._running()
         if run is None:
-            self.trainer  # raises: not attached
-            raise RuntimeError(f"{type(self).__name__} is attached to a Trainer that is not running it.")
-        return run  # type: ignore[no-any-return]
+            self.trainer  # not attached: raises the error that says so  # noqa: B018
+        assert run is not None, "the run lives as long as its Trainer"
+        return run
 
     def _attached(self) -> Any:
         """The Trainer this module is attached to, or None (never attached, or gone)."""
@@ -294,8 +299,7 @@ class Module(ModuleTools):
         With several evaluation loaders a value logged while loader N runs is kept as
         `<name>/dataloader_idx_N` (Lightning's), unless `add_dataloader_idx=False`.
         """
-        ref = self.__dict__.get("_run_ref")
-        run = ref() if ref is not None else None
+        run = self._running()
         if run is None:
             return  # called outside a Trainer (e.g. a unit test of the step): nothing to do
         if reduce_fx is not None:

@@ -50,6 +50,7 @@ class ModuleTools(ModuleHooks):
         @property
         def device(self) -> torch.device: ...
         def _attached(self) -> Any: ...
+        def _running(self) -> Any: ...
         def toggle_optimizer(self, optimizer: Any) -> None: ...
         def untoggle_optimizer(self, optimizer: Any) -> None: ...
 
@@ -72,9 +73,8 @@ class ModuleTools(ModuleHooks):
         ref = self._attached()
         if ref is not None and not ref.is_global_zero:
             return
-        run = self.__dict__.get("_run_ref")
-        link = run() if run is not None else None
-        bar = link.progress_bar() if link is not None else None  # the bar fit shows now, if any
+        run = self._running()
+        bar = run.progress_bar() if run is not None else None  # the bar fit shows now, if any
         if bar is not None and not kwargs.get("file"):
             try:
                 from tqdm.auto import tqdm
