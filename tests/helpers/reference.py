@@ -145,3 +145,17 @@ def assert_same_weights(a: torch.nn.Module, b: torch.nn.Module, atol: float = 0.
             assert torch.equal(wa[key], wb[key]), f"{key} differs: max |d| = {(wa[key] - wb[key]).abs().max()}"
         else:
             torch.testing.assert_close(wa[key], wb[key], atol=atol, rtol=0)
+
+
+class RecordingLogger:
+    """A logger that keeps what it was given: `rows` is `[(step, {name: value}), ...]`."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[int, dict[str, float]]] = []
+
+    def log_metrics(self, metrics: Any, step: int) -> None:
+        self.rows.append((step, dict(metrics)))
+
+    def log_hyperparams(self, params: Any, metrics: Any = None) -> None: ...
+    def flush(self) -> None: ...
+    def close(self) -> None: ...

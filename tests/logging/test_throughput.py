@@ -10,23 +10,9 @@ import torch
 from torch.utils.data import DataLoader
 
 from tests.helpers.items import make_item_model, make_token_data
-from tests.helpers.reference import assert_same_weights, loader, make_data, make_model, reference_fit
+from tests.helpers.reference import RecordingLogger, assert_same_weights, loader, make_data, make_model, reference_fit
 from trainer import Module, Trainer
 from trainer.logging.throughput import peak_tflops
-
-
-class Collect:
-    """A logger that keeps what it was given."""
-
-    def __init__(self) -> None:
-        self.rows: list[tuple[int, dict[str, float]]] = []
-
-    def log_metrics(self, metrics: Any, step: int) -> None:
-        self.rows.append((step, dict(metrics)))
-
-    def log_hyperparams(self, params: Any, metrics: Any = None) -> None: ...
-    def flush(self) -> None: ...
-    def close(self) -> None: ...
 
 
 def fit(model: Module, data: Any, logger: Any, **kwargs: Any) -> Trainer:
@@ -55,7 +41,7 @@ class MLP(Module):
 def test_flops_of_an_mlp_match_a_hand_count():
     torch.manual_seed(0)
     data = torch.utils.data.TensorDataset(torch.randn(64, 32), torch.randint(0, 10, (64,)))
-    logger = Collect()
+    logger = RecordingLogger()
     trainer = fit(MLP(), DataLoader(data, batch_size=16), logger)
     # forward: 2 * (in * out) per sample and layer; backward: 2x that for every layer's weight
     # gradient and its input gradient, except the first layer's input (the data needs none)
@@ -79,7 +65,7 @@ def test_counting_flops_leaves_the_weights_exact(precision, tmp_path):
     reference_fit(reference, loader(data), precision=precision, epochs=2, accumulate=2)
     ours = make_model()
     torch.manual_seed(1)
-    trainer = fit(ours, loader(data), Collect(), max_epochs=2, precision=precision, accumulate_grad_batches=2)
+    trainer = fit(ours, loader(data), RecordingLogger(), max_epochs=2, precision=precision, accumulate_grad_batches=2)
     assert trainer._run.output.throughput.flops_per_sample == 480  # TinyNet: (2 * 112 forward + 2 * 128 backward) per sample
     assert_same_weights(reference, ours)
 
@@ -117,7 +103,7 @@ def test_counting_flops_runs_every_operation_as_it_is(precision):
     for metrics in (True, False):
         torch.manual_seed(31)
         model = Gated()
-        trainer = fit(model, DataLoader(data, batch_size=16), Collect(), precision=precision, performance_metrics=metrics)
+        trainer = fit(model, DataLoader(data, batch_size=16), RecordingLogger(), precision=precision, performance_metrics=metrics)
         runs.append((model, trainer._run.output.throughput.flops_per_sample))
     (counted, per_sample), (uncounted, _) = runs
     assert per_sample is not None and per_sample > 0
@@ -133,7 +119,7 @@ def test_counting_flops_runs_every_operation_as_it_is(precision):
 
 
 def test_switched_off_and_without_a_logger():
-    logger = Collect()
+    logger = RecordingLogger()
     trainer = fit(make_model(), loader(make_data()), logger, performance_metrics=False)
     written = set().union(*(row for _, row in logger.rows))
     assert not written & {"train/flops_per_sec", "train/mfu", "train/peak_memory_gib"}
@@ -143,7 +129,7 @@ def test_switched_off_and_without_a_logger():
 
 
 def test_items_per_second_from_num_items():
-    logger = Collect()
+    logger = RecordingLogger()
     data = make_token_data(12)
     fit(make_item_model(), DataLoader(data, batch_size=3), logger)
     per_batch = [int(data.tensors[2][i:i + 3].sum()) for i in range(0, 12, 3)]
@@ -157,7 +143,7 @@ def test_items_per_second_from_num_items():
 def test_held_item_windows_estimate_their_backward(accumulate, expected):
     # k=1: the window closes inside the counted micro-batch, so its backward is counted;
     # k=2: the first micro-batch's backward waits for the window's end: 3x its forward
-    trainer = fit(make_item_model(), DataLoader(make_token_data(12), batch_size=3), Collect(),
+    trainer = fit(make_item_model(), DataLoader(make_token_data(12), batch_size=3), RecordingLogger(),
                   accumulate_grad_batches=accumulate)
     assert trainer._run.output.throughput.flops_per_batch == expected
 
@@ -196,7 +182,7 @@ def test_device_names_match_their_own_row_only(name, bf16, fp32):
 def test_mfu_on_a_gpu():
     torch.manual_seed(0)
     data = torch.utils.data.TensorDataset(torch.randn(256, 32), torch.randint(0, 10, (256,)))
-    trainer = fit(MLP(), DataLoader(data, batch_size=64), Collect(), device="cuda", precision="bf16")
+    trainer = fit(MLP(), DataLoader(data, batch_size=64), RecordingLogger(), device="cuda", precision="bf16")
     metrics = trainer.logged_metrics
     assert metrics["train/peak_memory_gib"] > 0
     if peak_tflops(torch.cuda.get_device_name(), "bf16") is not None:
@@ -229,7 +215,7 @@ class ConvNet(Module):
 def test_the_counter_notes_convolutions():
     torch.manual_seed(0)
     data = torch.utils.data.TensorDataset(torch.randn(16, 1, 8, 8), torch.randint(0, 2, (16,)))
-    conv = fit(ConvNet(), DataLoader(data, batch_size=4), Collect())
+    conv = fit(ConvNet(), DataLoader(data, batch_size=4), RecordingLogger())
     assert conv._run.output.throughput.convolutions
-    plain = fit(make_model(), loader(make_data(16)), Collect())
+    plain = fit(make_model(), loader(make_data(16)), RecordingLogger())
     assert not plain._run.output.throughput.convolutions

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from tests.helpers.reference import TinyNet, loader, make_data
+from tests.helpers.reference import RecordingLogger, TinyNet, loader, make_data
 from trainer import Trainer
 
 QUIET = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, num_sanity_val_steps=0, device="cpu")
@@ -195,18 +195,6 @@ class ReplayedLoss(TinyNet):
         GraphMemory.apply(super().training_step(batch, batch_idx) + 100.0)  # the same memory, another value
 
 
-class Written:
-    def __init__(self) -> None:
-        self.rows: list[tuple[int, dict[str, float]]] = []
-
-    def log_metrics(self, metrics: Any, step: int) -> None:
-        self.rows.append((step, dict(metrics)))
-
-    def log_hyperparams(self, params: Any, metrics: Any = None) -> None: ...
-    def flush(self) -> None: ...
-    def close(self) -> None: ...
-
-
 def test_the_last_steps_loss_is_a_copy_when_outputs_are_graph_memory(monkeypatch, tmp_path):
     """The last step is not a logging step and the epoch's validation runs before its scalars
     are written: the written loss must be the step's, not what validation left in the memory."""
@@ -214,7 +202,7 @@ def test_the_last_steps_loss_is_a_copy_when_outputs_are_graph_memory(monkeypatch
 
     assert automatic.copies_kept_losses({"mode": "reduce-overhead"}) and not automatic.copies_kept_losses(False)
     monkeypatch.setattr(automatic, "copies_kept_losses", lambda compile: True)  # no compile on the CPU: stand in
-    model, logger = ReplayedLoss(), Written()
+    model, logger = ReplayedLoss(), RecordingLogger()
     trainer = Trainer(max_epochs=1, log_every_n_steps=5, logger=logger, enable_checkpointing=False,
                       enable_progress_bar=False, num_sanity_val_steps=0, device="cpu", root_dir=tmp_path)
     trainer.fit(model, loader(make_data(28)), loader(make_data(8, seed=3), shuffle=False))  # 7 steps
