@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import torch
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader
 
 from tests.helpers.reference import RecordingLogger, TinyNet, loader, make_data
 from trainer import Trainer

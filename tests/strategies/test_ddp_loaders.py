@@ -8,11 +8,6 @@ loader's whole dataset, computed in one process with the final weights.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,15 +15,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers.launch import ROOT, run_torchrun
+
 WORKER = Path(__file__).parents[1] / "helpers" / "scripts" / "loaders_worker.py"
 
 
-def _torchrun(phase: str, out: Path) -> list[dict[str, Any]]:
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
-    env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(WORKER), phase, str(out)]
-    done = subprocess.run(command, cwd=out, env=env, capture_output=True, text=True, timeout=240)
+def _torchrun(phase: str, out: Path, timeout: float = 240) -> list[dict[str, Any]]:
+    done = run_torchrun(WORKER, phase, str(out), cwd=out, timeout=timeout)
     assert done.returncode == 0, f"torchrun {phase} failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
     name = "loaders" if phase == "main" else phase
     return [torch.load(out / f"{name}_rank{rank}.pt", weights_only=False) for rank in range(2)]
@@ -91,35 +84,6 @@ def test_a_mixture_resumed_on_two_processes_continues_each_ranks_sequence(tmp_pa
         assert all(torch.equal(resumed[rank]["weights"][k], whole[rank]["weights"][k]) for k in whole[rank]["weights"])
 
 
-def _descendants(pid: int) -> list[int]:
-    """The processes `pid` started, and theirs (Linux's /proc)."""
-    found: list[int] = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        with contextlib.suppress(OSError):
-            for child in (task / "children").read_text().split():
-                found += [int(child), *_descendants(int(child))]
-    return found
-
-
-def _torchrun_bounded(phase: str, out: Path, seconds: float) -> list[dict[str, Any]]:
-    """`_torchrun`, killed with all its workers when it runs past `seconds` (a hang fails the test)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
-    env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(WORKER), phase, str(out)]
-    process = subprocess.Popen(command, cwd=out, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)
-    try:
-        stdout, stderr = process.communicate(timeout=seconds)
-    except subprocess.TimeoutExpired:
-        for pid in [*_descendants(process.pid), process.pid]:  # the workers run in sessions of their own
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        stdout, stderr = process.communicate()
-        pytest.fail(f"torchrun {phase} still ran after {seconds:g} s (a hang):\n{stdout[-2000:]}\n{stderr[-4000:]}")
-    assert process.returncode == 0, f"torchrun {phase} failed:\n{stdout[-3000:]}\n{stderr[-6000:]}"
-    return [torch.load(out / f"{phase}_rank{rank}.pt", weights_only=False) for rank in range(2)]
-
-
 def test_loaders_of_different_lengths_on_each_rank_finish_with_every_ranks_batches(tmp_path: Path) -> None:
     """Three validation loaders whose lengths differ per rank (loader 1: 3 batches on rank 0, 1 on
     rank 1; loader 2: none on rank 1) finish in fit (with a sanity check) and in validate, each
@@ -127,7 +91,7 @@ def test_loaders_of_different_lengths_on_each_rank_finish_with_every_ranks_batch
     for loader 2, which rank 1 never runs, would leave rank 0 waiting in its synchronisation: both
     ranks raise a clear error instead (and so with one loader that gives rank 1 no batch)."""
     pytest.importorskip("torchmetrics")
-    ranks = _torchrun_bounded("uneven", tmp_path, 90)
+    ranks = _torchrun("uneven", tmp_path, timeout=90)  # a hang fails the test
     first, second = ranks
     assert all(torch.equal(first["weights"][k], second["weights"][k]) for k in first["weights"])
     assert first["validate"] == second["validate"]

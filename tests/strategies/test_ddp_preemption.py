@@ -20,21 +20,18 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.helpers.launch import ROOT, torchrun_command, torchrun_env
 from trainer.strategies.agreement import StoreAgreement
 
-ROOT = Path(__file__).resolve().parents[2]
 WORKER = ROOT / "tests" / "helpers" / "scripts" / "preemption_worker.py"
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 
 
 def test_sigterm_on_every_rank_stops_at_the_next_step_boundary(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
-    env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
     runs = tmp_path / "runs"
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(WORKER),
-               str(tmp_path), str(runs), "2.0"]
-    job = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    command = torchrun_command(WORKER, str(tmp_path), str(runs), "2.0")
+    job = subprocess.Popen(command, cwd=tmp_path, env=torchrun_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 120
         ready = [tmp_path / f"ready_rank{r}" for r in range(2)]

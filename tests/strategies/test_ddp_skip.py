@@ -4,22 +4,17 @@ all-reduce forever, so the skipping rank ends the job with an error that says wh
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers.launch import ROOT, run_torchrun
+
 WORKER = ROOT / "tests" / "helpers" / "scripts" / "skip_worker.py"
 
 
 def torchrun(out: Path, who: str) -> tuple[int, str, float]:
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
-    env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(WORKER), str(out), who]
     started = time.monotonic()
-    done = subprocess.run(command, cwd=out, env=env, capture_output=True, text=True, timeout=240)
+    done = run_torchrun(WORKER, str(out), who, cwd=out)
     return done.returncode, done.stdout + done.stderr, time.monotonic() - started
 
 

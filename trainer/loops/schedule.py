@@ -13,10 +13,6 @@
 
 from __future__ import annotations
 
-import datetime
-import re
-from typing import Any
-
 from trainer._utils import parse_max_time
 
 __all__ = ["batch_limit", "parse_max_time", "ValidationSchedule"]

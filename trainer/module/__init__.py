@@ -11,7 +11,7 @@ import inspect
 import itertools
 import weakref
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Callable, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import torch
 
