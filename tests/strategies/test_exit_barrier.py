@@ -48,3 +48,29 @@ def test_a_rank_stalled_in_on_fit_end_is_named_and_ended_within_the_timeout(tmp_
     code, _, stuck = results[stalled]
     assert code != 0 and f"Rank {stalled} of 2: rank(s) {waits} gave up waiting" in stuck, stuck[-4000:]
     assert "on_fit_end" in stuck  # its stack shows where it was
+
+
+def test_ranks_that_failed_together_count_each_other_in_at_exit() -> None:
+    """A rank that failed waits (bounded) for the others at exit through the store: when they
+    all come (an error every rank raised together) they meet in the exit barrier; alone, it
+    goes on after the wait. The store is torch's own (a HashStore, as the job's TCPStore)."""
+    import threading
+
+    from trainer.strategies.agreement import count_in
+
+    store = torch.distributed.HashStore()
+    late = threading.Timer(0.3, lambda: count_in(store, "exit/0", 2, wait_s=0.0))
+    late.start()
+    started = time.monotonic()
+    assert count_in(store, "exit/0", 2, wait_s=20.0)  # the other rank came 0.3 s later
+    assert time.monotonic() - started < 15
+    late.join()
+    started = time.monotonic()
+    assert not count_in(store, "exit/1", 2, wait_s=0.2)  # alone: bounded
+    assert time.monotonic() - started < 10
+
+    class Gone:
+        def add(self, key: str, value: int) -> int:
+            raise RuntimeError("Connection reset by peer")
+
+    assert not count_in(Gone(), "exit/0", 2, wait_s=5.0)  # the store's holder has exited

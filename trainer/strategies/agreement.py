@@ -43,7 +43,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-__all__ = ["StoreAgreement"]
+__all__ = ["StoreAgreement", "count_in"]
 
 _PREFIX = "trainer/stop/"
 _SEALED = "T"
@@ -116,3 +116,16 @@ class StoreAgreement:
             seen = self._store.compare_set(self._key, value, sealed).decode()
             value = sealed if seen == sealed else seen
         return int(value[len(_SEALED):])
+
+
+def count_in(store: Any, key: str, world_size: int, wait_s: float) -> bool:
+    """Count this rank in at `key`; whether all `world_size` ranks are in within `wait_s`
+    seconds (a store that fails answers False: its holder, rank 0's agent, is gone)."""
+    try:
+        count, deadline = int(store.add(key, 1)), time.monotonic() + wait_s
+        while count < world_size and time.monotonic() < deadline:
+            time.sleep(0.02)
+            count = int(store.add(key, 0))
+    except Exception:  # noqa: BLE001 - an unreachable store: nobody to meet
+        return False
+    return count >= world_size

@@ -26,6 +26,10 @@ __all__ = ["ProcessGroupStrategy", "unequal_counts"]
 
 log = logging.getLogger("trainer")
 
+# At exit, how long a rank that failed waits for the others to come to the exit too (an error
+# every rank raised together), before it releases the process group without meeting them.
+EXIT_WAIT_S = 10.0
+
 
 class ProcessGroupStrategy(Strategy):
     """A strategy with one process per device, started by torchrun, `devices=N` or `srun`.
@@ -206,11 +210,12 @@ class ProcessGroupStrategy(Strategy):
                 self._guard.stop()
             return
         self._created_group = False
-        if self._failed or getattr(sys, "last_value", None) is not None:  # or exiting on an uncaught exception
-            # This rank failed; a peer may be waiting for it inside a collective (DDP's
-            # all-reduce) that will never complete. Meeting it would hang (a Gloo
-            # monitored_barrier bounds only rank 0's wait), so release the group at once:
-            # the peer's collective then fails, and torchrun ends the job with this error.
+        everyone = self._all_at_exit(failed=self._failed or getattr(sys, "last_value", None) is not None)
+        if not everyone:
+            # This rank failed, and a peer did not come to the exit: it may be waiting for this
+            # rank inside a collective (DDP's all-reduce) that will never complete. Meeting it
+            # would hang (a Gloo monitored_barrier bounds only rank 0's wait), so release the
+            # group at once: the peer's collective then fails, and torchrun ends the job.
             if self._guard is not None:
                 self._guard.stop()
             dist.destroy_process_group()
@@ -225,6 +230,23 @@ class ProcessGroupStrategy(Strategy):
             if self._guard is not None:
                 self._guard.stop()
         dist.destroy_process_group()
+
+    def _all_at_exit(self, failed: bool) -> bool:
+        """Whether every rank came to the exit. Every rank counts itself in through the job's
+        store (no collective); a rank that failed then waits, a bounded time, for the others.
+        A failure every rank raised together (an error they agreed on) thus still meets in the
+        exit barrier: Gloo aborts a process whose peer releases the group while their last
+        exchange is still in flight. A rank that failed alone goes on after the wait."""
+        from torch.distributed import distributed_c10d
+
+        from trainer.strategies.agreement import count_in
+
+        try:
+            store = distributed_c10d._get_default_store()
+        except (AttributeError, RuntimeError, ValueError):
+            return not failed
+        restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")  # torchrun's store outlives a restart
+        return count_in(store, f"trainer/exit/{restart}", self.world_size, wait_s=EXIT_WAIT_S if failed else 0.0) or not failed
 
     def _exit_barrier(self) -> None:
         """The ranks meet before the group is released, no longer than `timeout` (10 minutes
