@@ -62,8 +62,13 @@ class TrainerArgs(BaseModel):
     device: str = Field("auto", description='"auto", "cpu", "cuda", "cuda:N", "mps"')
     strategy: Any = Field("auto", description='"auto", "ddp", "fsdp", "single" or a Strategy instance such as trainer.distributed.DDP(...) or FSDP(...)')
     devices: int = Field(1, ge=1, description="processes on this machine: N > 1 outside torchrun starts N-1 more running the same script")
-    nonfinite_loss: Literal["error", "skip", "off"] = Field(
-        "error", description="fp32/bf16: what a non-finite loss does (amp skips such steps); 'off': no guard"
+    nonfinite_loss: Literal["error", "skip", "rollback", "off"] = Field(
+        "error", description="fp32/bf16: what a non-finite loss does on any rank, on every rank: 'error' raises, 'skip' "
+        "skips the step, 'rollback' goes back to the newest checkpoint with lower learning rates (amp skips such "
+        "steps); 'off': no guard"
+    )
+    nonfinite_lr_backoff: float = Field(
+        0.5, gt=0, le=1, description="nonfinite_loss='rollback': the learning rates' factor at each rollback"
     )
     val_check_interval: Annotated[int, Field(ge=1)] | Annotated[float, Field(gt=0, le=1)] | None = Field(
         None, description="validate every n training batches (int) or fraction of an epoch (float); None: epoch end"

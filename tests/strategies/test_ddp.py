@@ -148,6 +148,17 @@ def test_a_nonfinite_step_on_one_rank_is_skipped_on_all(runs, precision):
     assert_equal_weights(rank0["weights"], rank1["weights"])
 
 
+def test_a_nonfinite_loss_on_one_rank_rolls_back_every_rank(runs):
+    """nonfinite_loss="rollback" (no backoff): both ranks go back to step 1's checkpoint and skip
+    the recorded window in the replay, ending with the weights of the run that skipped it."""
+    rank0, rank1 = (r["rollback"] for r in runs["main"])
+    skipped = runs["main"][0]["nonfinite/fp32"]["weights"]
+    for result in (rank0, rank1):
+        assert result["windows"] == [(0, 1, 2)] and result["global_step"] == 2 and result["skipped"] == 1
+        assert result["calls"] == 2  # step 1, the poisoned step 2; the replay ran nothing (step 2 skipped unrun)
+        assert_equal_weights(result["weights"], skipped)
+
+
 def test_a_nonfinite_loss_on_one_rank_raises_on_both(runs):
     for result in runs["main"]:
         assert result["error/raised"] is True

@@ -78,6 +78,9 @@ class Checkpoints:
         self.resumed_at: int | None = None  # the step a resumed fit started at (values there may be written already)
         self._adopted: dict[str, Any] | None = None  # the checkpoint whose logger runs were taken when it was read
         self._resumed_inside_epoch: dict[str, Any] | None = None  # until that epoch's start hooks ran
+        # Whole checkpoints of this fit (written, or resumed from), oldest first, on every rank
+        # alike: what nonfinite_loss="rollback" can go back to (trainer/loops/guard.py).
+        self.rollback_targets: list[Path] = []
 
     @property
     def writes(self) -> bool:
@@ -135,7 +138,27 @@ class Checkpoints:
         self._files.write(state, target, strategy, background=context.output.in_fit and args.async_checkpointing,
                           keep=keep, shards=context if strategy.sharded_checkpoints else None)  # FSDP: every rank writes
         self.saves += int(self.writes)
+        if not weights_only and context.output.in_fit:
+            self._note_target(target)
         return target
+
+    def _note_target(self, path: Path) -> None:
+        if path in self.rollback_targets:
+            self.rollback_targets.remove(path)
+        self.rollback_targets.append(path)
+
+    def read_newest_for_rollback(self) -> dict[str, Any] | None:
+        """The newest whole checkpoint of this fit that still reads (every rank alike), or None."""
+        self._files.settle(self.context.strategy, enabled=self.context.args.async_checkpointing)
+        for path in reversed(list(self.rollback_targets)):
+            try:
+                state = self._read_on_every_rank(path)
+                check_layout(state, weights_only=False)
+                return state
+            except (CheckpointError, OSError) as error:
+                note(logging.WARNING, "Cannot roll back to %s (%s); trying an older checkpoint.", path, error)
+                self.rollback_targets.remove(path)
+        return None
 
     def save_last(self) -> None:
         """last.ckpt; on an interrupt inside a window it is written and marked as not exact."""
@@ -144,6 +167,8 @@ class Checkpoints:
 
     def remove_checkpoint(self, path: str | Path) -> None:
         """Rank 0: delete a checkpoint, once the write in flight (if any) is complete."""
+        if Path(path) in self.rollback_targets:
+            self.rollback_targets.remove(Path(path))
         if self.writes:
             self._files.remove(path)
 
@@ -263,6 +288,8 @@ class Checkpoints:
         restore_state(self.context, {k: v for k, v in checkpoint.items() if k != "loggers"} if adopted else checkpoint)
         state = self.context.state
         self.resumed_at = state.global_step
+        if checkpoint.get("_path"):
+            self._note_target(Path(checkpoint["_path"]))
         self._resumed_inside_epoch = checkpoint if state.batches_done > 0 else None
         if self.writes:  # once, from rank 0; seen in a plain script's output too (a requeued job's log says it)
             note(
@@ -280,6 +307,7 @@ class Checkpoints:
         """Fit ended: a checkpoint kept for `take_resumed_checkpoint` is no longer needed."""
         self._resumed_inside_epoch = None
         self._adopted, self.resumed_at = None, None
+        self.rollback_targets = []
 
     def restore_weights(self, checkpoint: dict[str, Any]) -> None:
         path = checkpoint.get("_path")

@@ -33,6 +33,7 @@ import torch
 
 from trainer.loops.batches import extract_loss, module_override, ordered_parameters
 from trainer.loops.context import RunContext, module_of, optimizers_of
+from trainer.loops.guard import RollBack
 from trainer.loops.items import HeldWindow, is_item_output, mixed_window_error
 from trainer.loops.overrides import LoopOptimizer, OverrideSteps, check_overrides, step_schedulers
 
@@ -82,7 +83,7 @@ class AutomaticOptimization(OverrideSteps):
         self.device_guard = (
             not context.precision.handles_nonfinite
             and bool(getattr(self.optimizer, "_step_supports_amp_scaling", False))
-            and context.args.nonfinite_loss != "off"
+            and context.args.nonfinite_loss not in ("off", "rollback")  # a rollback is decided on the host
         )
         self.pending_skips: torch.Tensor | None = None  # device count of skips not yet read
         # amp with a fused optimizer: the GradScaler's skip stays on the device too, counted by
@@ -394,7 +395,13 @@ class AutomaticOptimization(OverrideSteps):
                 "not updated. Expected finite losses: lower the learning rate, check the data, or "
                 "pass Trainer(nonfinite_loss='skip') to skip such steps."
             )
-        log.warning("Skipped %s: non-finite loss (nonfinite_loss='skip').", where)
+        window = (state.epoch, state.batches_done, batches_done)
+        if window not in state.skipped_windows:
+            state.skipped_windows.append(window)  # a resume or rollback that replays it skips it (guard.py)
+        if context.args.nonfinite_loss == "rollback" and context.checkpoints.rollback_targets:
+            raise RollBack(where, list(state.skipped_windows), state.lr_backoff)
+        log.warning("Skipped %s: non-finite loss (nonfinite_loss=%r%s).", where, context.args.nonfinite_loss,
+                    ": no checkpoint of this fit to roll back to yet" if context.args.nonfinite_loss == "rollback" else "")
         state.global_step += 1
         state.skipped_steps += 1
         state.batches_done = batches_done

@@ -30,6 +30,7 @@ from typing import Any
 from trainer._utils import length_of, move_to_device, rng_state, set_rng_state
 from trainer.loops.automatic import AutomaticOptimization
 from trainer.loops.batches import batch_mover, empty_loader_message, micro_batches
+from trainer.loops.guard import RollBack, recorded_skips, roll_back, skip_recorded
 from trainer.loops.resume import restore_after_epoch_start
 from trainer.loops.schedule import ValidationSchedule, batch_limit, parse_max_time
 from trainer.logging.profiler import StepProfiler
@@ -191,8 +192,12 @@ class FitLoop:
                     train_loader = self._reload(train_loader)
                     steps_before, batches_before = context.state.global_step, context.state.batches_done
                     learned_before = getattr(self.optimization, "learning_windows", None)
-                    if not self.train_epoch(train_loader):
-                        break
+                    try:
+                        if not self.train_epoch(train_loader):
+                            break
+                    except RollBack as rollback:  # nonfinite_loss="rollback": back to the newest checkpoint
+                        roll_back(context, rollback)
+                        continue
                     if context.state.batches_done > batches_before:  # the epoch ran batches (not only its end)
                         self._check_progress(steps_before, learned_before)
                     self.end_epoch()
@@ -377,17 +382,22 @@ class FitLoop:
                 state.validation_pending = False  # resumed without a validation loader: nothing is owed
             elif state.validation_pending and (total is None or state.batches_done < total):
                 self.validate()  # resumed from a checkpoint written during a mid-epoch validation
+            skips, skip_end = recorded_skips(context) if state.skipped_windows else None, -1
             for batch_idx, size, last, batch in micro_batches(iterator, total, k, state.batches_done, fewest):
-                batch = move_to_device(batch, device) if mover is None else mover(batch)
-                if want_start:
-                    context.call("on_train_batch_start", batch, batch_idx)
                 before = state.batches_done  # the position at this window's start
-                metrics.batch = batch  # its size weights epoch means logged without batch_size
-                output = optimization.run(batch, batch_idx, size, last)  # advances the bar before a step logs
-                if want_end:
-                    context.call("on_train_batch_end", optimization.batch_end_outputs(output), batch, batch_idx)
-                if not self.monitors.done:
-                    self.monitors.after_training_batch(context)
+                if skips and (batch_idx < skip_end or batch_idx in skips):  # a window the guard skipped (guard.py)
+                    skip_end = max(skip_end, skips.get(batch_idx, skip_end))
+                    skip_recorded(context, batch, batch_idx, last)
+                else:
+                    batch = move_to_device(batch, device) if mover is None else mover(batch)
+                    if want_start:
+                        context.call("on_train_batch_start", batch, batch_idx)
+                    metrics.batch = batch  # its size weights epoch means logged without batch_size
+                    output = optimization.run(batch, batch_idx, size, last)  # advances the bar before a step logs
+                    if want_end:
+                        context.call("on_train_batch_end", optimization.batch_end_outputs(output), batch, batch_idx)
+                    if not self.monitors.done:
+                        self.monitors.after_training_batch(context)
                 if last:
                     if self.profiler is not None:
                         self.profiler.step()

@@ -51,6 +51,12 @@ def check_manual_arguments(module: Any, args: Any) -> None:
     """Refuse, before any work, Trainer arguments that only describe the automatic step."""
     if module.automatic_optimization:
         return
+    if args.nonfinite_loss in ("skip", "rollback"):
+        raise ValueError(
+            f"Trainer(nonfinite_loss={args.nonfinite_loss!r}) guards the automatic step, but {type(module).__name__}."
+            "automatic_optimization is False. Expected nonfinite_loss='error' or 'off': in manual optimization check "
+            "the loss in training_step (torch.isfinite(loss)) and skip opt.step() yourself."
+        )
     for name, value, default in (
         ("accumulate_grad_batches", args.accumulate_grad_batches, 1),
         ("gradient_clip_val", args.gradient_clip_val, None),

@@ -18,6 +18,7 @@ from typing import Any
 
 from trainer.checkpoint import CheckpointError
 from trainer.loops.context import RunContext
+from trainer.loops.guard import apply_lr_backoff
 from trainer.loops.data_order import loader_batch_size, rebatch_problem
 
 __all__ = ["check_resume", "restore_after_epoch_start"]
@@ -109,6 +110,10 @@ def restore_after_epoch_start(context: RunContext) -> None:
     if opt is not None and _still_fits([config.scheduler for config in opt.schedulers], checkpoint.get("schedulers")):
         parts.append("schedulers")
     context.state_parts.restore(checkpoint, context.strategy.rank, source, only=(*parts, "rng"))
+    saved_backoff = float((checkpoint.get("loop") or {}).get("lr_backoff", 1.0))
+    if context.state.lr_backoff != saved_backoff:  # a rollback's learning-rate backoff (guard.py), once more
+        apply_lr_backoff(context, context.state.lr_backoff / saved_backoff,
+                         optimizers="optimizers" in parts, schedulers="schedulers" in parts)
     context.hooks.call("on_load_checkpoint", context.trainer, context.module, checkpoint)
 
 

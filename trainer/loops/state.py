@@ -28,6 +28,10 @@ class LoopState:
     # it again, from the random state it began with (so its draws happen exactly once).
     validation_pending: bool = False
     epoch_end_validated: bool = False  # this epoch's end-of-epoch validation already ran
+    # Windows the non-finite guard skipped, (epoch, first micro-batch, end): a resume or a
+    # rollback that replays one skips it again (trainer/loops/guard.py).
+    skipped_windows: list[tuple[int, int, int]] = dataclasses.field(default_factory=list)
+    lr_backoff: float = 1.0  # the learning rates' factor after nonfinite_loss="rollback"
     clock_start: float | None = dataclasses.field(default=None, repr=False)  # set while fit runs
 
     def start_clock(self) -> None:
@@ -50,6 +54,8 @@ class LoopState:
             "elapsed": self.elapsed_now(),
             "validation_pending": self.validation_pending,
             "epoch_end_validated": self.epoch_end_validated,
+            "skipped_windows": [list(window) for window in self.skipped_windows],
+            "lr_backoff": self.lr_backoff,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -61,4 +67,6 @@ class LoopState:
         self.elapsed = float(state.get("elapsed", 0.0))
         self.validation_pending = bool(state.get("validation_pending", False))
         self.epoch_end_validated = bool(state.get("epoch_end_validated", False))
+        self.skipped_windows = [(int(e), int(a), int(b)) for e, a, b in state.get("skipped_windows", [])]
+        self.lr_backoff = float(state.get("lr_backoff", 1.0))
         self.stop_requested = False

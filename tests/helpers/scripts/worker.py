@@ -139,6 +139,26 @@ def nonfinite(results: dict[str, Any]) -> None:
         }
 
 
+class SaveAtStep(Callback):
+    def __init__(self, step: int, path: Path) -> None:
+        self.step, self.path = step, path
+
+    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if trainer.global_step == self.step:
+            trainer.save_checkpoint(self.path)
+
+
+def rollback(results: dict[str, Any], out: Path) -> None:
+    """Rank 1's loss is nan at step 2 (once): every rank rolls back to step 1's checkpoint and
+    replays with that window skipped, ending where the skip did."""
+    net = model(blow_up_rank=1, blow_up_call=1)
+    t = trainer(max_epochs=1, nonfinite_loss="rollback", nonfinite_lr_backoff=1.0, root_dir=str(out / "rollback"),
+                callbacks=[SaveAtStep(1, out / "rollback_step1.ckpt")])
+    t.fit(net, DataLoader(make_data(16), batch_size=4))
+    results["rollback"] = {"weights": weights(net), "global_step": t.global_step, "skipped": t.state.skipped_steps,
+                           "windows": list(t.state.skipped_windows), "calls": net.calls}
+
+
 def stop_agreement(results: dict[str, Any]) -> None:
     t = trainer(max_epochs=3, log_every_n_steps=4, callbacks=[StopOnRankZero(at_step=3)])
     t.fit(model(), DataLoader(make_data(36), batch_size=4))
@@ -196,6 +216,7 @@ def main() -> None:
     if phase == "main":
         parity(results)
         nonfinite(results)
+        rollback(results, out)
         stop_agreement(results)
         rank_zero_io(results, out)
         full = resume_run(out, max_steps=None, root="full")
