@@ -24,6 +24,7 @@ The AMP order itself lives in `trainer.precision`; this file only says when.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 from collections.abc import Mapping
@@ -33,7 +34,7 @@ import torch
 
 from trainer.loops.batches import extract_loss, module_override, ordered_parameters
 from trainer.loops.context import RunContext, module_of, optimizers_of
-from trainer.loops.guard import RollBack
+from trainer.loops.guard import nonfinite_window
 from trainer.loops.items import HeldWindow, is_item_output, mixed_window_error
 from trainer.loops.overrides import LoopOptimizer, OverrideSteps, check_overrides, step_schedulers
 
@@ -84,6 +85,14 @@ class AutomaticOptimization(OverrideSteps):
             not context.precision.handles_nonfinite
             and bool(getattr(self.optimizer, "_step_supports_amp_scaling", False))
             and context.args.nonfinite_loss not in ("off", "rollback")  # a rollback is decided on the host
+        )
+        # The host-read guard of the other optimizers (decided once per fit: its step costs one read).
+        self.host_guard = not context.precision.handles_nonfinite and context.args.nonfinite_loss != "off"
+        self.all_finite = context.strategy.all_finite
+        # fp32 on one process: no autocast and no sync context to enter around each micro-batch
+        self.bare = context.strategy.world_size == 1 and all(
+            isinstance(manager, contextlib.nullcontext)
+            for manager in (context.precision.autocast(), context.strategy.no_sync(True), context.strategy.no_sync(False))
         )
         self.pending_skips: torch.Tensor | None = None  # device count of skips not yet read
         # amp with a fused optimizer: the GradScaler's skip stays on the device too, counted by
@@ -146,37 +155,47 @@ class AutomaticOptimization(OverrideSteps):
         """Forward, loss / window length, backward; the detached loss joins the window's."""
         context = self.context
         self.batch_loss = None
-        precision = context.precision
-        with context.strategy.no_sync(last):
-            with precision.autocast():
-                output = context.train_step(batch, batch_idx)
-            loss = extract_loss(output, batch_idx)
-            if loss is None and last and context.agreement is not None:
-                self._check_skipped_everywhere(batch_idx)
-            if self.zero_hook is not None and batch_idx % (context.args.accumulate_grad_batches or 1) == 0:  # Lightning's place
-                if self.want_before_zero_grad:
-                    context.call("on_before_zero_grad", self.optimizer)
-                self.zero_hook(context.state.epoch, batch_idx, self.optimizer)
-            if loss is not None and loss is not output and is_item_output(output):
-                self._hold(output, loss, batch_idx, last)
-                loss = None
-            elif loss is not None:
-                if size > 1:
-                    loss = loss / size  # the window's own length: a short last window too
-                if self.want_before_backward:
-                    context.call("on_before_backward", loss)
-                if self.backward_hook is not None:
-                    self.backward_hook(loss)
-                else:
-                    precision.backward(loss)
-                if self.want_after_backward:
-                    context.call("on_after_backward")
+        if self.bare:
+            output = context.train_step(batch, batch_idx)
+            loss = self._backward(output, batch_idx, size, last)
+        else:
+            with context.strategy.no_sync(last):
+                with context.precision.autocast():
+                    output = context.train_step(batch, batch_idx)
+                loss = self._backward(output, batch_idx, size, last)
         if loss is not None:
             self.batch_loss = detached = loss.detach()
             self.window_loss = detached if self.window_loss is None else self.window_loss + detached
             if self.hooked is not None:
                 self.hooked["loss"] = detached
         return output
+
+    def _backward(self, output: Any, batch_idx: int, size: int, last: bool) -> torch.Tensor | None:
+        """The micro-batch's loss (None: skipped, or held by an item-weighted window), divided
+        by the window's length and backpropagated, inside the step's contexts."""
+        context = self.context
+        loss = extract_loss(output, batch_idx)
+        if loss is None and last and context.agreement is not None:
+            self._check_skipped_everywhere(batch_idx)
+        if self.zero_hook is not None and batch_idx % (context.args.accumulate_grad_batches or 1) == 0:  # Lightning's place
+            if self.want_before_zero_grad:
+                context.call("on_before_zero_grad", self.optimizer)
+            self.zero_hook(context.state.epoch, batch_idx, self.optimizer)
+        if loss is not None and loss is not output and is_item_output(output):
+            self._hold(output, loss, batch_idx, last)
+            loss = None
+        elif loss is not None:
+            if size > 1:
+                loss = loss / size  # the window's own length: a short last window too
+            if self.want_before_backward:
+                context.call("on_before_backward", loss)
+            if self.backward_hook is not None:
+                self.backward_hook(loss)
+            else:
+                context.precision.backward(loss)
+            if self.want_after_backward:
+                context.call("on_after_backward")
+        return loss
 
     def _counted(self, batch: Any, batch_idx: int, size: int, last: bool) -> Any:
         """`run` under the FLOP counter, which only reads shapes: the numbers are unchanged."""
@@ -246,11 +265,7 @@ class AutomaticOptimization(OverrideSteps):
             # or none with a fused optimizer, which skips on the device.
             if self.device_guard:
                 found_inf = context.strategy.max_over_ranks((~torch.isfinite(window_loss)).float())
-            elif (
-                not context.precision.handles_nonfinite
-                and context.args.nonfinite_loss != "off"
-                and not context.strategy.all_finite(window_loss)
-            ):
+            elif self.host_guard and not self.all_finite(window_loss):
                 self._nonfinite_loss(batches_done)
                 return
         self.learning_windows += 1
@@ -382,26 +397,5 @@ class AutomaticOptimization(OverrideSteps):
             step_schedulers(opt.schedulers, interval, count, self.context.read_metric, self.scheduler_hook)
 
     def _nonfinite_loss(self, batches_done: int) -> None:
-        context = self.context
-        state = context.state
         self.optimizer.zero_grad(set_to_none=True)
-        where = (
-            f"optimizer step {state.global_step + 1} (epoch {state.epoch}, batches "
-            f"{state.batches_done}..{batches_done - 1})"
-        )
-        if context.args.nonfinite_loss == "error":
-            raise FloatingPointError(
-                f"training_step returned a non-finite loss (nan or inf) at {where}; the weights were "
-                "not updated. Expected finite losses: lower the learning rate, check the data, or "
-                "pass Trainer(nonfinite_loss='skip') to skip such steps."
-            )
-        window = (state.epoch, state.batches_done, batches_done)
-        if window not in state.skipped_windows:
-            state.skipped_windows.append(window)  # a resume or rollback that replays it skips it (guard.py)
-        if context.args.nonfinite_loss == "rollback" and context.checkpoints.rollback_targets:
-            raise RollBack(where, list(state.skipped_windows), state.lr_backoff)
-        log.warning("Skipped %s: non-finite loss (nonfinite_loss=%r%s).", where, context.args.nonfinite_loss,
-                    ": no checkpoint of this fit to roll back to yet" if context.args.nonfinite_loss == "rollback" else "")
-        state.global_step += 1
-        state.skipped_steps += 1
-        state.batches_done = batches_done
+        nonfinite_window(self.context, batches_done)

@@ -24,7 +24,7 @@ from typing import Any
 
 from trainer.loops.context import RunContext
 
-__all__ = ["RollBack", "apply_lr_backoff", "recorded_skips", "roll_back", "skip_recorded"]
+__all__ = ["RollBack", "apply_lr_backoff", "nonfinite_window", "recorded_skips", "roll_back", "skip_recorded"]
 
 log = logging.getLogger("trainer")
 
@@ -36,6 +36,30 @@ class RollBack(Exception):
     def __init__(self, where: str, windows: list[tuple[int, int, int]], backoff: float) -> None:
         super().__init__(where)
         self.where, self.windows, self.backoff = where, windows, backoff
+
+
+def nonfinite_window(context: RunContext, batches_done: int) -> None:
+    """The window ending before micro-batch `batches_done` had a non-finite loss on some rank
+    (every rank calls this alike; the gradients are already cleared): raise, skip it, or roll
+    back, as `nonfinite_loss` says."""
+    state, mode = context.state, context.args.nonfinite_loss
+    where = f"optimizer step {state.global_step + 1} (epoch {state.epoch}, batches {state.batches_done}..{batches_done - 1})"
+    if mode == "error":
+        raise FloatingPointError(
+            f"training_step returned a non-finite loss (nan or inf) at {where}; the weights were "
+            "not updated. Expected finite losses: lower the learning rate, check the data, or "
+            "pass Trainer(nonfinite_loss='skip') to skip such steps."
+        )
+    window = (state.epoch, state.batches_done, batches_done)
+    if window not in state.skipped_windows:
+        state.skipped_windows.append(window)  # a resume or rollback that replays it skips it
+    if mode == "rollback" and context.checkpoints.rollback_targets:
+        raise RollBack(where, list(state.skipped_windows), state.lr_backoff)
+    log.warning("Skipped %s: non-finite loss (nonfinite_loss=%r%s).", where, mode,
+                ": no checkpoint of this fit to roll back to yet" if mode == "rollback" else "")
+    state.global_step += 1
+    state.skipped_steps += 1
+    state.batches_done = batches_done
 
 
 def recorded_skips(context: RunContext) -> dict[int, int]:
