@@ -112,7 +112,8 @@ def roll_back(context: RunContext, rollback: RollBack) -> None:
 
 def apply_lr_backoff(context: RunContext, factor: float, optimizers: bool = True, schedulers: bool = True) -> None:
     """Multiply every optimizer's learning rates, and its schedulers' base rates (which the
-    schedulers compute the rates from), by `factor`."""
+    schedulers compute the rates from), by `factor` (a scheduler's `get_last_lr()` shows the
+    new rates from its next step on)."""
     setup = context.optimizers
     if factor == 1.0 or setup is None:
         return
@@ -129,5 +130,3 @@ def apply_lr_backoff(context: RunContext, factor: float, optimizers: bool = True
         scheduler: Any = config.scheduler
         if hasattr(scheduler, "base_lrs"):
             scheduler.base_lrs = [lr * factor for lr in scheduler.base_lrs]
-        if hasattr(scheduler, "_last_lr"):
-            scheduler._last_lr = [lr * factor for lr in scheduler._last_lr]
