@@ -67,6 +67,10 @@ class TrainerArgs(BaseModel):
         "skips the step, 'rollback' goes back to the newest checkpoint with lower learning rates (amp skips such "
         "steps); 'off': no guard"
     )
+    loss_spike_factor: float | None = Field(
+        None, gt=1, description="a window loss above this factor times the mean of the earlier ones counts as "
+        "non-finite for nonfinite_loss (checked from the 20th step on, with no extra host read); None: off"
+    )
     nonfinite_lr_backoff: float = Field(
         0.5, gt=0, le=1, description="nonfinite_loss='rollback': the learning rates' factor at each rollback"
     )

@@ -63,8 +63,9 @@ class SaveEvery(Callback):
 def fit(tmp_path: Path, name: str, mode: str, poison: int | None = 7, backoff: float = 1.0, ckpt: Path | None = None,
         **extra: Any) -> tuple[Poisoned, Trainer]:
     model = Poisoned(poison)
-    trainer = Trainer(max_epochs=2, nonfinite_loss=mode, nonfinite_lr_backoff=backoff, root_dir=str(tmp_path / name),
-                      accumulate_grad_batches=2, **QUIET, **extra)
+    options: dict[str, Any] = dict(max_epochs=2, accumulate_grad_batches=2, **QUIET)
+    trainer = Trainer(nonfinite_loss=mode, nonfinite_lr_backoff=backoff, root_dir=str(tmp_path / name),
+                      **{**options, **extra})
     trainer.fit(model, data(), ckpt_path=ckpt)
     return model, trainer
 
@@ -147,3 +148,48 @@ def test_manual_optimization_refuses_the_skip_modes() -> None:
 
     with pytest.raises(ValueError, match="nonfinite_loss='rollback'.*automatic_optimization is False"):
         Trainer(nonfinite_loss="rollback", max_epochs=1, **QUIET).fit(Manual(), data())
+
+
+class Spiking(Poisoned):
+    """A finite loss 1000 times too large at step `poison_step` (once)."""
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y, index = batch
+        self.trained.append(int(index[0]))
+        loss = F.mse_loss(self.layer(x), y)
+        if self.trainer.global_step == self.poison_step:
+            self.poison_step = None
+            return loss * 1000.0
+        return loss
+
+
+def spiking_fit(tmp_path: Path, name: str, mode: str, factor: float | None, poison: int | None, ckpt: Path | None = None,
+                **extra: Any) -> tuple[Module, Trainer]:
+    model = Spiking(poison)
+    trainer = Trainer(max_epochs=3, nonfinite_loss=mode, loss_spike_factor=factor, root_dir=str(tmp_path / name), **QUIET,
+                      **extra)
+    trainer.fit(model, data(), ckpt_path=ckpt)
+    return model, trainer
+
+
+def test_a_spiking_loss_counts_as_nonfinite_when_asked(tmp_path: Path) -> None:
+    """loss_spike_factor=10: a loss 1000 times the mean at step 25 (past the 20-step warm-up) is
+    skipped like a nan one; without the option it trains; the mean resumes from a checkpoint."""
+    nan_model, _ = fit(tmp_path, "nan", "skip", poison=25, max_epochs=3, accumulate_grad_batches=1)
+    model, trainer = spiking_fit(tmp_path, "spike", "skip", 10.0, poison=25)
+    assert trainer.state.skipped_windows == [(2, 1, 2)] and trainer.state.loss_count == 35
+    assert same(weights(model), weights(nan_model))  # skipped where the nan was skipped
+    trained, _ = spiking_fit(tmp_path, "off", "skip", None, poison=25)
+    assert not same(weights(trained), weights(model))  # without the option the spike trains
+    with pytest.raises(FloatingPointError, match="above 10 times the running mean"):
+        spiking_fit(tmp_path, "error", "error", 10.0, poison=25)
+
+    class StopAt(Callback):
+        def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+            if trainer.global_step == 22:
+                trainer.save_checkpoint(tmp_path / "step22.ckpt")
+
+    spiking_fit(tmp_path, "cut", "skip", 10.0, poison=None, callbacks=[StopAt()])
+    assert torch.load(tmp_path / "step22.ckpt", weights_only=True)["loop"]["loss_count"] == 22
+    resumed, again = spiking_fit(tmp_path, "resumed", "skip", 10.0, poison=25, ckpt=tmp_path / "step22.ckpt")
+    assert same(weights(resumed), weights(model)) and again.state.skipped_windows == [(2, 1, 2)]

@@ -34,7 +34,7 @@ import torch
 
 from trainer.loops.batches import extract_loss, module_override, ordered_parameters
 from trainer.loops.context import RunContext, module_of, optimizers_of
-from trainer.loops.guard import nonfinite_window
+from trainer.loops.guard import LossSpikes, nonfinite_window
 from trainer.loops.items import HeldWindow, is_item_output, mixed_window_error
 from trainer.loops.overrides import LoopOptimizer, OverrideSteps, check_overrides, step_schedulers
 
@@ -82,13 +82,16 @@ class AutomaticOptimization(OverrideSteps):
         # per step (under DDP/FSDP the flag's maximum over the ranks, all-reduced on the
         # device); skips are counted on the device and read at logging steps (docs/performance.md).
         self.device_guard = (
-            not context.precision.handles_nonfinite
+            context.args.loss_spike_factor is None  # spikes are decided with the host read
+            and not context.precision.handles_nonfinite
             and bool(getattr(self.optimizer, "_step_supports_amp_scaling", False))
             and context.args.nonfinite_loss not in ("off", "rollback")  # a rollback is decided on the host
         )
         # The host-read guard of the other optimizers (decided once per fit: its step costs one read).
         self.host_guard = not context.precision.handles_nonfinite and context.args.nonfinite_loss != "off"
         self.all_finite = context.strategy.all_finite
+        factor = context.args.loss_spike_factor
+        self.spikes = LossSpikes(context, factor) if factor is not None and self.host_guard else None
         # fp32 on one process: no autocast and no sync context to enter around each micro-batch
         self.bare = context.strategy.world_size == 1 and all(
             isinstance(manager, contextlib.nullcontext)
@@ -265,9 +268,11 @@ class AutomaticOptimization(OverrideSteps):
             # or none with a fused optimizer, which skips on the device.
             if self.device_guard:
                 found_inf = context.strategy.max_over_ranks((~torch.isfinite(window_loss)).float())
-            elif self.host_guard and not self.all_finite(window_loss):
+            elif self.host_guard and not self.all_finite(window_loss if self.spikes is None else self.spikes.checked(window_loss)):
                 self._nonfinite_loss(batches_done)
                 return
+            elif self.spikes is not None:
+                self.spikes.accept(window_loss)
         self.learning_windows += 1
         signals = context.signals
         assert signals is not None, "optimizer steps happen inside fit, under its signal guard"

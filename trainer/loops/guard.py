@@ -22,11 +22,48 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import torch
+
 from trainer.loops.context import RunContext
 
-__all__ = ["RollBack", "apply_lr_backoff", "nonfinite_window", "recorded_skips", "roll_back", "skip_recorded"]
+__all__ = ["LossSpikes", "RollBack", "apply_lr_backoff", "nonfinite_window", "recorded_skips", "roll_back", "skip_recorded"]
 
 log = logging.getLogger("trainer")
+
+
+class LossSpikes:
+    """`loss_spike_factor`: a window loss above `factor` times the mean of the finite window
+    losses before it counts as non-finite. The mean is kept on the device (a running mean over
+    the first `WARMUP` steps, then an exponential one), so the check adds no host read: the
+    guard's one read checks the loss, replaced by nan where it spikes. It holds from the
+    `WARMUP`-th step on; the mean is in `LoopState` (and so in checkpoints)."""
+
+    WARMUP = 20
+    DECAY = 0.98
+
+    def __init__(self, context: RunContext, factor: float) -> None:
+        self.state, self.factor = context.state, factor
+
+    def checked(self, loss: torch.Tensor) -> torch.Tensor:
+        """What the guard checks for finiteness: `loss`, or nan where it spikes."""
+        mean = self.state.loss_mean
+        if mean is None or self.state.loss_count < self.WARMUP:
+            return loss
+        if mean.device != loss.device:  # read from a checkpoint
+            mean = self.state.loss_mean = mean.to(loss.device)
+        return torch.where(loss.float() > self.factor * mean, torch.full_like(mean, float("nan")), loss.float())
+
+    def accept(self, loss: torch.Tensor) -> None:
+        """A window that stepped: its loss joins the mean (on the device)."""
+        state = self.state
+        value = loss.detach().float()
+        state.loss_count += 1
+        if state.loss_mean is None:
+            state.loss_mean = value.clone()
+            return
+        mean = state.loss_mean.to(value.device)  # a no-op but after a checkpoint's read
+        weight = 1.0 / state.loss_count if state.loss_count <= self.WARMUP else 1.0 - self.DECAY
+        state.loss_mean = mean + (value - mean) * weight
 
 
 class RollBack(Exception):
@@ -44,9 +81,11 @@ def nonfinite_window(context: RunContext, batches_done: int) -> None:
     back, as `nonfinite_loss` says."""
     state, mode = context.state, context.args.nonfinite_loss
     where = f"optimizer step {state.global_step + 1} (epoch {state.epoch}, batches {state.batches_done}..{batches_done - 1})"
+    spike = context.args.loss_spike_factor
+    what = "a non-finite loss (nan or inf)" if spike is None else f"a non-finite loss (nan or inf) or one above {spike:g} times the running mean"
     if mode == "error":
         raise FloatingPointError(
-            f"training_step returned a non-finite loss (nan or inf) at {where}; the weights were "
+            f"training_step returned {what} on some rank at {where}; the weights were "
             "not updated. Expected finite losses: lower the learning rate, check the data, or "
             "pass Trainer(nonfinite_loss='skip') to skip such steps."
         )

@@ -32,6 +32,8 @@ class LoopState:
     # rollback that replays one skips it again (trainer/loops/guard.py).
     skipped_windows: list[tuple[int, int, int]] = dataclasses.field(default_factory=list)
     lr_backoff: float = 1.0  # the learning rates' factor after nonfinite_loss="rollback"
+    loss_mean: Any = None  # loss_spike_factor: the mean of the window losses, a device tensor (guard.py)
+    loss_count: int = 0
     clock_start: float | None = dataclasses.field(default=None, repr=False)  # set while fit runs
 
     def start_clock(self) -> None:
@@ -56,6 +58,7 @@ class LoopState:
             "epoch_end_validated": self.epoch_end_validated,
             "skipped_windows": [list(window) for window in self.skipped_windows],
             "lr_backoff": self.lr_backoff,
+            **({} if self.loss_mean is None else {"loss_mean": self.loss_mean.detach().cpu(), "loss_count": self.loss_count}),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -69,4 +72,5 @@ class LoopState:
         self.epoch_end_validated = bool(state.get("epoch_end_validated", False))
         self.skipped_windows = [(int(e), int(a), int(b)) for e, a, b in state.get("skipped_windows", [])]
         self.lr_backoff = float(state.get("lr_backoff", 1.0))
+        self.loss_mean, self.loss_count = state.get("loss_mean"), int(state.get("loss_count", 0))
         self.stop_requested = False
