@@ -5,6 +5,7 @@ its loss accumulate as one big batch would (`check_accumulation`)? They sit abov
 
 from __future__ import annotations
 
+from trainer.checks.accumulation import AccumulationReport, check_accumulation
 from trainer.checks.resume import ResumeReport, check_resume
 
-__all__ = ["ResumeReport", "check_resume"]
+__all__ = ["AccumulationReport", "ResumeReport", "check_accumulation", "check_resume"]

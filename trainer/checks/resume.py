@@ -93,6 +93,8 @@ class _Outcome:
     records: list[tuple[int, int, str]]
     state: dict[str, Any]
     ends: list[int]  # the number of records at the end of each run
+    loader: Any = None  # the (last) run's loader
+    changed: list[str] = dataclasses.field(default_factory=list)  # what the run changed in its loader's objects
 
 
 def _factory(module: Any) -> Callable[[], Any]:
@@ -160,12 +162,14 @@ def check_resume(
             if kept is not None:
                 kept.restore()  # the loader objects as a new process builds them
             loader = train_dataloaders() if kept is None else train_dataloaders
+            built = LoaderState(loader) if kept is None else kept
             model = make_module()
             recorder = _Recorder(outcome.records, stop_at)
             extra = [copy.deepcopy(callback) for callback in callbacks]
             trainer = Trainer(**{**arguments, "root_dir": scratch, "callbacks": [*extra, recorder]})
             trainer.fit(model, loader, ckpt_path=ckpt_in)
             outcome.ends.append(len(outcome.records))
+            outcome.loader, outcome.changed = loader, built.changed()
             if ckpt_out is not None:
                 trainer.save_checkpoint(ckpt_out)
             else:
@@ -174,7 +178,6 @@ def check_resume(
         streams.restore()
         straight = _Outcome([], {}, [])
         run(straight, None, None, None)
-        changed = kept.changed() if kept is not None else []
         k = int(arguments.get("accumulate_grad_batches") or 1)
         stops = list(interrupt_at) if interrupt_at is not None else _default_stops(straight.records, k)
         _check_stops(stops, len(straight.records))
@@ -186,7 +189,7 @@ def check_resume(
             run(interrupted, stop, checkpoint, saved)
             checkpoint = saved
             scramble(_SCRAMBLE + index)  # the next run starts in a new process's random state
-        report = _compare(straight, interrupted, steps, train_dataloaders, changed)
+        report = _compare(straight, interrupted, steps, straight.loader, straight.changed)
         return _across_ranks(report)
     finally:
         quiet.setLevel(level)
