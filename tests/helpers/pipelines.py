@@ -99,3 +99,13 @@ def loader(kind: str = "correct", num_workers: int = 0, rank: int = 0, world: in
         sampler = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=True, seed=0)
         return DataLoader(data, batch_sampler=Buckets(sampler, BATCH), **options)
     raise ValueError(kind)
+
+
+class PipelineData:
+    """The pipelines above as a YAML experiment's data class (`trainer check-resume`)."""
+
+    def __init__(self, kind: str = "correct", num_workers: int = 0) -> None:
+        self.kind, self.num_workers = kind, num_workers
+
+    def train_dataloader(self) -> DataLoader:
+        return loader(self.kind, self.num_workers)

@@ -20,7 +20,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -29,11 +29,14 @@ from trainer.checks.causes import likely_causes, weight_causes
 from trainer.checks.compare import fingerprint, first_difference
 from trainer.checks.state import LoaderState, RandomStreams, scramble
 
+if TYPE_CHECKING:
+    from trainer.trainer import Trainer
+
 __all__ = ["ResumeReport", "check_resume"]
 
 #: Trainer arguments the check sets itself: it writes nothing and decides how long each run is.
 OWNED = {"root_dir": None, "logger": False, "enable_checkpointing": False, "enable_progress_bar": False,
-         "max_epochs": None, "max_time": None, "log_every_n_steps": 1}
+         "enable_model_summary": False, "max_epochs": None, "max_time": None, "log_every_n_steps": 1}
 #: Seeds of the scrambled random streams each resumed run starts from (a new process's).
 _SCRAMBLE = 0x5EED
 
@@ -80,10 +83,10 @@ class _Recorder(Callback):
     def __init__(self, records: list[tuple[int, int, str]], stop_at: int | None) -> None:
         self.records, self.stop_at = records, stop_at
 
-    def on_train_batch_start(self, trainer: Any, module: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(self, trainer: Trainer, module: Any, batch: Any, batch_idx: int) -> None:
         self.records.append((trainer.current_epoch, batch_idx, fingerprint(batch)))
 
-    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: Trainer, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self.stop_at is not None and len(self.records) >= self.stop_at:
             trainer.should_stop = True
 
@@ -262,7 +265,7 @@ def _check_stops(stops: list[int], total: int) -> None:
         )
 
 
-def _final_state(trainer: Any, module: Any) -> dict[str, Any]:
+def _final_state(trainer: Trainer, module: torch.nn.Module) -> dict[str, Any]:
     names = {id(p): name for name, p in module.named_parameters()}
     optimizers = []
     for optimizer in trainer.optimizers:
