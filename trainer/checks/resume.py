@@ -155,12 +155,10 @@ def check_resume(
     kept = None if _is_factory(train_dataloaders) else LoaderState(train_dataloaders)
     callbacks = list(trainer_args.pop("callbacks", None) or [])
     arguments = {**trainer_args, **OWNED, "max_steps": steps}
-    scratch = Path(tempfile.mkdtemp(prefix="trainer-check-resume-"))
+    scratch = own = Path(tempfile.mkdtemp(prefix="trainer-check-resume-"))
     quiet, level = logging.getLogger("trainer"), logging.getLogger("trainer").level
     quiet.setLevel(logging.WARNING)  # no "Resumed from ..." per run: the report speaks
     try:
-        scratch = _shared(scratch)
-
         def run(outcome: _Outcome, stop_at: int | None, ckpt_in: Path | None, ckpt_out: Path | None) -> None:
             if kept is not None:
                 kept.restore()  # the loader objects as a new process builds them
@@ -181,6 +179,7 @@ def check_resume(
         streams.restore()
         straight = _Outcome([], {}, [])
         run(straight, None, None, None)
+        scratch = _shared(scratch)  # under several processes: the group exists now
         k = int(arguments.get("accumulate_grad_batches") or 1)
         stops = list(interrupt_at) if interrupt_at is not None else _default_stops(straight.records, k)
         _check_stops(stops, len(straight.records))
@@ -193,13 +192,16 @@ def check_resume(
             checkpoint = saved
             scramble(_SCRAMBLE + index)  # the next run starts in a new process's random state
         report = _compare(straight, interrupted, steps, straight.loader, straight.changed)
-        return _across_ranks(report)
+        report = _across_ranks(report)
+        _meet()  # every rank has read the checkpoints before rank 0 removes them
+        return report
     finally:
         quiet.setLevel(level)
         streams.restore()
         if kept is not None:
             kept.restore()
-        _remove(scratch)
+        if scratch == own:  # rank 0's folder (or this process's alone): the others' were removed when shared
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _shared(scratch: Path) -> Path:
@@ -215,14 +217,11 @@ def _shared(scratch: Path) -> Path:
     return Path(chosen[0])
 
 
-def _remove(scratch: Path) -> None:
+def _meet() -> None:
     from torch import distributed as dist
 
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        dist.barrier()  # every rank has read the checkpoints
-        if dist.get_rank() != 0:
-            return
-    shutil.rmtree(scratch, ignore_errors=True)
+        dist.barrier()
 
 
 def _default_stops(records: list[tuple[int, int, str]], k: int) -> list[int]:
