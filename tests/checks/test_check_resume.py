@@ -64,6 +64,29 @@ def test_a_broken_pipeline_names_the_first_batch_after_the_resume_and_the_cause(
     assert f"epoch {FIRST_AFTER_RESUME[0]} batch {FIRST_AFTER_RESUME[1]}" in str(report)
 
 
+def test_a_distributed_sampler_never_told_its_epoch_resumes_exactly_but_is_noted():
+    """Out of the Trainer's reach and never given an epoch, the sampler repeats epoch 0's order:
+    exact on resume (the order depends on nothing that changes), and the report says why."""
+    from torch.utils.data import DataLoader
+
+    from tests.helpers.pipelines import Buckets, Data
+
+    class NeverTold(Buckets):
+        def __iter__(self):
+            order = list(self.base)
+            return iter([order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)])
+
+    def make() -> DataLoader:
+        from torch.utils.data.distributed import DistributedSampler
+
+        data = Data()
+        return DataLoader(data, batch_sampler=NeverTold(DistributedSampler(data, num_replicas=1, rank=0), 4))
+
+    report = check_resume(Net, make, steps=9, **QUIET)  # 3 windows per epoch: epochs 0 and 1 whole
+    assert report.exact
+    assert "nothing calls its set_epoch" in str(report) and "batch_sampler.base" in report.notes[0]
+
+
 class Drifting(Net):
     """Keeps a step counter as a plain attribute: not in the checkpoint, so the weights after a
     resume differ although every batch is the same."""

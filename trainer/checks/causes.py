@@ -17,7 +17,7 @@ from torch.utils.data.distributed import DistributedSampler
 
 from trainer.checks.state import owned_objects
 
-__all__ = ["likely_causes", "weight_causes"]
+__all__ = ["likely_causes", "repeated_epochs", "weight_causes"]
 
 
 def _reachable_samplers(loader: Any) -> set[int]:
@@ -101,6 +101,25 @@ def likely_causes(loader: Any, changed: list[str], *, before_any_resume: bool) -
             "state between epochs without state_dict()/load_state_dict(), or randomness outside torch's generators"
         )
     return causes
+
+
+def repeated_epochs(records: list[tuple[int, int, str]], loader: Any) -> list[str]:
+    """A shuffling DistributedSampler the Trainer cannot reach, and two whole epochs of the
+    straight run in the same order: its epoch is never set (exact on resume, but never reshuffled)."""
+    if isinstance(loader, (list, tuple)) or not hasattr(loader, "__iter__"):
+        return []
+    reachable = _reachable_samplers(loader)
+    hidden = [path for path, obj in owned_objects(loader)
+              if isinstance(obj, DistributedSampler) and obj.shuffle and id(obj) not in reachable]
+    epochs: dict[int, list[str]] = {}
+    for epoch, _, digest in records:
+        epochs.setdefault(epoch, []).append(digest)
+    whole = [epochs[e] for e in sorted(epochs)[:-1]]  # the last may be cut short by max_steps
+    if not hidden or len(whole) < 2 or whole[0] != whole[1]:
+        return []
+    return [f"epochs 0 and 1 gave the same batches in the same order, and the shuffling DistributedSampler at the "
+            f"loader's {hidden[0]} is out of the Trainer's reach: nothing calls its set_epoch, so every epoch repeats "
+            "the first one's order. Pass it as DataLoader(sampler=...) or as your batch sampler's `sampler` attribute"]
 
 
 def weight_causes(part: str) -> list[str]:

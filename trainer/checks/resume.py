@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from trainer.callback import Callback
-from trainer.checks.causes import likely_causes, weight_causes
+from trainer.checks.causes import likely_causes, repeated_epochs, weight_causes
 from trainer.checks.compare import fingerprint, first_difference
 from trainer.checks.state import LoaderState, RandomStreams, scramble
 
@@ -65,15 +65,17 @@ class ResumeReport:
     rank: int | None = None
     detail: str = ""
     batch_index: int | None = None  # the first differing micro-batch, counted from the start
+    notes: list[str] = dataclasses.field(default_factory=list)  # found on the way, whatever the verdict
 
     def __str__(self) -> str:
         where = ", ".join(f"epoch {e} batch {b}" for e, b in self.cuts)
         head = f"resume check over {self.steps} steps, interrupted after {where}: "
+        notes = [f"  note: {note}" for note in self.notes]
         if self.exact:
-            return head + "exact (the same batches, weights and optimizer state)."
+            return "\n".join([head + "exact (the same batches, weights and optimizer state).", *notes])
         lines = [head + "NOT exact.", f"  {self.detail}"]
         lines += [f"  likely cause: {cause}" for cause in self.causes]
-        return "\n".join(lines)
+        return "\n".join(lines + notes)
 
 
 class _Recorder(Callback):
@@ -285,7 +287,8 @@ def _final_state(trainer: Trainer, module: torch.nn.Module) -> dict[str, Any]:
 
 def _compare(straight: _Outcome, interrupted: _Outcome, steps: int, loaders: Any, changed: list[str]) -> ResumeReport:
     cuts = [interrupted.records[end - 1][:2] for end in interrupted.ends[:-1] if end]
-    report = ResumeReport(exact=True, steps=steps, cuts=[(int(e), int(b)) for e, b in cuts])
+    report = ResumeReport(exact=True, steps=steps, cuts=[(int(e), int(b)) for e, b in cuts],
+                          notes=repeated_epochs(straight.records, loaders))
     a, b = straight.records, interrupted.records
     bad = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
     if bad is None and len(a) != len(b):
