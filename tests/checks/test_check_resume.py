@@ -42,6 +42,17 @@ def test_a_correct_pipeline_is_exact_and_the_check_leaves_everything_as_it_was(t
     assert os.listdir(tmp_path) == []
 
 
+def test_objects_among_the_trainer_arguments_start_every_run_as_given():
+    """An AMP precision carries its GradScaler: a scale grown by the straight run must not be
+    the start of the interrupted one (the check copies the arguments for each run)."""
+    from trainer.precision import AMP
+
+    precision = AMP(init_scale=2.0**8, growth_interval=2)
+    report = check_resume(Net, loader("correct"), steps=6, precision=precision, gradient_clip_val=0.5, **QUIET)
+    assert report.exact, str(report)
+    assert precision.scaler is None or precision.scaler.get_scale() == 2.0**8
+
+
 def test_pythons_global_random_in_getitem_is_exact_with_and_without_workers():
     """The Trainer saves Python's stream at the cut, and DataLoader workers seed it from torch's
     generator, which the Trainer replays: such a dataset resumes exactly (not a broken case)."""

@@ -102,6 +102,10 @@ class _Outcome:
     changed: list[str] = dataclasses.field(default_factory=list)  # what the run changed in its loader's objects
 
 
+def _no_resume_notes(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith("Resumed from")
+
+
 def _factory(module: Any) -> Callable[[], Any]:
     if isinstance(module, torch.nn.Module):
         initial = copy.deepcopy(module)  # the user's own object is never trained
@@ -155,11 +159,13 @@ def check_resume(
     make_module = _factory(module)
     streams = RandomStreams()
     kept = None if _is_factory(train_dataloaders) else LoaderState(train_dataloaders)
-    callbacks = list(trainer_args.pop("callbacks", None) or [])
-    arguments = {**trainer_args, **OWNED, "max_steps": steps}
+    # objects among the arguments (a precision with its GradScaler, callbacks, a strategy) keep
+    # state: every run gets a copy of them as they are now
+    pristine = copy.deepcopy({**trainer_args, **OWNED, "max_steps": steps})
+    arguments = pristine
     scratch = own = Path(tempfile.mkdtemp(prefix="trainer-check-resume-"))
-    quiet, level = logging.getLogger("trainer"), logging.getLogger("trainer").level
-    quiet.setLevel(logging.WARNING)  # no "Resumed from ..." per run: the report speaks
+    quiet = logging.getLogger("trainer")
+    quiet.addFilter(_no_resume_notes)  # no "Resumed from ..." per run: the report speaks
     try:
         def run(outcome: _Outcome, stop_at: int | None, ckpt_in: Path | None, ckpt_out: Path | None) -> None:
             if kept is not None:
@@ -168,8 +174,9 @@ def check_resume(
             built = LoaderState(loader) if kept is None else kept
             model = make_module()
             recorder = _Recorder(outcome.records, stop_at)
-            extra = [copy.deepcopy(callback) for callback in callbacks]
-            trainer = Trainer(**{**arguments, "root_dir": scratch, "callbacks": [*extra, recorder]})
+            fresh = copy.deepcopy(pristine)
+            callbacks = list(fresh.pop("callbacks", None) or [])
+            trainer = Trainer(**{**fresh, "root_dir": scratch, "callbacks": [*callbacks, recorder]})
             trainer.fit(model, loader, ckpt_path=ckpt_in)
             outcome.ends.append(len(outcome.records))
             outcome.loader, outcome.changed = loader, built.changed()
@@ -198,7 +205,7 @@ def check_resume(
         _meet()  # every rank has read the checkpoints before rank 0 removes them
         return report
     finally:
-        quiet.setLevel(level)
+        quiet.removeFilter(_no_resume_notes)
         streams.restore()
         if kept is not None:
             kept.restore()
