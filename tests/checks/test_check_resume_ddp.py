@@ -1,6 +1,7 @@
 """The resume check under 2 Gloo processes with 2 loader workers each (one torchrun launch for
 every assertion): exact on a correct pipeline; on a DistributedSampler whose epoch a user's
-batch sampler counts in memory, every rank reports the same first bad batch and the cause."""
+batch sampler counts in memory, every rank reports the same first bad batch and the cause; the
+accumulation check across the two ranks."""
 
 from __future__ import annotations
 
@@ -39,5 +40,9 @@ def test_a_broken_pipeline_gives_every_rank_the_same_report_naming_the_batch_and
     assert any("DistributedSampler at the loader's batch_sampler.base" in c for c in report["causes"])
 
 
-def test_the_accumulation_check_on_each_ranks_batch(ranks):
-    assert [r["accumulation"] for r in ranks] == [{"true": False, "false": True}] * 2
+def test_the_accumulation_check_across_ranks_flags_the_per_micro_batch_mean_and_passes_num_items(ranks):
+    mean, items = ranks[0]["accumulation"]["True"], ranks[0]["accumulation"]["False"]
+    assert [r["accumulation"] for r in ranks] == [ranks[0]["accumulation"]] * 2  # one verdict on every rank
+    assert mean["ranks"] == items["ranks"] == 2 and "on each of 2 ranks" in mean["text"]
+    assert not mean["ok"] and abs(mean["ratio"] - 1) > 0.01 and "num_items" in mean["text"]
+    assert items["ok"] and abs(items["ratio"] - 1) < 1e-5, items["text"]

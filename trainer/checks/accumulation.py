@@ -48,10 +48,13 @@ class AccumulationReport:
     advice: str = ""
     losses: list[float] = dataclasses.field(default_factory=list)
     whole_loss: float = math.nan
+    ranks: int = 1  # > 1: every rank's micro-batches against all ranks' batches as one
 
     def __str__(self) -> str:
         verdict = "the same gradient" if self.ok else "a DIFFERENT gradient"
-        text = (f"accumulation check: {self.micro_batches} micro-batches give {verdict} as the whole batch "
+        where = f" on each of {self.ranks} ranks" if self.ranks > 1 else ""
+        whole = "all ranks' batches as one" if self.ranks > 1 else "the whole batch"
+        text = (f"accumulation check: {self.micro_batches} micro-batches{where} give {verdict} as {whole} "
                 f"(gradient ratio {self.ratio:.6g}, cosine {self.cosine:.6g}, relative error {self.relative_error:.3g}); "
                 f"the loss is {self.kind}.")
         return text + (f"\n  {self.advice}" if self.advice else "")
@@ -107,6 +110,7 @@ def check_accumulation(
     batch_idx: int = 0,
     tolerance: float = 1e-5,
     train_mode: bool = False,
+    across_ranks: bool = True,
 ) -> AccumulationReport:
     """Compare the gradient `training_step` gives `batch` with the gradient the Trainer
     accumulates over its micro-batches (`accumulate_grad_batches=k`).
@@ -120,6 +124,10 @@ def check_accumulation(
         tolerance: the relative gradient error still counted as equal (rounding).
         train_mode: run in training mode (dropout on: the two sides then draw other masks and
             rarely agree). By default the copies run in eval mode, so only the loss's reduction shows.
+        across_ranks: under several processes (an initialised process group), compare the
+            gradient DDP makes of every rank's accumulated micro-batches with that of all ranks'
+            batches joined into one (each rank passes its own batch; the copies take rank 0's
+            weights). False: each rank checks its own batch alone.
 
     Returns:
         an `AccumulationReport`: `ok`, what kind of loss it is, the gradient ratio, and advice.
@@ -131,14 +139,20 @@ def check_accumulation(
     if len(parts) < 2:
         raise ValueError(f"check_accumulation(micro_batches={micro_batches!r}): expected at least 2 micro-batches.")
     k = len(parts)
+    world = _world() if across_ranks else 1
     streams = RandomStreams()
     try:
         whole_model, acc_model = copy.deepcopy(module), copy.deepcopy(module)
+        if world > 1:  # one model on every rank, as DDP makes it: rank 0's weights
+            weights = _gather({k_: v.detach().cpu() for k_, v in module.state_dict().items()})[0]
         for model in (whole_model, acc_model):
+            if world > 1:
+                model.load_state_dict(weights)
             model.train(train_mode)
             model.zero_grad(set_to_none=True)
+        whole_batch = _joined(_gather(_to_cpu(batch)), _device_of(batch)) if world > 1 else batch
         streams.restore()
-        whole_loss, whole_count = _output(whole_model.training_step(batch, batch_idx), "the whole batch")  # type: ignore[operator]
+        whole_loss, whole_count = _output(whole_model.training_step(whole_batch, batch_idx), "the whole batch")  # type: ignore[operator]
         whole_value = whole_loss / whole_count if whole_count is not None else whole_loss
         whole_value.backward()
         streams.restore()
@@ -148,16 +162,21 @@ def check_accumulation(
         if any(counted) and not all(counted):
             raise ValueError("check_accumulation: some micro-batches returned num_items and others a plain loss. "
                              "Expected every micro-batch to return the same kind, as the Trainer requires in a window.")
-        if all(counted):
+        if all(counted):  # the Trainer's rule: summed / the window's total (over all ranks)
             total = torch.stack([count for _, count in outputs if count is not None]).sum()
+            if world > 1:
+                total = torch.stack(_gather(total)).sum()
             for loss, count in outputs:
                 (loss / total.to(loss.dtype)).backward()
             losses = [float(loss.detach() / count) for loss, count in outputs]  # type: ignore[operator]
-        else:
+        else:  # the Trainer's rule: each loss / the number of micro-batches
             for loss, _ in outputs:
                 (loss / k).backward()
             losses = [float(loss.detach()) for loss, _ in outputs]
         g_whole, g_acc = _gradient(whole_model), _gradient(acc_model)
+        if world > 1:  # DDP averages the ranks' gradients (num_items: scaled by the world size first)
+            g_acc = torch.stack(_gather(g_acc)).sum(0) / (1 if all(counted) else world)
+            losses = [value for rank in _gather(losses) for value in rank]
     finally:
         streams.restore()
     norm = float(g_whole.norm())
@@ -166,9 +185,62 @@ def check_accumulation(
     error = float((g_acc - g_whole).norm()) / norm if norm else float((g_acc - g_whole).norm())
     ok = error <= tolerance
     whole = float(whole_value.detach())
-    kind, advice = _judge(all(counted), ok, losses, whole, k, ratio, tolerance)
+    kind, advice = _judge(all(counted), ok, losses, whole, len(losses), ratio, tolerance)
     return AccumulationReport(ok=ok, kind=kind, ratio=ratio, cosine=cosine, relative_error=error, micro_batches=k,
-                              advice=advice, losses=losses, whole_loss=whole)
+                              advice=advice, losses=losses, whole_loss=whole, ranks=world)
+
+
+def _world() -> int:
+    from torch import distributed as dist
+
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def _gather(value: Any) -> list[Any]:
+    """Every rank's `value` (pickled: any backend, any object)."""
+    from torch import distributed as dist
+
+    found: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(found, value)
+    return found
+
+
+def _to_cpu(batch: Any) -> Any:
+    if isinstance(batch, torch.Tensor):
+        return batch.detach().cpu()
+    if isinstance(batch, Mapping):
+        return {key: _to_cpu(value) for key, value in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        items = [_to_cpu(value) for value in batch]
+        return type(batch)(*items) if hasattr(batch, "_fields") else type(batch)(items)
+    return batch
+
+
+def _device_of(batch: Any) -> torch.device:
+    if isinstance(batch, torch.Tensor):
+        return batch.device
+    values = batch.values() if isinstance(batch, Mapping) else batch if isinstance(batch, (list, tuple)) else []
+    return next((_device_of(v) for v in values if _device_of(v).type != "cpu"), torch.device("cpu"))
+
+
+def _joined(batches: list[Any], device: torch.device) -> Any:
+    """The ranks' batches as one, joined along the first dimension of every tensor."""
+    first = batches[0]
+    if isinstance(first, torch.Tensor):
+        try:
+            return torch.cat(batches).to(device)
+        except RuntimeError as error:
+            raise ValueError(
+                f"check_accumulation: the ranks' batches can't be joined into one ({error}). Expected tensors that "
+                "differ only in their first dimension (pad to one length), or pass across_ranks=False to check "
+                "each rank's batch alone."
+            ) from None
+    if isinstance(first, Mapping):
+        return {key: _joined([b[key] for b in batches], device) for key in first}
+    if isinstance(first, (list, tuple)):
+        items = [_joined([b[i] for b in batches], device) for i in range(len(first))]
+        return type(first)(*items) if hasattr(first, "_fields") else type(first)(items)
+    return first
 
 
 def _judge(items: bool, ok: bool, losses: list[float], whole: float, k: int, ratio: float,
