@@ -118,6 +118,28 @@ def test_state_outside_the_checkpoint_is_named_by_the_first_tensor_that_differs(
     assert "attribute of the module that is not a parameter or buffer" in report.causes[0]
 
 
+class FrozenProjection(Net):
+    """A frozen random projection the module's own load_state_dict leaves out: a new process
+    would draw another one, so the resume is not exact, even when the check is given an
+    instance whose copies all start with the same projection."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Parameter(torch.randn(3, 3), requires_grad=False)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.layer(x @ self.proj), y)
+
+    def load_state_dict(self, state: Any, strict: bool = True, assign: bool = False) -> Any:
+        return super().load_state_dict({k: v for k, v in state.items() if k != "proj"}, strict=False)
+
+
+def test_a_state_dict_entry_the_checkpoint_does_not_restore_shows_even_for_a_module_instance():
+    report = check_resume(FrozenProjection(), loader("correct"), steps=6, interrupt_at=[8], **QUIET)
+    assert not report.exact and report.first_bad_tensor is not None, str(report)
+
+
 def test_bad_arguments_are_refused_before_any_training():
     with pytest.raises(ValueError, match="steps=1"):
         check_resume(Net, loader(), steps=1)

@@ -115,6 +115,17 @@ def _factory(module: Any) -> Callable[[], Any]:
     raise TypeError(f"check_resume expected a Module or a function returning a new one. Received: {type(module).__name__}.")
 
 
+def _perturb(model: torch.nn.Module) -> None:
+    """Move every floating tensor of the state dict (what a checkpoint restores) elsewhere: a
+    resumed run whose module starts from the same weights as the straight run's would hide an
+    entry the checkpoint misses."""
+    generator = torch.Generator().manual_seed(_SCRAMBLE)
+    with torch.no_grad():
+        for value in model.state_dict().values():
+            if isinstance(value, torch.Tensor) and value.is_floating_point():
+                value.add_(torch.randn(value.shape, generator=generator, dtype=value.dtype).to(value.device))
+
+
 def _is_factory(loaders: Any) -> bool:
     return callable(loaders) and not hasattr(loaders, "__iter__")
 
@@ -157,6 +168,8 @@ def check_resume(
     if not isinstance(steps, int) or isinstance(steps, bool) or steps < 2:
         raise ValueError(f"check_resume(steps={steps!r}): expected an int of at least 2 (optimizer steps to compare).")
     make_module = _factory(module)
+    if callable(getattr(train_dataloaders, "train_dataloader", None)):  # a DataModule: a new loader per run
+        train_dataloaders = train_dataloaders.train_dataloader
     streams = RandomStreams()
     kept = None if _is_factory(train_dataloaders) else LoaderState(train_dataloaders)
     # objects among the arguments (a precision with its GradScaler, callbacks, a strategy) keep
@@ -173,6 +186,8 @@ def check_resume(
             loader = train_dataloaders() if kept is None else train_dataloaders
             built = LoaderState(loader) if kept is None else kept
             model = make_module()
+            if ckpt_in is not None:
+                _perturb(model)  # whatever the checkpoint does not restore shows
             recorder = _Recorder(outcome.records, stop_at)
             fresh = copy.deepcopy(pristine)
             callbacks = list(fresh.pop("callbacks", None) or [])
