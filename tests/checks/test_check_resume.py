@@ -145,5 +145,7 @@ def test_bad_arguments_are_refused_before_any_training():
         check_resume(Net, loader(), steps=1)
     with pytest.raises(ValueError, match=r"interrupt_at=\[30\].*from 1 to 11"):
         check_resume(Net, loader(), steps=6, interrupt_at=[30], **QUIET)
+    with pytest.raises(ValueError, match="devices=2.*torchrun"):
+        check_resume(Net, loader(), devices=2)
     with pytest.raises(TypeError, match="a Module or a function"):
         check_resume("Net", loader())  # type: ignore[arg-type]

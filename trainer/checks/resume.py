@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
+import os
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
@@ -167,6 +168,13 @@ def check_resume(
 
     if not isinstance(steps, int) or isinstance(steps, bool) or steps < 2:
         raise ValueError(f"check_resume(steps={steps!r}): expected an int of at least 2 (optimizer steps to compare).")
+    devices = trainer_args.get("devices", 1)
+    if devices not in (1, "1", "auto", None) and "WORLD_SIZE" not in os.environ:
+        raise ValueError(
+            f"check_resume(devices={devices!r}): the check would start processes from inside itself. Expected "
+            "devices=1 here; to check under several processes, start your script with torchrun "
+            "(torchrun --nproc_per_node=2 check.py) and call check_resume in every process."
+        )
     make_module = _factory(module)
     if callable(getattr(train_dataloaders, "train_dataloader", None)):  # a DataModule: a new loader per run
         train_dataloaders = train_dataloaders.train_dataloader
