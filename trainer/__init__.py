@@ -18,6 +18,7 @@ from trainer.module import Module
 from trainer.precision import AMP, BF16, FP32, Precision
 from trainer.trainer import Trainer
 from trainer._utils import seed_everything
+from trainer.checks import check_accumulation, check_resume
 
 # Lightning's names, so a Lightning project moves over by its imports alone
 # (`import trainer as L`: L.LightningModule, L.LightningDataModule, L.Trainer, L.Callback).
@@ -26,7 +27,7 @@ LightningDataModule = DataModule
 
 __all__ = [
     "Trainer", "Module", "DataModule", "Callback", "MonitorError", "TensorBoardLogger", "Precision", "FP32", "AMP", "BF16",
-    "LightningModule", "LightningDataModule", "seed_everything",
+    "LightningModule", "LightningDataModule", "seed_everything", "check_resume", "check_accumulation",
 ]
 __version__ = "0.1.0"
 

@@ -77,6 +77,18 @@ def build_parser() -> argparse.ArgumentParser:
             parser.add_argument("--output", metavar="PATH", help="save the list of predict_step outputs with torch.save")
         add_trainer_options(parser)
         add_optimizer_options(parser)
+    check = commands.add_parser(
+        "check-resume", help="check that the experiment resumes exactly: train straight and with interruptions, compare",
+        description="trainer check-resume: train the experiment's model and data for a few steps straight, then again "
+        "with interruptions and resumes, and compare the batches, weights and optimizer state. Writes nothing into "
+        "root_dir. Exit code 0: exact; 1: not exact (the report names the first difference and its likely cause).",
+        epilog=OVERRIDES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False,
+    )
+    check.add_argument("config", metavar="CONFIG", nargs="+", help="the experiment's YAML file(s)")
+    check.add_argument("--steps", type=int, default=8, help="optimizer steps of each comparison (default: 8)")
+    check.add_argument("--interrupt_at", type=int, nargs="+", metavar="N",
+                       help="micro-batch counts after which to interrupt (default: twice inside one epoch)")
+    add_trainer_options(check)
     export = commands.add_parser(
         "export", help="write a checkpoint's model weights as one plain file (from an FSDP folder too)",
         description="trainer export: write the model weights of CHECKPOINT (a file, or the folder of shards an FSDP "
@@ -174,6 +186,12 @@ def _run(argv: list[str]) -> int:
     config: Any = args.config[0] if len(args.config) == 1 else _merge_files(args.config)
     if helps:
         return _print_help(config, overrides, helps)
+    if args.command == "check-resume":
+        from trainer.config.check import check_resume_command
+
+        if args.steps < 2:
+            raise ConfigError([Problem("--steps", f"Expected at least 2 optimizer steps. Received: {args.steps}.")])
+        return check_resume_command(config, overrides, args.steps, args.interrupt_at)
     args.config = config
     stage = args.command
     if args.ckpt_path not in (None, "last") and not Path(args.ckpt_path).exists():
