@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import warnings
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from trainer._utils import WeakAttribute
@@ -78,6 +79,7 @@ class Checkpoints:
         self.resumed_at: int | None = None  # the step a resumed fit started at (values there may be written already)
         self._adopted: dict[str, Any] | None = None  # the checkpoint whose logger runs were taken when it was read
         self._resumed_inside_epoch: dict[str, Any] | None = None  # until that epoch's start hooks ran
+        self.beside_last: list[Callable[[Path], None]] = []  # rank 0, after each last.ckpt: e.g. the compile cache
 
     @property
     def writes(self) -> bool:
@@ -141,6 +143,8 @@ class Checkpoints:
         """last.ckpt; on an interrupt inside a window it is written and marked as not exact."""
         if self.context.args.enable_checkpointing and self.context.module is not None:
             self.save(self.last_path, allow_partial=True, keep=self.context.args.keep_last_checkpoints)
+            for write_beside in self.beside_last if self.writes else ():
+                write_beside(self.last_path.parent)
 
     def remove_checkpoint(self, path: str | Path) -> None:
         """Rank 0: delete a checkpoint, once the write in flight (if any) is complete."""
