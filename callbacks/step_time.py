@@ -106,9 +106,11 @@ class StepTimeBreakdown(Callback):
         if not self._manual:
             self.step_clock.mark_backward_end()
 
-    def on_train_step_end(self, trainer: Trainer, module: Any, stepped: bool) -> None:
-        if not self._manual:
-            self.step_clock.mark("optimizer")
+    def on_before_zero_grad(self, trainer: Trainer, module: Any, optimizer: Any) -> None:
+        # After the step (not on_train_step_end: overriding it makes amp read its verdict at once).
+        clock = self.step_clock
+        if not self._manual and clock.step_spans and clock.step_spans[-1][0] in ("forward_backward", "collective_wait"):
+            clock.mark("optimizer")
 
     def on_train_batch_end(self, trainer: Trainer, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         clock = self.step_clock

@@ -8,8 +8,8 @@ a step add up to the step's time by construction:
     forward_backward  training_step and the backward pass, up to this rank's last gradient
     collective_wait   DDP only: from this rank's last gradient to the end of backward, the
                       time it waits for the gradient all-reduce to finish (other ranks included)
-    optimizer         the non-finite guard, clipping, the optimizer step, schedulers, zero_grad
-    other             the rest: other callbacks' hooks, logging, the loop's own work
+    optimizer         the non-finite guard, clipping, the optimizer step, step-interval schedulers
+    other             the rest: zero_grad, other callbacks' hooks, logging, the loop's own work
 
 On a CPU each mark is `time.perf_counter()`. On a GPU it is a CUDA event recorded on the
 current stream: the spans are device time (how long the device spent on a phase, or sat idle
