@@ -82,3 +82,17 @@ def test_the_verdicts() -> None:
     assert diagnose([rank(optimizer=0.3, collective_wait=0.01), rank(collective_wait=0.3)]).startswith(
         "rank 0 is a straggler in optimizer step")
     assert diagnose([rank(input_wait=0.3), rank(input_wait=0.3)]).startswith("input-bound on every rank")
+
+
+def test_manual_optimization_counts_training_step_as_compute_and_every_batch_as_a_step() -> None:
+    from tests.helpers.gan import make_gan, make_points, points_loader
+
+    breakdown = StepTimeBreakdown(warmup_steps=1)
+    trainer = Trainer(max_epochs=1, device="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                      callbacks=[breakdown])
+    trainer.fit(make_gan(), points_loader(make_points(24)))  # 6 batches, two optimizer steps each
+    (own,) = breakdown.per_rank
+    assert breakdown.steps == 5
+    assert own["optimizer"] == own["collective_wait"] == 0.0  # inside training_step: forward_backward
+    assert own["forward_backward"] > own["input_wait"] + own["transfer"] + own["other"]
+    assert math.isclose(sum(own[p] for p in PHASES), own["step"], rel_tol=1e-9)
