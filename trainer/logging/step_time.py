@@ -20,7 +20,7 @@ The loop asks for the clock once per epoch (`timed`, `timed_mover`); with no clo
 no call at all.
 
 Example:
-    >>> clock = StepClock()
+    >>> clock = StepClock(warmup_steps=0)
     >>> clock.mark("other"); clock.mark("input_wait"); clock.close_step()
     >>> totals, steps = clock.flush()
     >>> steps, sorted(totals) == sorted(PHASES + ("step",))
