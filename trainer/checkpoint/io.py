@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import logging
 import warnings
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Protocol
 
 from trainer._utils import WeakAttribute
