@@ -123,7 +123,8 @@ class StepTimeBreakdown(Callback):
             return
         step = self._step_seen = trainer.global_step
         clock.close_step()
-        if step % trainer.log_every_n_steps == 0 and step != self._flushed_at:  # the Trainer's logging steps
+        every = trainer.log_every_n_steps
+        if step // every > self._flushed_at // every:  # a logging step reached (or, manually stepping, passed)
             self._flushed_at = step
             self._flush(trainer)
             clock.skip()  # the gathering is not a step's time
