@@ -19,6 +19,7 @@ from callbacks.on_exception_checkpoint import OnExceptionCheckpoint
 from callbacks.prediction_writer import BasePredictionWriter
 from callbacks.progress import RichProgressBar, TQDMProgressBar
 from callbacks.rich_model_summary import RichModelSummary
+from callbacks.step_time import StepTimeBreakdown
 from callbacks.stochastic_weight_avg import StochasticWeightAveraging
 from callbacks.throughput_monitor import ThroughputMonitor
 from callbacks.timer import Timer
@@ -31,4 +32,5 @@ __all__: list[str] = [
     "GradientAccumulationScheduler", "OnExceptionCheckpoint", "Timer",
     "DeviceStatsMonitor", "RichModelSummary", "BatchSizeFinder",
     "BasePredictionWriter", "LearningRateFinder", "ThroughputMonitor",
+    "StepTimeBreakdown",
 ]

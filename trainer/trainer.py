@@ -20,6 +20,7 @@ from trainer.core.data import TrainerData, module_defines
 from trainer.core.evaluation import TrainerEvaluation
 from trainer.core.settings import TrainerSettings
 from trainer.core.compile import FirstStepCheck, check_compile_options, compile_module
+from trainer.core.compile_cache import start_compile_cache
 from trainer._utils import seed_everything
 from trainer.logging.profiler import SimpleProfiler
 from trainer.loops.batches import check_loader, check_module
@@ -280,6 +281,7 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
         try:
             if checkpoint is not None:
                 self._run.checkpoints.restore(checkpoint)
+            compile_cache = start_compile_cache(self.args, self.strategy, self._run.checkpoints, checkpoint)
             self.state.stop_requested = self._run.stop_request = self._run.preempted = False
             self._run.train_loader, val_loader = train_loader, val_loader = fit_loaders()
             self._fit_loaders = None
@@ -290,6 +292,8 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
             if val_loader is not None:
                 val_loader = self._prepare_loader(val_loader, train=False)
             self._fit_with_signals(train_loader, val_loader)
+            if compile_cache is not None:
+                compile_cache.report()
             if self._run.simple_profiler is not None and self.strategy.is_global_zero:  # profiler="simple"
                 log.info("%s", self._run.simple_profiler.summary())
         finally:

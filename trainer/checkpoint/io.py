@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -81,6 +82,7 @@ class Checkpoints:
         # Whole checkpoints of this fit (written, or resumed from), oldest first, on every rank
         # alike: what nonfinite_loss="rollback" can go back to (trainer/loops/guard.py).
         self.rollback_targets: list[Path] = []
+        self.beside_last: list[Callable[[Path], None]] = []  # rank 0, after each last.ckpt: e.g. the compile cache
 
     @property
     def writes(self) -> bool:
@@ -164,6 +166,8 @@ class Checkpoints:
         """last.ckpt; on an interrupt inside a window it is written and marked as not exact."""
         if self.context.args.enable_checkpointing and self.context.module is not None:
             self.save(self.last_path, allow_partial=True, keep=self.context.args.keep_last_checkpoints)
+            for write_beside in self.beside_last if self.writes else ():
+                write_beside(self.last_path.parent)
 
     def remove_checkpoint(self, path: str | Path) -> None:
         """Rank 0: delete a checkpoint, once the write in flight (if any) is complete."""

@@ -34,6 +34,7 @@ from trainer.loops.guard import RollBack, recorded_skips, roll_back, skip_record
 from trainer.loops.resume import restore_after_epoch_start
 from trainer.loops.schedule import ValidationSchedule, batch_limit, parse_max_time
 from trainer.logging.profiler import StepProfiler
+from trainer.logging.step_time import clock_of
 from trainer.loops.combined import CombinedLoader, batches_of
 from trainer.loops.mixture import log_samples
 from trainer.loops.evaluation import check_dataloader_idx
@@ -80,6 +81,7 @@ class FitLoop:
         self.validate_at_end = False
         self.val_limit: int | None | list[int | None] = None  # a list: one per loader (several loaders)
         self.profiler = StepProfiler.from_arg(args.profiler)
+        self.clock = clock_of(context.callbacks)  # a StepTimeBreakdown's (logging/step_time.py); usually None
         if context.simple_profiler is not None:  # profiler="simple": time every training batch
             self.optimization.run = context.simple_profiler.wrap(self.optimization.run, "run_training_batch")  # type: ignore[method-assign]
         self.loaded_epoch = 0  # reload_dataloaders_every_n_epochs: the epoch the loaders were made for
@@ -371,6 +373,9 @@ class FitLoop:
                 context.output.progress_start_epoch(total)
             device, optimization = strategy.device, self.optimization
             mover = batch_mover(module_of(context), context.datamodule, device)  # the transfer hooks
+            batches = iterator
+            if self.clock is not None:  # next() and the transfer timed, wrapped once per epoch
+                batches, mover = self.clock.timed(iterator), self.clock.timed_mover(mover, device)
             want_start, want_end = self.want_batch_start, self.want_batch_end
             k = args.accumulate_grad_batches if args.accumulate_grad_batches else 1
             optimization.reset()
@@ -383,7 +388,7 @@ class FitLoop:
             elif state.validation_pending and (total is None or state.batches_done < total):
                 self.validate()  # resumed from a checkpoint written during a mid-epoch validation
             skips, skip_end = recorded_skips(context) if state.skipped_windows else None, -1
-            for batch_idx, size, last, batch in micro_batches(iterator, total, k, state.batches_done, fewest):
+            for batch_idx, size, last, batch in micro_batches(batches, total, k, state.batches_done, fewest):
                 before = state.batches_done  # the position at this window's start
                 if skips and (batch_idx < skip_end or batch_idx in skips):  # a window the guard skipped (guard.py)
                     skip_end = max(skip_end, skips.get(batch_idx, skip_end))
