@@ -1,4 +1,4 @@
-"""The resume check under 2 Gloo processes with 2 loader workers each (one torchrun launch for
+"""The resume check under 2 Gloo processes, loaders read in the main process (one torchrun launch for
 every assertion): exact on a correct pipeline; on a DistributedSampler whose epoch a user's
 batch sampler counts in memory, every rank reports the same first bad batch and the cause; the
 accumulation check across the two ranks."""
