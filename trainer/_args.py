@@ -71,6 +71,10 @@ class TrainerArgs(BaseModel):
         None, gt=1, description="a window loss above this factor times the mean of the earlier ones counts as "
         "non-finite for nonfinite_loss (checked from the 20th step on, with no extra host read); None: off"
     )
+    nonfinite_grad_norm: bool = Field(
+        False, description="the guard also treats a non-finite gradient norm as a non-finite loss (one norm over "
+        "the gradients per step, no extra host read)"
+    )
     nonfinite_lr_backoff: float = Field(
         0.5, gt=0, le=1, description="nonfinite_loss='rollback': the learning rates' factor at each rollback"
     )

@@ -97,6 +97,7 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
         nonfinite_loss: str = "error",
         nonfinite_lr_backoff: float = 0.5,
         loss_spike_factor: float | None = None,
+        nonfinite_grad_norm: bool = False,
         val_check_interval: int | float | None = None,
         check_val_every_n_epoch: int | None = 1,
         num_sanity_val_steps: int = 2,

@@ -193,3 +193,32 @@ def test_a_spiking_loss_counts_as_nonfinite_when_asked(tmp_path: Path) -> None:
     assert torch.load(tmp_path / "step22.ckpt", weights_only=True)["loop"]["loss_count"] == 22
     resumed, again = spiking_fit(tmp_path, "resumed", "skip", 10.0, poison=25, ckpt=tmp_path / "step22.ckpt")
     assert same(weights(resumed), weights(model)) and again.state.skipped_windows == [(2, 1, 2)]
+
+
+class NanGradient(Poisoned):
+    """A finite loss whose gradient is nan at step `poison_step` (sqrt at 0), once."""
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y, index = batch
+        self.trained.append(int(index[0]))
+        loss = F.mse_loss(self.layer(x), y)
+        if self.trainer.global_step == self.poison_step:
+            self.poison_step = None
+            return loss + torch.sqrt(self.layer.weight.sum() * 0)  # d sqrt(u)/du at 0: inf, times 0: nan
+        return loss
+
+
+def test_a_nonfinite_gradient_norm_is_guarded_when_asked(tmp_path: Path) -> None:
+    """The loss is finite, its gradient is not: without the option the weights turn nan; with
+    it the step is skipped like a nan loss's, and the weights are the skipping run's."""
+    reference, _ = fit(tmp_path, "nan", "skip", poison=7)
+    unguarded = NanGradient(7)
+    Trainer(max_epochs=2, accumulate_grad_batches=2, nonfinite_loss="skip", root_dir=str(tmp_path / "off"),
+            **QUIET).fit(unguarded, data())
+    assert not torch.isfinite(unguarded.layer.weight).all()
+    model = NanGradient(7)
+    trainer = Trainer(max_epochs=2, accumulate_grad_batches=2, nonfinite_loss="skip", nonfinite_grad_norm=True,
+                      root_dir=str(tmp_path / "on"), **QUIET)
+    trainer.fit(model, data())
+    assert trainer.state.skipped_windows == [(1, 2, 4)]
+    assert same(weights(model), weights(reference))

@@ -82,7 +82,7 @@ class AutomaticOptimization(OverrideSteps):
         # per step (under DDP/FSDP the flag's maximum over the ranks, all-reduced on the
         # device); skips are counted on the device and read at logging steps (docs/performance.md).
         self.device_guard = (
-            context.args.loss_spike_factor is None  # spikes are decided with the host read
+            context.args.loss_spike_factor is None and not context.args.nonfinite_grad_norm  # decided with the host read
             and not context.precision.handles_nonfinite
             and bool(getattr(self.optimizer, "_step_supports_amp_scaling", False))
             and context.args.nonfinite_loss not in ("off", "rollback")  # a rollback is decided on the host
@@ -268,7 +268,7 @@ class AutomaticOptimization(OverrideSteps):
             # or none with a fused optimizer, which skips on the device.
             if self.device_guard:
                 found_inf = context.strategy.max_over_ranks((~torch.isfinite(window_loss)).float())
-            elif self.host_guard and not self.all_finite(window_loss if self.spikes is None else self.spikes.checked(window_loss)):
+            elif self.host_guard and not self.all_finite(self._guarded(window_loss)):
                 self._nonfinite_loss(batches_done)
                 return
             elif self.spikes is not None:
@@ -282,6 +282,15 @@ class AutomaticOptimization(OverrideSteps):
         finally:
             signals.exit_critical()
         self._report(window_loss, norm, stepped)
+
+    def _guarded(self, window_loss: torch.Tensor) -> torch.Tensor:
+        """What the guard's one read checks: the loss, nan where it spikes (`loss_spike_factor`),
+        and nan where the gradients' norm is not finite (`nonfinite_grad_norm`), all on the device."""
+        if self.spikes is not None:
+            window_loss = self.spikes.checked(window_loss)
+        if self.context.args.nonfinite_grad_norm:
+            window_loss = window_loss + self.context.precision.gradient_norm(self.optimizer, self.parameters) * 0
+        return window_loss
 
     def _close_item_window(self, batches_done: int) -> torch.Tensor | None:
         """The held window's backward passes, then the guard (on the per-item loss, read to the
