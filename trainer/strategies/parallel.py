@@ -17,7 +17,7 @@ import torch
 
 from trainer.strategies.base import Reductions, Strategy
 from trainer.strategies.cluster import ClusterEnvironment
-from trainer.strategies.collectives import CollectiveError, CollectiveGuard, parse_timeout
+from trainer.strategies.collectives import CollectiveError, CollectiveGuard, looks_like_collective_failure, parse_timeout
 from trainer.strategies.devices import group_backend, has_cpu_backend, local_cuda_index
 from trainer.strategies.sampler import _with_distributed_sampler
 from trainer.strategies.rank_zero import rank_zero_only
@@ -89,6 +89,7 @@ class ProcessGroupStrategy(Strategy):
             torch.cuda.set_device(self.device)
         self._created_group = False
         self._failed = False
+        self._peer_lost = False  # a failure in a collective: at exit, no rank is waited for
         self._bind_options()
         self._bound = True
         self._group()  # now: a DistributedSampler built before fit finds the group
@@ -210,7 +211,9 @@ class ProcessGroupStrategy(Strategy):
                 self._guard.stop()
             return
         self._created_group = False
-        everyone = self._all_at_exit(failed=self._failed or getattr(sys, "last_value", None) is not None)
+        uncaught = getattr(sys, "last_value", None)  # exiting on an uncaught exception
+        self._peer_lost = self._peer_lost or _collective_failure(uncaught)
+        everyone = self._all_at_exit(failed=self._failed or uncaught is not None)
         if not everyone:
             # This rank failed, and a peer did not come to the exit: it may be waiting for this
             # rank inside a collective (DDP's all-reduce) that will never complete. Meeting it
@@ -246,7 +249,8 @@ class ProcessGroupStrategy(Strategy):
         except (AttributeError, RuntimeError, ValueError):
             return not failed
         restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")  # torchrun's store outlives a restart
-        return count_in(store, f"trainer/exit/{restart}", self.world_size, wait_s=EXIT_WAIT_S if failed else 0.0) or not failed
+        wait_s = EXIT_WAIT_S if failed and not self._peer_lost else 0.0
+        return count_in(store, f"trainer/exit/{restart}", self.world_size, wait_s=wait_s) or not failed
 
     def _exit_barrier(self) -> None:
         """The ranks meet before the group is released, no longer than `timeout` (10 minutes
@@ -432,6 +436,8 @@ class ProcessGroupStrategy(Strategy):
                 explained as the Trainer's collectives explain theirs.
         """
         self._failed = self._failed or failed
+        if failed and _collective_failure(sys.exc_info()[1]):
+            self._peer_lost = True  # a peer did not come to a collective: it won't come to the exit either
         guard = self._guard
         if guard is None:
             return
@@ -457,6 +463,11 @@ def _rendezvous_failed(error: RuntimeError) -> bool:
     store_errors = tuple(getattr(dist, name) for name in ("DistStoreError", "DistNetworkError") if hasattr(dist, name))
     text = str(error).lower()
     return isinstance(error, store_errors) or "timed out" in text or "connect" in text
+
+
+def _collective_failure(error: BaseException | None) -> bool:
+    """Whether `error` is a collective that failed (a peer that did not come, or is gone)."""
+    return error is not None and (isinstance(error, CollectiveError) or looks_like_collective_failure(error))
 
 
 def unequal_counts(counts: list[int | None]) -> str | None:
