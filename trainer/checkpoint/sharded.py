@@ -304,7 +304,9 @@ def export_weights(source: str | os.PathLike[str], target: str | os.PathLike[str
             if key.startswith("module.") and isinstance(entry, TensorStorageMetadata):
                 weights[key[len("module."):]] = torch.empty(entry.size, dtype=entry.properties.dtype)
         _dcp_load({"module": weights}, _SafeReader(Path(checkpoint["_folder"])), _SafePlanner(allow_partial_load=True), no_dist=True)
-    return save_atomic({k: v.detach().clone().contiguous() for k, v in weights.items()}, target)
+    written = save_atomic({k: v.detach().clone().contiguous() for k, v in weights.items()}, target)
+    assert isinstance(written, Path)  # a local target
+    return written
 
 
 def _dcp_load(state: dict[str, Any], reader: Any, planner: Any, no_dist: bool) -> None:
