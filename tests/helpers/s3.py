@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -67,6 +68,8 @@ def running_server(timeout: float = 60) -> Iterator[S3Server]:
         while True:
             try:
                 urllib.request.urlopen(endpoint, timeout=2).close()
+                break
+            except urllib.error.HTTPError:  # it answers (refusing an unsigned request: authentication is on)
                 break
             except Exception:  # noqa: BLE001 - not answering yet
                 if process.poll() is not None or time.monotonic() > deadline:

@@ -11,8 +11,9 @@ its final name as one upload that is committed last: `write_object` opens the ob
 fsspec's `autocommit=False` (for S3: a multipart upload), writes every byte, and only then
 commits it (completes the upload). Until that moment the object does not exist for any reader
 and an object already at that name is untouched; a process killed before it leaves only an
-incomplete upload, which no listing shows (an S3 lifecycle rule "abort incomplete multipart
-uploads" reclaims its space), and an error during the write aborts it. Readers therefore never
+incomplete upload, which no listing shows and the next save of that checkpoint aborts (an S3
+lifecycle rule "abort incomplete multipart uploads" reclaims the others), and an error during the
+write aborts it. Readers therefore never
 see a half-written checkpoint, and the whole-file CRC-32 (`format.py`) still guards every byte.
 
 **Reading** copies the object to a local temporary file, then the usual checks run on it (the
@@ -37,6 +38,7 @@ import contextlib
 import datetime
 import os
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any, Union
@@ -187,7 +189,22 @@ class RemotePath:
         details = self._details()
         if details is None:
             raise FileNotFoundError(self.url)
-        return _Stat(_mtime_ns(details), int(details.get("size") or 0))
+        return _Stat(self._written_ns(details), int(details.get("size") or 0))
+
+    def _written_ns(self, details: dict[str, Any]) -> int:
+        """When the checkpoint was written (ns): S3's object metadata `write_object` sets, which a
+        copy keeps (a kept `last-step=N.ckpt` is as old as the file it keeps, as a hard link is on
+        disk); else the object's time (S3's `LastModified`: whole seconds, a copy's own)."""
+        if _WRITTEN not in details and self.protocol in ("s3", "s3a"):
+            try:
+                details[_WRITTEN] = int(self.fs.metadata(self.key).get(_WRITTEN, 0))
+            except Exception:  # noqa: BLE001 - no metadata: the object's own time
+                details[_WRITTEN] = 0
+        if details.get(_WRITTEN):
+            return int(details[_WRITTEN])
+        # S3's own time has whole seconds: an object written by other means (a copy made with
+        # other tools) counts as written at the end of its second, never older than it may be
+        return _mtime_ns(details) + (999_999_999 if self.protocol in ("s3", "s3a") else 0)
 
     def iterdir(self) -> Iterator[RemotePath]:
         try:
@@ -223,14 +240,16 @@ class RemotePath:
         self._info = None
 
     def copy_to(self, target: RemotePath) -> None:
-        """A server-side copy (one request; the copy appears whole, as any upload)."""
+        """A server-side copy (one request; it appears whole, and keeps the metadata: its time of writing)."""
         self.fs.copy(self.key, target.key)
 
     def write_object(self, write: Callable[[IO[bytes]], None]) -> None:
         """Write the object through `write(handle)`, committed only once `write` returned (see the module)."""
         self._info = None
+        self._abort_stale_uploads()
+        extra = {"Metadata": {_WRITTEN: str(time.time_ns())}} if self.protocol in ("s3", "s3a") else {}
         try:
-            handle = self.fs.open(self.key, "wb", autocommit=False)
+            handle = self.fs.open(self.key, "wb", autocommit=False, **extra)
         except Exception as error:  # noqa: BLE001
             raise explain(self, error) from None
         try:
@@ -241,6 +260,18 @@ class RemotePath:
             with contextlib.suppress(Exception):
                 handle.discard()  # the incomplete upload is aborted: the previous object, if any, is intact
             raise
+
+    def _abort_stale_uploads(self) -> None:
+        """S3: the incomplete uploads of this object that killed saves left (invisible, but billed)
+        are aborted before a new one starts; only one process writes a given checkpoint."""
+        fs = self.fs
+        if self.protocol not in ("s3", "s3a") or not callable(getattr(fs, "call_s3", None)):
+            return
+        bucket, _, key = self.key.partition("/")
+        with contextlib.suppress(Exception):  # best effort: a leftover costs space, never correctness
+            for upload in fs.call_s3("list_multipart_uploads", Bucket=bucket, Prefix=key).get("Uploads", []):
+                if upload.get("Key") == key:
+                    fs.call_s3("abort_multipart_upload", Bucket=bucket, Key=key, UploadId=upload["UploadId"])
 
     @contextlib.contextmanager
     def local_copy(self) -> Iterator[Path]:
@@ -262,6 +293,7 @@ class RemotePath:
 
 
 Location = Union[Path, RemotePath]
+_WRITTEN = "loopwright-written-ns"  # S3 metadata: the time a checkpoint was written
 
 
 def _mtime_ns(details: Mapping[str, Any]) -> int:
@@ -327,6 +359,12 @@ def check_reachable(where: RemotePath) -> None:
     """Before any training: the bucket of `where` exists and the credentials may list it, or a
     `StorageError` says what is wrong (a missing bucket, refused credentials, no endpoint)."""
     fs = where.fs
+    if where.protocol in ("s3", "s3a"):  # a quick answer: botocore's and s3fs's retries take seconds on a closed port
+        config = {**dict(where.options.get("config_kwargs") or {}), "connect_timeout": 10, "retries": {"max_attempts": 2}}
+        fs = filesystem(where.protocol, {**where.options, "config_kwargs": config,
+                                         "skip_instance_cache": True})
+        if isinstance(getattr(fs, "retries", None), int):
+            fs.retries = 1  # s3fs's own retries of a failed connection (its class default: 5, with backoff)
     bucket = where.key.partition("/")[0]
     try:
         fs.invalidate_cache()
