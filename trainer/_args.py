@@ -102,12 +102,12 @@ class TrainerArgs(BaseModel):
         "None: a new version_N, or slurm-<job id> inside a SLURM batch job"
     )
     keep_last_checkpoints: int = Field(1, ge=1, description="last-style checkpoints kept: last.ckpt and the k-1 previous as last-step=N.ckpt")
+    async_checkpointing: bool = Field(
+        False, description="inside fit, copy the state off the training path and write the file in a background thread"
+    )
     storage_options: dict[str, Any] | None = Field(
         None, description="for checkpoint paths that are URLs (s3://...): options of the fsspec file system (s3fs: "
         "key, secret, endpoint_url, client_kwargs, ...); None: the environment's (AWS_ACCESS_KEY_ID, AWS_ENDPOINT_URL, ...)"
-    )
-    async_checkpointing: bool = Field(
-        False, description="inside fit, copy the state off the training path and write the file in a background thread"
     )
     # Lightning's flags, with Lightning's meaning (docs/lightning.md)
     enable_model_summary: bool = Field(True, description="log the model summary table (layers, parameters, size in MB) at INFO when fit starts")
@@ -279,9 +279,9 @@ class TrainerArgs(BaseModel):
         (s3://...) is kept as written; its bucket is checked when fit starts."""
         import os
 
-        from trainer.checkpoint.storage import is_remote
+        from trainer._utils import is_url
 
-        if isinstance(value, str) and is_remote(value):
+        if is_url(value):
             return value
         if not isinstance(value, (str, os.PathLike)):
             raise ValueError(f"expected a folder path or a URL such as 's3://bucket/prefix'. Received: {value!r}")

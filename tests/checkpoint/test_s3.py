@@ -240,3 +240,31 @@ def test_paths_in_the_bucket_everywhere(server: S3Server, tmp_path: Path) -> Non
     assert main(["export", f"{root}/default/version_0/last.ckpt", str(tmp_path / "weights.pt")]) == 0
     assert torch.equal(torch.load(tmp_path / "weights.pt", weights_only=True)["net.0.weight"],
                        loaded.state_dict()["net.0.weight"])  # the run's end, as saved above
+
+
+def test_storage_options_are_neither_logged_nor_saved(tmp_path: Path) -> None:
+    """storage_options may hold credentials: kept out of the checkpoint's config and the logged hyperparameters."""
+    from tests.helpers.reference import RecordingLogger
+
+    class Hyperparameters(RecordingLogger):
+        def log_hyperparams(self, params: Any, metrics: Any = None) -> None:
+            self.params = params
+
+    logger = Hyperparameters()
+    trainer = quiet(tmp_path, max_steps=1, logger=logger, storage_options={"key": "AKIA-SEEN", "secret": "s3cr3t"})
+    trainer.fit(make_model(), loader(make_data(8), batch_size=4))
+    saved = load_checkpoint(trainer.save_checkpoint(tmp_path / "x.ckpt"))
+    assert "s3cr3t" not in repr(saved) and "AKIA-SEEN" not in repr(saved)
+    assert "s3cr3t" not in repr(logger.params) and "'storage_options'" not in repr(logger.params)
+
+
+def test_the_s3_benchmark_runs(server: S3Server, capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("s3_benchmark", ROOT / "benchmarks" / "s3_checkpoint.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    medians = bench.main(["--megabytes", "1", "--repeats", "1"])
+    assert set(medians) == {"save disk", "save s3", "load disk", "load s3"} and all(v > 0 for v in medians.values())
+    assert "| save |" in capsys.readouterr().out

@@ -43,6 +43,8 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any, Union
 
+from trainer._utils import is_url
+
 __all__ = ["Location", "RemotePath", "StorageError", "check_reachable", "identity", "is_remote", "location", "remove"]
 
 _EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "az": "azure", "abfs": "azure", "abfss": "azure"}
@@ -54,12 +56,7 @@ class StorageError(OSError):
 
 def is_remote(path: Any) -> bool:
     """Whether `path` is a URL of a remote file system (anything `protocol://` but `file://`)."""
-    if isinstance(path, RemotePath):
-        return True
-    if not isinstance(path, str):
-        return False
-    protocol, separator, _ = path.partition("://")
-    return bool(separator) and protocol.isidentifier() and protocol != "file"
+    return isinstance(path, RemotePath) or is_url(path)
 
 
 def location(path: str | os.PathLike[str] | RemotePath, options: Mapping[str, Any] | None = None) -> Location:
