@@ -240,6 +240,29 @@ def test_paths_in_the_bucket_everywhere(server: S3Server, tmp_path: Path) -> Non
     assert main(["export", f"{root}/default/version_0/last.ckpt", str(tmp_path / "weights.pt")]) == 0
     assert torch.equal(torch.load(tmp_path / "weights.pt", weights_only=True)["net.0.weight"],
                        loaded.state_dict()["net.0.weight"])  # the run's end, as saved above
+    explicit = quiet(root, max_epochs=4)  # a path in the bucket: that run's folder goes on, as on disk
+    explicit.fit(make_model(), data, ckpt_path=f"{root}/default/version_0/last.ckpt")
+    assert str(explicit.checkpoint_dir) == f"{root}/default/version_0"
+    assert load_checkpoint(f"{root}/default/version_0/last.ckpt")["global_step"] == 16
+
+
+def test_sharded_checkpoints_refuse_a_url_before_any_step() -> None:
+    """FSDP's sharded folders are not written to a bucket yet: refused with what to do instead
+    (the check that runs for root_dir, ModelCheckpoint's dirpath and every save)."""
+    from trainer.checkpoint.io import Checkpoints
+
+    class Strategy:
+        sharded_checkpoints, is_global_zero, world_size = True, True, 2
+
+    class Args:
+        storage_options = None
+
+    class Context:
+        strategy, args = Strategy(), Args()
+
+    context = Context()  # held: the checkpoints keep only a weak reference to their run
+    with pytest.raises(CheckpointError, match=r"'s3://bucket/run'.*sharded checkpoint folders can't be written to a URL"):  # held: the checkpoints keep only a weak reference to their run
+        Checkpoints(context).check_location("s3://bucket/run")  # type: ignore[arg-type]
 
 
 def test_storage_options_are_neither_logged_nor_saved(tmp_path: Path) -> None:

@@ -220,9 +220,14 @@ class Checkpoints:
     def _run_folder_holding(self, ckpt_path: str | Path) -> Path | None:
         """The run folder under root_dir a checkpoint file belongs to (its last.ckpt, or a file in its
         checkpoints/), which a resume from it continues, as ckpt_path='last' does; else None."""
-        if "://" in str(ckpt_path):
+        root_dir = self.context.args.root_dir
+        if is_remote(ckpt_path) and is_remote(root_dir):  # a checkpoint of a run in root_dir's bucket
+            remote_root, run = self.location(root_dir), run_folder_of(self.location(ckpt_path), self.location(root_dir))
+            within = isinstance(run, RemotePath) and run != remote_root and run.is_relative_to(remote_root)
+            return log_folder(run, root_dir) if within else None
+        if "://" in str(ckpt_path) or is_remote(root_dir):
             return None
-        root = Path(self.context.args.root_dir)
+        root = Path(root_dir)
         folder = run_folder_of(ckpt_path, root)
         assert isinstance(folder, Path)
         inside, base = folder.absolute().resolve(), root.absolute().resolve()
