@@ -159,6 +159,9 @@ def test_last_falls_back_past_a_damaged_object_and_keep_last_keeps_it(server: S3
     names = sorted(Path(p).name for p in fs.find(f"{root}/default/r"[len("s3://"):]))
     assert names == ["last-step=20.ckpt", "last-step=8.ckpt", "last.ckpt"], names
     assert load_checkpoint(last)["global_step"] == 24
+    from trainer.checkpoint import RemotePath
+
+    assert RemotePath(last).hints() == (24, True)  # how "last" ranks it without a download
 
 
 # ------------------------------------------------------------------- before the first step

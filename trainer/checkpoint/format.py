@@ -162,8 +162,11 @@ def _save_remote(state: dict[str, Any], target: Location) -> Location:
             torch.save(state, cast(IO[bytes], stream))
         stream.finish()
 
+    loop = state.get("loop")
+    step = loop.get("global_step") if isinstance(loop, dict) else None
     try:
-        target.write_object(write)
+        target.write_object(write, step if isinstance(step, int) else None,
+                            resumable=isinstance(loop, dict) and state.get("weights_only") is not True)
     except (CheckpointError, MemoryError, KeyboardInterrupt):
         raise
     except Exception as error:  # noqa: BLE001 - said with the path and what is intact

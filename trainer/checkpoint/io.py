@@ -122,8 +122,7 @@ class Checkpoints:
                 "Expected a local (or shared) folder for strategy='fsdp': set root_dir / ModelCheckpoint(dirpath=...) "
                 "to one and copy the folders to the bucket after the run."
             )
-        if self.writes:
-            check_reachable(where)
+        check_reachable(where)  # every rank: all of them stop here together, none is left waiting
 
     # ------------------------------------------------------------------- a run's ends
     def start_run(self) -> None:

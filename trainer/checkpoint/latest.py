@@ -147,13 +147,19 @@ def written_at(path: Location) -> int:
 def recorded_step(path: str | os.PathLike[str] | RemotePath) -> int | None:
     """The global step a checkpoint records, read without loading its tensors; None when it
     can't be read (damaged) or is not a resumable checkpoint of this trainer."""
-    candidate = _peek(Candidate(location(path), 0))
+    candidate = _peek(Candidate(location(path), 0), facts=False)
     return candidate.step if candidate.problem is None and candidate.resumable else None
 
 
-def _peek(candidate: Candidate) -> Candidate:
-    """Read the candidate's index and small entries (tensors stay memory-mapped, unread)."""
+def _peek(candidate: Candidate, facts: bool = True) -> Candidate:
+    """Read the candidate's index and small entries (tensors stay memory-mapped, unread).
+    Without `facts` (its step and kind are enough), an object in S3 is not read: its metadata
+    says them (a damaged one is found when it is loaded)."""
     path = candidate.path
+    hints = path.hints() if not facts and isinstance(path, RemotePath) else None
+    if hints is not None:
+        candidate.step, candidate.resumable = hints
+        return candidate
     try:
         if path.is_dir():
             state = load_checkpoint(path / STATE_FILE)  # small: the tensors are in the shards
@@ -196,7 +202,7 @@ def load_newest(paths: list[Location], where: str) -> dict[str, Any] | None:
     Raises:
         CheckpointError: there are checkpoints, but none of them loads (each one named).
     """
-    candidates = [_peek(Candidate(path, written_at(path))) for path in paths]
+    candidates = [_peek(Candidate(path, written_at(path)), facts=False) for path in paths]
     candidates = [c for c in candidates if c.resumable]
     candidates.sort(key=lambda c: (c.mtime_ns, c.step if c.step is not None else -1, c.path.name == "last.ckpt"), reverse=True)
     damaged: list[Candidate] = []

@@ -163,7 +163,9 @@ class RemotePath:
             return self._info
         try:
             return dict(self.fs.info(self.key))
-        except FileNotFoundError:
+        except FileNotFoundError as error:
+            if "bucket" in str(error).lower():  # not this object: its bucket
+                raise explain(self, error) from None
             return None
         except Exception as error:  # noqa: BLE001 - a bucket, credentials or network problem: said plainly
             raise explain(self, error) from None
@@ -188,17 +190,32 @@ class RemotePath:
             raise FileNotFoundError(self.url)
         return _Stat(self._written_ns(details), int(details.get("size") or 0))
 
+    def _metadata(self, details: dict[str, Any]) -> dict[str, str]:
+        """S3: the object's metadata (`write_object`'s), read once (a HEAD request); {} elsewhere."""
+        if "_metadata" not in details:
+            details["_metadata"] = {}
+            if self.protocol in ("s3", "s3a"):
+                with contextlib.suppress(Exception):  # none: the object's own time, and a read to learn its step
+                    details["_metadata"] = dict(self.fs.metadata(self.key))
+        return dict(details["_metadata"])
+
+    def hints(self) -> tuple[int | None, bool] | None:
+        """The step a checkpoint records and whether it can resume a run, as `write_object` stored
+        them beside it (S3 metadata): no download needed to rank it. None: not stored."""
+        details = self._details()
+        metadata = self._metadata(details) if details is not None else {}
+        if _RESUMABLE not in metadata:
+            return None
+        step = metadata.get(_STEP, "")
+        return (int(step) if step.isdigit() else None), metadata[_RESUMABLE] == "1"
+
     def _written_ns(self, details: dict[str, Any]) -> int:
         """When the checkpoint was written (ns): S3's object metadata `write_object` sets, which a
         copy keeps (a kept `last-step=N.ckpt` is as old as the file it keeps, as a hard link is on
         disk); else the object's time (S3's `LastModified`: whole seconds, a copy's own)."""
-        if _WRITTEN not in details and self.protocol in ("s3", "s3a"):
-            try:
-                details[_WRITTEN] = int(self.fs.metadata(self.key).get(_WRITTEN, 0))
-            except Exception:  # noqa: BLE001 - no metadata: the object's own time
-                details[_WRITTEN] = 0
-        if details.get(_WRITTEN):
-            return int(details[_WRITTEN])
+        written = self._metadata(details).get(_WRITTEN, "")
+        if written.isdigit():
+            return int(written)
         # S3's own time has whole seconds: an object written by other means (a copy made with
         # other tools) counts as written at the end of its second, never older than it may be
         return _mtime_ns(details) + (999_999_999 if self.protocol in ("s3", "s3a") else 0)
@@ -240,11 +257,14 @@ class RemotePath:
         """A server-side copy (one request; it appears whole, and keeps the metadata: its time of writing)."""
         self.fs.copy(self.key, target.key)
 
-    def write_object(self, write: Callable[[IO[bytes]], None]) -> None:
-        """Write the object through `write(handle)`, committed only once `write` returned (see the module)."""
+    def write_object(self, write: Callable[[IO[bytes]], None], step: int | None = None, resumable: bool = False) -> None:
+        """Write the object through `write(handle)`, committed only once `write` returned (see the
+        module); on S3 its time of writing, `step` and `resumable` are stored as its metadata."""
         self._info = None
         self._abort_stale_uploads()
-        extra = {"Metadata": {_WRITTEN: str(time.time_ns())}} if self.protocol in ("s3", "s3a") else {}
+        metadata = {_WRITTEN: str(time.time_ns()), _RESUMABLE: "1" if resumable else "0",
+                    **({_STEP: str(step)} if step is not None else {})}
+        extra = {"Metadata": metadata} if self.protocol in ("s3", "s3a") else {}
         try:
             handle = self.fs.open(self.key, "wb", autocommit=False, **extra)
         except Exception as error:  # noqa: BLE001
@@ -290,7 +310,9 @@ class RemotePath:
 
 
 Location = Union[Path, RemotePath]
-_WRITTEN = "loopwright-written-ns"  # S3 metadata: the time a checkpoint was written
+_WRITTEN = "loopwright-written-ns"  # S3 metadata: the time a checkpoint was written,
+_STEP = "loopwright-step"  # the optimizer step it records,
+_RESUMABLE = "loopwright-resumable"  # and whether it resumes a run ("1") or holds weights only ("0")
 
 
 def _mtime_ns(details: Mapping[str, Any]) -> int:

@@ -50,14 +50,14 @@ class Cutting:
         return size
 
 
-def write_object(self: storage.RemotePath, write: Any) -> None:
+def write_object(self: storage.RemotePath, write: Any, *args: Any, **kwargs: Any) -> None:
     global UPLOADS
     UPLOADS += 1
     number, phase, *rest = KILL.split(":") if KILL else ("0", "")
     if int(number) != UPLOADS:
-        return ORIGINAL(self, write)
+        return ORIGINAL(self, write, *args, **kwargs)
     if phase == "after":
-        ORIGINAL(self, write)
+        ORIGINAL(self, write, *args, **kwargs)
         die()
     handle = self.fs.open(self.key, "wb", autocommit=False)
     if phase == "bytes":
