@@ -11,7 +11,8 @@ from typing import Any
 from trainer.logging.metrics import MetricStore
 from trainer.checkpoint.io import Checkpoints
 from trainer.checkpoint.parts import trainer_parts
-from trainer.checkpoint.storage import RemotePath, checkpoint_folder, log_root
+from trainer.checkpoint.bucket_runs import checkpoint_folder, log_root
+from trainer.checkpoint.storage import RemotePath
 from trainer.loops.optimizers import optimizers_or_none, parse_optimizers
 from trainer.loops.state import LoopState
 from trainer.logging.output import RunOutput

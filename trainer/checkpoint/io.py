@@ -31,9 +31,8 @@ from trainer.checkpoint.format import CheckpointError, check_layout, load_checkp
 from trainer.checkpoint.host import StateHost
 from trainer.checkpoint.latest import agree_on_last, facts_of_run, note, recorded_step, run_folder_of, user_stacklevel
 from trainer.checkpoint.sharded import is_sharded, read_sharded
-from trainer.checkpoint.storage import (
-    Location, RemotePath, check_reachable, checkpoint_folder, identity, is_remote, location, log_folder,
-)
+from trainer.checkpoint.bucket_runs import checkpoint_folder, log_folder
+from trainer.checkpoint.storage import Location, RemotePath, check_reachable, identity, is_remote, location
 from trainer.checkpoint.state import collect_state, collect_weights, restore_module, restore_state
 from trainer.checkpoint.trackers import continue_loggers
 from trainer.checkpoint.writer import CheckpointWriter

@@ -157,7 +157,8 @@ class Experiment:
 
         if not self.dry_run or str(ckpt_path) != "last":
             return ckpt_path
-        from trainer.checkpoint.storage import checkpoint_folder, location, log_root
+        from trainer.checkpoint.bucket_runs import checkpoint_folder, log_root
+        from trainer.checkpoint.storage import location
 
         root = self.config["trainer"]["root_dir"]
         options = self.config["trainer"].get("storage_options")

@@ -29,7 +29,8 @@ from trainer.logging.multi import LoggerList
 from trainer.logging.tensorboard import TensorBoardLogger
 from trainer.logging.host import RunHost
 from trainer.logging.runs import DEFAULT_NAME, make_run_dir, planned_folder, planned_run_dir, release_folder
-from trainer.checkpoint.storage import is_remote, log_root, taken_versions
+from trainer.checkpoint.bucket_runs import log_root, taken_versions
+from trainer.checkpoint.storage import is_remote
 from trainer.logging.progress import ProgressBar
 from trainer.logging.live import LineProgress, LiveNumbers, fresh_values, line_settings, ordered, run_progress, wants_lines
 from trainer.logging.throughput import Throughput
