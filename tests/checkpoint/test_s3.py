@@ -121,10 +121,11 @@ def test_fit_killed_during_saves_resumes_from_the_bucket_exactly(server: S3Serve
 
 # ------------------------------------------------------- what a run resumed from is kept
 @pytest.mark.parametrize("where", ["local", "s3"])
-def test_top_k_never_deletes_the_checkpoint_the_run_resumed_from(where: str, server: S3Server, tmp_path: Path) -> None:
+def test_top_k_never_deletes_the_checkpoint_the_run_resumed_from(where: str, request: pytest.FixtureRequest,
+                                                                 tmp_path: Path) -> None:
     """save_top_k=1 without a monitor: a run resumed from a file of the same dirpath (or another
     one) writes its next file and keeps the file it resumed from; files it wrote itself still go."""
-    base = f"s3://{server.bucket()}" if where == "s3" else str(tmp_path)
+    base = f"s3://{request.getfixturevalue('server').bucket()}" if where == "s3" else str(tmp_path)
     first = f"{base}/one"
 
     def run(dirpath: str, steps: int, ckpt_path: str | None) -> callbacks.ModelCheckpoint:
@@ -143,25 +144,30 @@ def test_top_k_never_deletes_the_checkpoint_the_run_resumed_from(where: str, ser
     assert not fs_exists(f"{first}/epoch=0-step=4.ckpt")  # written and replaced by the second run itself
 
 
-def test_last_falls_back_past_a_damaged_object_and_keep_last_keeps_it(server: S3Server) -> None:
-    """ckpt_path='last' in the bucket: a damaged newest last.ckpt is passed over (a warning names
-    both), the run resumes from last-step=N, and keep_last_checkpoints never removes that file."""
-    root = f"s3://{server.bucket()}/exp"
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_last_falls_back_past_a_damaged_object_and_keep_last_keeps_it(where: str, request: pytest.FixtureRequest,
+                                                                       tmp_path: Path) -> None:
+    """ckpt_path='last': a damaged newest last.ckpt is passed over (a warning names both), the run
+    resumes from last-step=N, and keep_last_checkpoints never removes that file (in the bucket and on disk)."""
+    root = f"s3://{request.getfixturevalue('server').bucket()}/exp" if where == "s3" else str(tmp_path / "exp")
+    fs = _fs() if where == "s3" else None
+    read, write = (fs.cat, fs.pipe) if where == "s3" else (lambda p: Path(p).read_bytes(), lambda p, b: Path(p).write_bytes(b))
+    names = (lambda p: sorted(Path(x).name for x in fs.find(p))) if where == "s3" else (
+        lambda p: sorted(x.name for x in Path(p).iterdir()))
     data = loader(make_data(16), batch_size=4)
     quiet(root, run_name="r", max_epochs=3, keep_last_checkpoints=2).fit(make_model(), data)
-    fs = _fs()
     last = f"{root}/default/r/last.ckpt"
-    fs.pipe(last[len("s3://"):], fs.cat(last)[:-100])  # the newest, truncated
+    write(last, read(last)[:-100])  # the newest, truncated
     again = quiet(root, run_name="r", max_epochs=6, keep_last_checkpoints=2)
     with pytest.warns(UserWarning, match=r"last\.ckpt.*damaged.*last-step=8\.ckpt"):
         again.fit(make_model(), data, ckpt_path="last")
     assert again.ckpt_path == f"{root}/default/r/last-step=8.ckpt"
-    names = sorted(Path(p).name for p in fs.find(f"{root}/default/r"[len("s3://"):]))
-    assert names == ["last-step=20.ckpt", "last-step=8.ckpt", "last.ckpt"], names
+    assert names(f"{root}/default/r") == ["last-step=20.ckpt", "last-step=8.ckpt", "last.ckpt"]
     assert load_checkpoint(last)["global_step"] == 24
-    from trainer.checkpoint import RemotePath
+    if where == "s3":
+        from trainer.checkpoint import RemotePath
 
-    assert RemotePath(last).hints() == (24, True)  # how "last" ranks it without a download
+        assert RemotePath(last).hints() == (24, True)  # how "last" ranks it without a download
 
 
 # ------------------------------------------------------------------- before the first step
