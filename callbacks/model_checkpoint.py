@@ -12,6 +12,11 @@ resolved to False), in `on_validation_end`, the mid-epoch validations included; 
 at one `global_step`. A save decided at an epoch's end is written at the next clean cut of
 the loop (the next epoch's start or the end of training), where the epoch is complete in
 the saved loop state, so every file resumes exactly.
+
+`dirpath` may be a URL (`s3://bucket/run/checkpoints`, with the Trainer's `storage_options`): the
+files are objects there, each appearing whole, and `save_last="link"` writes a copy (an object
+store has no links). The checkpoint the run resumed from is never deleted, even when it leaves
+the top k; nor is any file outside `dirpath` (another run's).
 """
 
 from __future__ import annotations
@@ -22,11 +27,11 @@ import math
 import os
 import re
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from trainer import MonitorError
 from trainer.callback import Checkpoint
+from trainer.checkpoint import is_remote, location
 
 if TYPE_CHECKING:
     from trainer import Trainer
@@ -44,7 +49,8 @@ class ModelCheckpoint(Checkpoint):
     """Save checkpoints during `fit`, keeping the `save_top_k` best by `monitor`.
 
     Args:
-        dirpath: folder of the files; default `trainer.log_dir / "checkpoints"`.
+        dirpath: folder of the files (or a URL, `s3://...`); default `trainer.log_dir / "checkpoints"`
+            (`trainer.checkpoint_dir / "checkpoints"`: in the bucket when root_dir is a URL).
         filename: name without extension; `{epoch}`, `{step}` and any logged metric,
             with an optional format spec (`"{epoch}-{val_loss:.2f}"` writes
             `epoch=0-val_loss=5.00.ckpt`, Lightning's names; a metric not logged yet is
@@ -122,7 +128,7 @@ class ModelCheckpoint(Checkpoint):
         self._last_time_checked: float | None = None
         self.auto_insert_metric_name, self.save_weights_only, self.verbose = auto_insert_metric_name, save_weights_only, verbose
         self.save_on_train_epoch_end, self.enable_version_counter = save_on_train_epoch_end, enable_version_counter
-        self.dirpath = Path(dirpath) if dirpath is not None else None
+        self.dirpath: Any = location(dirpath) if dirpath is not None else None
         self.filename, self.monitor, self.mode = filename, monitor, mode
         self.save_top_k, self.save_last = save_top_k, save_last  # as given (Lightning's): None and False alike
         self.every_n_train_steps = every_n_train_steps or None  # None: never by steps
@@ -156,8 +162,11 @@ class ModelCheckpoint(Checkpoint):
         self._fitting, self._validated, self._written, self._deferred = True, False, "", False
         if self.dirpath is None:  # rank 0's run folder (other ranks must not create one)
             strategy = trainer.strategy
-            log_dir = str(trainer.log_dir) if strategy.is_global_zero else None
-            self.dirpath = Path(strategy.broadcast_object(log_dir)) / "checkpoints"
+            log_dir = str(trainer.checkpoint_dir) if strategy.is_global_zero else None
+            self.dirpath = location(strategy.broadcast_object(log_dir), trainer.args.storage_options) / "checkpoints"
+        elif is_remote(self.dirpath):
+            self.dirpath = location(str(self.dirpath), trainer.args.storage_options)
+        trainer.check_checkpoint_path(self.dirpath)  # a URL: its bucket and credentials, before any step
 
     def on_train_start(self, trainer: Trainer, module: Any) -> None:
         self._last_time_checked = time.monotonic()  # Lightning's: the interval counts from here
@@ -365,7 +374,7 @@ class ModelCheckpoint(Checkpoint):
                 previous = self.last_model_path
                 self.last_model_path = str(self.dirpath / f"{self._versioned(self.CHECKPOINT_NAME_LAST, previous)}.ckpt")
                 newest = self._written if self._written != self.last_model_path else ""
-                if self.save_last == "link" and newest and self.save_top_k != 0:
+                if self.save_last == "link" and newest and self.save_top_k != 0 and not is_remote(self.dirpath):
                     _link(trainer, newest, self.last_model_path)  # Lightning's: a symlink to the newest file
                 else:
                     trainer.save_checkpoint(self.last_model_path, weights_only=self.save_weights_only)
@@ -378,7 +387,7 @@ class ModelCheckpoint(Checkpoint):
             return
         kept = {*self.best_k_models, self.best_model_path, self.last_model_path}
         for path in stale:
-            if path and path not in kept and self.dirpath in Path(path).parents:
+            if path and path not in kept and self.dirpath in location(path).parents:
                 trainer.remove_checkpoint(path)
 
     def _record(self, path: str, score: float | None) -> list[str]:

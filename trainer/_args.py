@@ -39,7 +39,10 @@ class TrainerArgs(BaseModel):
     accumulate_grad_batches: int = Field(1, ge=1, description="micro-batches per optimizer step")
     gradient_clip_val: float | None = Field(None, ge=0, description="clip threshold; None or 0: no clipping")
     gradient_clip_algorithm: Literal["norm", "value"] = "norm"
-    root_dir: Path = Field(Path("runs"), description="where runs write logs and checkpoints")
+    root_dir: Path | str = Field(
+        Path("runs"), description="where runs write logs and checkpoints; a URL (s3://bucket/prefix): checkpoints "
+        "there, logs in the local folder runs/<bucket>/<prefix>"
+    )
     logger: Any = Field(True, description="True (TensorBoard), False, a logger, or a list of loggers")
     enable_progress_bar: bool = True
     progress_lines: bool | _ProgressLines | None = Field(
@@ -114,6 +117,10 @@ class TrainerArgs(BaseModel):
     keep_last_checkpoints: int = Field(1, ge=1, description="last-style checkpoints kept: last.ckpt and the k-1 previous as last-step=N.ckpt")
     async_checkpointing: bool = Field(
         False, description="inside fit, copy the state off the training path and write the file in a background thread"
+    )
+    storage_options: dict[str, Any] | None = Field(
+        None, description="for checkpoint paths that are URLs (s3://...): options of the fsspec file system (s3fs: "
+        "key, secret, endpoint_url, client_kwargs, ...); None: the environment's (AWS_ACCESS_KEY_ID, AWS_ENDPOINT_URL, ...)"
     )
     # Lightning's flags, with Lightning's meaning (docs/lightning.md)
     enable_model_summary: bool = Field(True, description="log the model summary table (layers, parameters, size in MB) at INFO when fit starts")
@@ -278,12 +285,20 @@ class TrainerArgs(BaseModel):
             raise ValueError(f"no {device.type.upper()} device is available here. Expected one of: {available}")
         return value
 
-    @pydantic.field_validator("root_dir")
+    @pydantic.field_validator("root_dir", mode="before")
     @classmethod
-    def _check_root_dir(cls, value: Path) -> Path:
-        """The run folder must be creatable: checked now, without creating anything."""
+    def _check_root_dir(cls, value: Any) -> Path | str:
+        """The run folder must be creatable: checked now, without creating anything. A URL
+        (s3://...) is kept as written; its bucket is checked when fit starts."""
         import os
 
+        from trainer._utils import is_url
+
+        if is_url(value):
+            return value
+        if not isinstance(value, (str, os.PathLike)):
+            raise ValueError(f"expected a folder path or a URL such as 's3://bucket/prefix'. Received: {value!r}")
+        value = Path(value)
         existing = value
         while not existing.exists() and existing != existing.parent:
             existing = existing.parent

@@ -14,7 +14,7 @@ from typing import Any, Generic, TypeVar
 
 import torch
 
-__all__ = ["move_to_device", "to_host", "seed_everything", "rng_state", "set_rng_state", "length_of", "first_line",
+__all__ = ["is_url", "move_to_device", "to_host", "seed_everything", "rng_state", "set_rng_state", "length_of", "first_line",
            "WeakAttribute", "check_run_name", "parse_max_time", "profiler_settings", "PROFILER_KEYS"]
 
 
@@ -292,3 +292,11 @@ class WeakAttribute(Generic[T]):
 
     def __set__(self, obj: Any, value: T) -> None:
         obj.__dict__[self.slot] = weakref.ref(value)
+
+
+def is_url(path: Any) -> bool:
+    """Whether `path` is the text of a URL of a remote file system (`s3://...`; not `file://`)."""
+    if not isinstance(path, str):
+        return False
+    protocol, separator, _ = path.partition("://")
+    return bool(separator) and protocol.isidentifier() and protocol != "file"

@@ -11,6 +11,8 @@ from typing import Any
 from trainer.logging.metrics import MetricStore
 from trainer.checkpoint.io import Checkpoints
 from trainer.checkpoint.parts import trainer_parts
+from trainer.checkpoint.bucket_runs import checkpoint_folder, log_root
+from trainer.checkpoint.storage import RemotePath
 from trainer.loops.optimizers import optimizers_or_none, parse_optimizers
 from trainer.loops.state import LoopState
 from trainer.logging.output import RunOutput
@@ -117,6 +119,7 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
         run_name: str | None = None,
         keep_last_checkpoints: int = 1,
         async_checkpointing: bool = False,
+        storage_options: dict[str, Any] | None = None,
         enable_model_summary: bool = True,
         deterministic: bool | str | None = None,
         benchmark: bool | None = None,
@@ -167,8 +170,14 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
 
     @property
     def default_root_dir(self) -> Path:
-        """Lightning's name of `root_dir`."""
-        return Path(self.args.root_dir)
+        """Lightning's name of `root_dir` (for a URL: the local folder of the run's logs)."""
+        return log_root(self.args.root_dir)
+
+    @property
+    def checkpoint_dir(self) -> Any:
+        """The folder of this run's checkpoints: `trainer.log_dir`, or its counterpart under
+        `root_dir` when that is a URL (`s3://bucket/prefix/default/version_0`)."""
+        return checkpoint_folder(Path(self.log_dir), self.args.root_dir, self.args.storage_options)
 
     @property
     def lightning_module(self) -> Module | None:
@@ -438,7 +447,7 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
                 log.warning("last.ckpt could not be written after the error: %s", save_error)
 
     def save_checkpoint(self, path: str | Path | None = None, weights_only: bool = False, *,
-                        filepath: str | Path | None = None, storage_options: Any = None) -> Path:
+                        filepath: str | Path | None = None, storage_options: Any = None) -> Path | RemotePath:
         """Write the whole training state to `path`, atomically (see docs/checkpoints.md);
         `weights_only=True` writes the module's weights alone (they evaluate, not resume).
         From `on_exception`, the state of the last completed step is written even inside a
@@ -454,6 +463,12 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
         target = path if path is not None else filepath
         assert target is not None
         return self._run.checkpoints.save(target, weights_only=weights_only, allow_partial=self._handling_error)
+
+    def check_checkpoint_path(self, path: Any) -> None:
+        """Before any step: a checkpoint location that is a URL (`s3://...`) can be used (its bucket
+        exists, the credentials are accepted, the endpoint answers), or an error names the path and
+        what to check. Nothing for a local path."""
+        self._run.checkpoints.check_location(path)
 
     def remove_checkpoint(self, path: str | Path) -> None:
         """Delete a checkpoint file or folder (rank 0), only once the write in flight is

@@ -7,7 +7,8 @@
 - `parts.py`: the Trainer's parts (weights and optimizers through the strategy, schedulers,
   precision, loop, loggers, callbacks, data order, random streams, ...);
 - `state.py`: the Trainer's whole state as a checkpoint dict (the parts, the cut, Lightning's keys), and back;
-- `sharded.py`: a folder of shards every rank writes (FSDP), with the single file's guarantees.
+- `sharded.py`: a folder of shards every rank writes (FSDP), with the single file's guarantees;
+- `storage.py`: a checkpoint's location, a local path or a URL (`s3://...`) with the same guarantees.
 
 Example:
     >>> from trainer.checkpoint import CheckpointError, load_checkpoint
@@ -31,6 +32,7 @@ from trainer.checkpoint.format import (
     save_atomic,
 )
 from trainer.checkpoint.sharded import export_weights
+from trainer.checkpoint.storage import RemotePath, StorageError, is_remote, location
 from trainer.checkpoint.state import (
     callback_keys,
     collect_state,
@@ -56,4 +58,8 @@ __all__ = [
     "collect_weights",
     "export_weights",
     "remove_checkpoint",
+    "RemotePath",
+    "StorageError",
+    "is_remote",
+    "location",
 ]

@@ -40,6 +40,7 @@ import torch
 
 from trainer._utils import first_line
 from trainer.checkpoint.layout import upgrade
+from trainer.checkpoint.storage import Location, RemotePath, is_remote, location, remove
 from trainer.lightning.checkpoint import from_lightning, is_lightning, lightning_refusal
 
 __all__ = [
@@ -117,11 +118,15 @@ def _crc32_on() -> Iterator[None]:
         torch.serialization.set_crc32_options(previous)
 
 
-def save_atomic(state: dict[str, Any], path: str | os.PathLike[str]) -> Path:
+def save_atomic(state: dict[str, Any], path: str | os.PathLike[str] | RemotePath) -> Location:
     """Write `state` to `path` so that `path` is always either the old or the new file.
 
-    A temporary left by a save that was killed is removed by the next save to `path`.
+    A temporary left by a save that was killed is removed by the next save to `path`. A URL
+    (`s3://...`) is written as one upload committed last (`storage.py`), with the same checksum.
     """
+    if is_remote(path):
+        return _save_remote(state, location(path))
+    assert not isinstance(path, RemotePath)
     target = Path(path)
     if target.is_dir() and not target.is_symlink():
         raise other_kind_at(target, sharded=False)
@@ -146,6 +151,62 @@ def save_atomic(state: dict[str, Any], path: str | os.PathLike[str]) -> Path:
         raise
     _fsync_directory(target.parent)
     return target
+
+
+def _save_remote(state: dict[str, Any], target: Location) -> Location:
+    assert isinstance(target, RemotePath)
+
+    def write(handle: IO[bytes]) -> None:
+        stream = _HeldTail(handle)
+        with _crc32_on():
+            torch.save(state, cast(IO[bytes], stream))
+        stream.finish()
+
+    loop = state.get("loop")
+    step = loop.get("global_step") if isinstance(loop, dict) else None
+    try:
+        target.write_object(write, step if isinstance(step, int) else None,
+                            resumable=isinstance(loop, dict) and state.get("weights_only") is not True)
+    except (CheckpointError, MemoryError, KeyboardInterrupt):
+        raise
+    except Exception as error:  # noqa: BLE001 - said with the path and what is intact
+        raise OSError(errno.EIO, f"Checkpoint {str(target)!r} could not be written ({first_line(error)}). The previous "
+                      "checkpoint at that path, if any, is intact and nothing partial is visible there.") from error
+    return target
+
+
+class _HeldTail:
+    """The stream `torch.save` writes to for an upload: bytes pass straight through, but for the
+    last 22 (the zip's end record), held back so the checksum goes into its comment on `finish`,
+    as `_append_digest` does in place for a local file (an upload can't seek back)."""
+
+    def __init__(self, handle: Any) -> None:
+        self.handle, self.crc, self.tail = handle, 0, b""
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        self.crc = zlib.crc32(view, self.crc)
+        if len(view) >= _END_RECORD_SIZE:
+            if self.tail:
+                self.handle.write(self.tail)
+            self.handle.write(view[:-_END_RECORD_SIZE])
+            self.tail = bytes(view[-_END_RECORD_SIZE:])
+        else:
+            joined = self.tail + bytes(view)
+            cut = max(len(joined) - _END_RECORD_SIZE, 0)
+            if cut:
+                self.handle.write(joined[:cut])
+            self.tail = joined[cut:]
+        return len(view)
+
+    def flush(self) -> None:
+        pass
+
+    def finish(self) -> None:
+        end = self.tail
+        if len(end) == _END_RECORD_SIZE and end[:4] == _END_RECORD and end[-2:] == b"\x00\x00":
+            end = end[:-2] + struct.pack("<H", _DIGEST_SIZE) + _DIGEST_PREFIX + b"%08x" % self.crc
+        self.handle.write(end)
 
 
 class _Crc32Writer:
@@ -240,16 +301,17 @@ def _fsync_directory(directory: Path) -> None:
 
 
 # ------------------------------------------------------------------------------ reading
-def load_checkpoint(path: str | os.PathLike[str], map_location: Any = "cpu", *, verify: bool = True) -> dict[str, Any]:
+def load_checkpoint(path: str | os.PathLike[str] | RemotePath, map_location: Any = "cpu", *,
+                    verify: bool = True) -> dict[str, Any]:
     """Load and check a checkpoint; raise `CheckpointError` naming the file and the problem.
 
     Args:
-        path: the checkpoint file.
+        path: the checkpoint file (or a URL: `s3://...`, copied to a local temporary file first).
         map_location: passed to `torch.load`.
         verify: check the file's CRC-32 first (reads the file once more; on by default): the
             whole file's, stored by `save_atomic`, or every entry's in a file without it.
     """
-    source = Path(path)
+    source = location(path)
     name = repr(str(source))
     if not source.is_file():
         what = "is a directory" if source.is_dir() else "does not exist"
@@ -257,6 +319,17 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: Any = "cpu", *, 
             f"Checkpoint {name} {what}. Expected the path of a file written by "
             "Trainer.save_checkpoint (or ckpt_path='last' to resume the newest run)."
         )
+    if isinstance(source, RemotePath):
+        with source.local_copy() as local:
+            state = _load_file(local, name, map_location, verify)
+    else:
+        state = _load_file(source, name, map_location, verify)
+    state["_path"] = str(source)  # in memory only: lets later errors name the file
+    return state
+
+
+def _load_file(source: Path, name: str, map_location: Any, verify: bool) -> dict[str, Any]:
+    """A local file's checks and load (`name`: how messages call it)."""
     _check_archive(source, name, verify)
     try:
         # mmap: tensors are read from the page cache as they are used, not copied into this
@@ -295,7 +368,6 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: Any = "cpu", *, 
             f"trainer reads ({FORMAT_VERSION}). Upgrade the package to load it."
         )
     upgrade(state)  # an older version of ours: the current keys, in memory
-    state["_path"] = str(source)  # in memory only: lets later errors name the file
     return state
 
 
@@ -497,11 +569,7 @@ def plain_state(
     return result
 
 
-def remove_checkpoint(path: str | os.PathLike[str]) -> None:
-    """Delete a checkpoint: a file, or an FSDP run's folder of shards (nothing if it is gone)."""
-    target = Path(path)
-    if target.is_dir() and not target.is_symlink():
-        shutil.rmtree(target, ignore_errors=True)
-    else:
-        target.unlink(missing_ok=True)
+def remove_checkpoint(path: str | os.PathLike[str] | RemotePath) -> None:
+    """Delete a checkpoint: a file, an object, or an FSDP run's folder of shards (nothing if it is gone)."""
+    remove(location(path))
 

@@ -14,6 +14,9 @@ folder imports the other.
   is touched; `restore`/`restore_weights` then apply it;
 - `start_run`: before fit writes anything, the run folder's last.ckpt is checked to be of the
   kind this run writes, and a named run that starts over is warned about.
+
+A checkpoint location may be a URL (`s3://...`, `storage.py`); with `root_dir` a URL, the run's
+checkpoints live in the bucket (`checkpoint_dir`) while its logs stay local (`output.run_dir`).
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from trainer.checkpoint.format import CheckpointError, check_layout, load_checkp
 from trainer.checkpoint.host import StateHost
 from trainer.checkpoint.latest import agree_on_last, facts_of_run, note, recorded_step, run_folder_of, user_stacklevel
 from trainer.checkpoint.sharded import is_sharded, read_sharded
+from trainer.checkpoint.bucket_runs import checkpoint_folder, log_folder
+from trainer.checkpoint.storage import Location, RemotePath, check_reachable, identity, is_remote, location
 from trainer.checkpoint.state import collect_state, collect_weights, restore_module, restore_state
 from trainer.checkpoint.trackers import continue_loggers
 from trainer.checkpoint.writer import CheckpointWriter
@@ -81,25 +86,58 @@ class Checkpoints:
         self._resumed_inside_epoch: dict[str, Any] | None = None  # until that epoch's start hooks ran
         # Whole checkpoints of this fit (written, or resumed from), oldest first, on every rank
         # alike: what nonfinite_loss="rollback" can go back to (trainer/loops/guard.py).
-        self.rollback_targets: list[Path] = []
+        self.rollback_targets: list[Location] = []
         self.beside_last: list[Callable[[Path], None]] = []  # rank 0, after each last.ckpt: e.g. the compile cache
+        self.resumed_from: str | None = None  # the checkpoint this fit resumed from: never removed by retention
 
     @property
     def writes(self) -> bool:
         return self.context.strategy.is_global_zero
 
     @property
-    def last_path(self) -> Path:
-        return self.context.output.run_dir / "last.ckpt"
+    def _options(self) -> dict[str, Any] | None:
+        return self.context.args.storage_options
+
+    def location(self, path: str | Path | RemotePath) -> Location:
+        """A checkpoint path as given (a URL gets the Trainer's `storage_options`)."""
+        return location(path, self._options)
+
+    def folder_of(self, run_dir: Path) -> Location:
+        """Where the run whose folder is `run_dir` keeps its checkpoints (in the bucket when root_dir is a URL)."""
+        return checkpoint_folder(run_dir, self.context.args.root_dir, self._options)
+
+    @property
+    def checkpoint_dir(self) -> Location:
+        return self.folder_of(self.context.output.run_dir)
+
+    @property
+    def last_path(self) -> Location:
+        return self.checkpoint_dir / "last.ckpt"
+
+    def check_location(self, path: str | Path | RemotePath) -> None:
+        """Before any step: a URL's bucket exists and the credentials may use it (a clear error names
+        the path and what to check); refused for FSDP's sharded folders. Nothing for a local path."""
+        where = self.location(path)
+        if not isinstance(where, RemotePath):
+            return
+        if self.context.strategy.sharded_checkpoints:
+            raise CheckpointError(
+                f"Checkpoint location {str(where)!r}: FSDP's sharded checkpoint folders can't be written to a URL yet. "
+                "Expected a local (or shared) folder for strategy='fsdp': set root_dir / ModelCheckpoint(dirpath=...) "
+                "to one and copy the folders to the bucket after the run."
+            )
+        check_reachable(where)  # every rank: all of them stop here together, none is left waiting
 
     # ------------------------------------------------------------------- a run's ends
     def start_run(self) -> None:
         """Before fit writes anything in the run's folder (config.yaml included)."""
         context = self.context
         if context.args.enable_checkpointing:
+            if is_remote(context.args.root_dir):
+                self.check_location(context.args.root_dir)
             self._check_last_kind()
         if self.writes and self.saves == 0 and context.state.global_step == 0 and context.output.planned_dir() is not None:
-            warn_if_restarting(context.output.run_dir)  # a named run's folder, and a fit from the beginning
+            warn_if_restarting(self.checkpoint_dir)  # a named run's folder, and a fit from the beginning
 
     def _check_last_kind(self) -> None:
         """Before training, on every rank: the run folder's last.ckpt, if any, is of the kind this
@@ -107,7 +145,7 @@ class Checkpoints:
         strategy, output, problem = self.context.strategy, self.context.output, None
         folder = output.chosen_dir or output.continued_dir or (output.planned_dir() if self.writes else None)
         if self.writes and folder is not None:
-            problem = other_kind_in(Path(folder), strategy.sharded_checkpoints)
+            problem = other_kind_in(self.folder_of(Path(folder)), strategy.sharded_checkpoints)
         if strategy.world_size > 1:
             problem = strategy.broadcast_object(problem)
         if problem is not None:
@@ -122,13 +160,15 @@ class Checkpoints:
         self._files.close()
 
     # ------------------------------------------------------------------------ writing
-    def save(self, path: str | Path, *, allow_partial: bool = False, weights_only: bool = False,
-             keep: int | None = None) -> Path:
+    def save(self, path: str | Path | RemotePath, *, allow_partial: bool = False, weights_only: bool = False,
+             keep: int | None = None) -> Location:
         """Write a checkpoint; refuse (RuntimeError) inside a window unless `allow_partial`.
         Inside fit with `async_checkpointing`, a single file is written in the background
         (trainer/checkpoint/background.py); `keep`: the retention of the run's last.ckpt."""
-        target = Path(path)
+        target = self.location(path)
         context = self.context
+        if isinstance(target, RemotePath) and context.strategy.sharded_checkpoints:
+            self.check_location(target)  # refused, with what to do instead
         if not weights_only:
             context.output.flush()  # what was logged up to this step is on disk before the checkpoint that resumes after it
         args, strategy = context.args, context.strategy
@@ -144,10 +184,8 @@ class Checkpoints:
             self._note_target(target)
         return target
 
-    def _note_target(self, path: Path) -> None:
-        if path in self.rollback_targets:
-            self.rollback_targets.remove(path)
-        self.rollback_targets.append(path)
+    def _note_target(self, path: Location) -> None:
+        self.rollback_targets = [target for target in self.rollback_targets if str(target) != str(path)] + [path]
 
     def read_newest_for_rollback(self) -> dict[str, Any] | None:
         """The newest whole checkpoint of this fit that still reads (every rank alike), or None."""
@@ -166,15 +204,22 @@ class Checkpoints:
         """last.ckpt; on an interrupt inside a window it is written and marked as not exact."""
         if self.context.args.enable_checkpointing and self.context.module is not None:
             self.save(self.last_path, allow_partial=True, keep=self.context.args.keep_last_checkpoints)
-            for write_beside in self.beside_last if self.writes else ():
-                write_beside(self.last_path.parent)
+            last = self.last_path
+            if self.writes and isinstance(last, Path):  # a sidecar such as the compile cache: not in a bucket
+                for write_beside in self.beside_last:
+                    write_beside(last.parent)
 
-    def remove_checkpoint(self, path: str | Path) -> None:
-        """Rank 0: delete a checkpoint, once the write in flight (if any) is complete."""
-        if Path(path) in self.rollback_targets:
-            self.rollback_targets.remove(Path(path))
-        if self.writes:
-            self._files.remove(path)
+    def remove_checkpoint(self, path: str | Path | RemotePath) -> None:
+        """Rank 0: delete a checkpoint, once the write in flight (if any) is complete; never the
+        one this fit resumed from (a top-k or keep-last rule would otherwise lose the only copy)."""
+        if str(path) in map(str, self.rollback_targets):
+            self.rollback_targets = [target for target in self.rollback_targets if str(target) != str(path)]
+        if not self.writes:
+            return
+        if self.resumed_from is not None and identity(self.location(path)) == identity(self.location(self.resumed_from)):
+            log.info("Kept %s although it left the kept checkpoints: this run resumed from it.", path)
+            return
+        self._files.remove(self.location(path))
 
     # ------------------------------------------------------------------------ reading
     def read_checkpoint(self, ckpt_path: str | Path, *, weights_only: bool = False, module: Any = None) -> dict[str, Any] | None:
@@ -187,21 +232,31 @@ class Checkpoints:
         if str(ckpt_path) == "last":
             state = self._read_last(weights_only, facts_of_run(self.context, module, weights_only))
         else:
+            if is_remote(ckpt_path) and not weights_only:
+                self.check_location(ckpt_path)
             state = self._read_on_every_rank(ckpt_path)
             check_layout(state, weights_only=weights_only)
             if not weights_only and str(ckpt_path) != "best" and self.writes and output.planned_dir() is None:
                 output.continued_dir = output.continued_dir or self._run_folder_holding(ckpt_path)
         if state is not None and not weights_only:
             self._adopt_run(state)
+            self.resumed_from = state.get("_path")
+            self._files.protect = (self.resumed_from,) if self.resumed_from else ()
         return state
 
     def _run_folder_holding(self, ckpt_path: str | Path) -> Path | None:
         """The run folder under root_dir a checkpoint file belongs to (its last.ckpt, or a file in its
         checkpoints/), which a resume from it continues, as ckpt_path='last' does; else None."""
-        if "://" in str(ckpt_path):
+        root_dir = self.context.args.root_dir
+        if is_remote(ckpt_path) and is_remote(root_dir):  # a checkpoint of a run in root_dir's bucket
+            remote_root, run = self.location(root_dir), run_folder_of(self.location(ckpt_path), self.location(root_dir))
+            within = isinstance(run, RemotePath) and run != remote_root and run.is_relative_to(remote_root)
+            return log_folder(run, root_dir) if within else None
+        if "://" in str(ckpt_path) or is_remote(root_dir):
             return None
-        root = Path(self.context.args.root_dir)
+        root = Path(root_dir)
         folder = run_folder_of(ckpt_path, root)
+        assert isinstance(folder, Path)
         inside, base = folder.absolute().resolve(), root.absolute().resolve()
         return folder if inside != base and inside.is_relative_to(base) else None
 
@@ -220,7 +275,12 @@ class Checkpoints:
         """The newest complete checkpoint of this run (trainer/checkpoint/latest.py): a run of the
         same experiment (`facts`); an unnamed run continues in the folder of the run it resumes."""
         output = self.context.output
-        root, planned = self.context.args.root_dir, output.planned_dir() if self.writes else None
+        args = self.context.args
+        planned_run = output.planned_dir() if self.writes else None
+        root: Any = location(args.root_dir, self._options) if is_remote(args.root_dir) else args.root_dir
+        planned = self.folder_of(planned_run) if planned_run is not None else None
+        if isinstance(root, RemotePath) and not evaluating:
+            self.check_location(root)
         state, folder = agree_on_last(self.context.strategy, root, planned, self._read, facts, evaluating)
         if state is None and evaluating:
             raise CheckpointError(
@@ -229,10 +289,10 @@ class Checkpoints:
                 "or pass the checkpoint's path."
             )
         if state is not None and planned is None and folder is not None:
-            output.continued_dir = folder  # whatever the logger: the Trainer's own files continue there
+            output.continued_dir = log_folder(folder, args.root_dir)  # whatever the logger: the Trainer's own files continue there
         return state
 
-    def _read_on_every_rank(self, ckpt_path: str | Path) -> dict[str, Any]:
+    def _read_on_every_rank(self, ckpt_path: str | Path | RemotePath) -> dict[str, Any]:
         """A path (or 'best') read by every rank. With several processes, the file's checksum (a
         full read of it) is checked by each machine's first process only (its local rank 0; every
         process when that is not known), the others reading only what they use; then every rank
@@ -258,20 +318,20 @@ class Checkpoints:
             )
         return state
 
-    def _read(self, ckpt_path: str | Path, verify: bool = True) -> dict[str, Any]:
+    def _read(self, ckpt_path: str | Path | RemotePath, verify: bool = True) -> dict[str, Any]:
         """`verify=False`: skip the file's checksum (another rank has just checked it)."""
         if str(ckpt_path) == "best":
             ckpt_path = self._best_path()
-        if is_sharded(ckpt_path):
+        if not isinstance(ckpt_path, RemotePath) and not is_remote(ckpt_path) and is_sharded(ckpt_path):
             return read_sharded(ckpt_path)
-        return load_checkpoint(ckpt_path, verify=verify)
+        return load_checkpoint(self.location(ckpt_path), verify=verify)
 
-    def _best_path(self) -> Path:
+    def _best_path(self) -> Location:
         """ckpt_path="best": the best file of the Trainer's ModelCheckpoint (Lightning's rule)."""
         for callback in self.context.callbacks:
             best = getattr(callback, "best_model_path", None)
             if best:
-                return Path(best)
+                return self.location(best)
         has_callback = any(hasattr(callback, "best_model_path") for callback in self.context.callbacks)
         if not has_callback and self.saves and self.context.output.chosen_dir is not None and self.last_path.is_file():
             # Lightning's default checkpoint callback (monitor=None) calls the newest epoch-end file
@@ -293,7 +353,7 @@ class Checkpoints:
         state = self.context.state
         self.resumed_at = state.global_step
         if checkpoint.get("_path"):
-            self._note_target(Path(checkpoint["_path"]))
+            self._note_target(self.location(checkpoint["_path"]))
         self._resumed_inside_epoch = checkpoint if state.batches_done > 0 else None
         if self.writes:  # once, from rank 0; seen in a plain script's output too (a requeued job's log says it)
             note(
@@ -319,7 +379,7 @@ class Checkpoints:
         restore_module(self.context.module, checkpoint, source, self.context.strategy)
 
 
-def other_kind_in(folder: Path, sharded: bool) -> str | None:
+def other_kind_in(folder: Location, sharded: bool) -> str | None:
     """Why a run writing sharded folders (`sharded`) or single files can't go on in `folder`:
     its last.ckpt is of the other kind, and the first save would replace it. None: it can."""
     last = folder / "last.ckpt"
@@ -335,7 +395,7 @@ def other_kind_in(folder: Path, sharded: bool) -> str | None:
     )
 
 
-def warn_if_restarting(run_dir: Path) -> None:
+def warn_if_restarting(run_dir: Location) -> None:
     """A named run's folder that already holds last.ckpt, and a fit that starts from the
     beginning: say that it overwrites that run, and how to continue it instead."""
     last = run_dir / "last.ckpt"

@@ -48,6 +48,7 @@ import torch
 
 from trainer.checkpoint.format import FORMAT, CheckpointError, check_layout, load_checkpoint, plain_state
 from trainer.checkpoint.sharded import STATE_FILE, read_sharded
+from trainer.checkpoint.storage import Location, RemotePath, location
 
 __all__ = [
     "Candidate", "agree_on_last", "checkpoints_in", "differences", "facts_of_run", "find_last_of_run", "load_newest",
@@ -64,7 +65,7 @@ _SUFFIX = ".ckpt"
 class Candidate:
     """A checkpoint a run wrote: where, when, and (once peeked) its step or why it is unusable."""
 
-    path: Path
+    path: Location
     mtime_ns: int
     step: int | None = None
     problem: str | None = None  # damaged: why; None: readable so far
@@ -72,7 +73,7 @@ class Candidate:
     run: dict[str, Any] | None = None  # what the run was (`run_facts`), once peeked
 
 
-def run_facts(state: dict[str, Any], path: Path) -> dict[str, Any]:
+def run_facts(state: dict[str, Any], path: Location) -> dict[str, Any]:
     """What a checkpoint says of the run that wrote it, as far as "the same experiment" goes:
     the module's class and hyperparameters, a YAML run's data class, the precision, the number
     of processes and whether it is a sharded folder. Small entries only (no tensor is read)."""
@@ -100,12 +101,17 @@ def _as_built(hparams: Any, tuned: Any) -> Any:
     return {**hparams, **{k: v for k, v in tuned.items() if k in hparams}}
 
 
-def checkpoints_in(folder: str | os.PathLike[str]) -> list[Path]:
-    """Every checkpoint under `folder` (files and FSDP folders named `*.ckpt`), at any depth."""
-    base = Path(folder)
+def checkpoints_in(folder: str | os.PathLike[str] | RemotePath) -> list[Location]:
+    """Every checkpoint under `folder` (files and FSDP folders named `*.ckpt`), at any depth
+    (a URL: every object below that prefix, from one listing)."""
+    base = location(folder)
+    if isinstance(base, RemotePath):
+        start = len(base.key) + 1
+        return [p for p in base.walk_files() if p.name.endswith(_SUFFIX)
+                and not any(part.startswith(".") for part in p.key[start:].split("/"))]
     if not base.is_dir():
         return []
-    found: list[Path] = []
+    found: list[Location] = []
     for directory, subdirectories, files in os.walk(base):
         here = Path(directory)
         keep = []
@@ -121,14 +127,14 @@ def checkpoints_in(folder: str | os.PathLike[str]) -> list[Path]:
     return found
 
 
-def run_folder_of(checkpoint: str | os.PathLike[str], root: str | os.PathLike[str]) -> Path:
+def run_folder_of(checkpoint: str | os.PathLike[str] | RemotePath, root: str | os.PathLike[str] | RemotePath) -> Location:
     """The run folder a checkpoint belongs to: its `last.ckpt` sits in it, ModelCheckpoint's
     files in its `checkpoints/` (whatever the folder layout above it)."""
-    folder = Path(checkpoint).parent
-    return folder.parent if folder.name == "checkpoints" and folder != Path(root) else folder
+    folder = location(checkpoint).parent
+    return folder.parent if folder.name == "checkpoints" and folder != location(root) else folder
 
 
-def written_at(path: Path) -> int:
+def written_at(path: Location) -> int:
     """When a checkpoint was written (ns): a file's modification time; a sharded folder's
     state file's, which is written last. 0 when it can't be read."""
     where = path / STATE_FILE if path.is_dir() else path
@@ -138,19 +144,28 @@ def written_at(path: Path) -> int:
         return 0
 
 
-def recorded_step(path: str | os.PathLike[str]) -> int | None:
+def recorded_step(path: str | os.PathLike[str] | RemotePath) -> int | None:
     """The global step a checkpoint records, read without loading its tensors; None when it
     can't be read (damaged) or is not a resumable checkpoint of this trainer."""
-    candidate = _peek(Candidate(Path(path), 0))
+    candidate = _peek(Candidate(location(path), 0), facts=False)
     return candidate.step if candidate.problem is None and candidate.resumable else None
 
 
-def _peek(candidate: Candidate) -> Candidate:
-    """Read the candidate's index and small entries (tensors stay memory-mapped, unread)."""
+def _peek(candidate: Candidate, facts: bool = True) -> Candidate:
+    """Read the candidate's index and small entries (tensors stay memory-mapped, unread).
+    Without `facts` (its step and kind are enough), an object in S3 is not read: its metadata
+    says them (a damaged one is found when it is loaded)."""
     path = candidate.path
+    hints = path.hints() if not facts and isinstance(path, RemotePath) else None
+    if hints is not None:
+        candidate.step, candidate.resumable = hints
+        return candidate
     try:
         if path.is_dir():
             state = load_checkpoint(path / STATE_FILE)  # small: the tensors are in the shards
+        elif isinstance(path, RemotePath):  # copied here: an object can't be memory-mapped
+            with path.local_copy() as local:
+                state = torch.load(local, map_location="cpu", weights_only=True, mmap=True)
         else:
             state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except CheckpointError as error:
@@ -169,25 +184,25 @@ def _peek(candidate: Candidate) -> Candidate:
     return candidate
 
 
-def peek(path: Path) -> Candidate:
+def peek(path: Location) -> Candidate:
     """A checkpoint's step and `run_facts`, read cheaply; `problem` set when it is damaged."""
     return _peek(Candidate(path, written_at(path)))
 
 
-def _load(path: Path) -> dict[str, Any]:
-    state = read_sharded(path) if path.is_dir() else load_checkpoint(path)
+def _load(path: Location) -> dict[str, Any]:
+    state = read_sharded(path) if isinstance(path, Path) and path.is_dir() else load_checkpoint(path)
     check_layout(state)
     return state
 
 
-def load_newest(paths: list[Path], where: str) -> dict[str, Any] | None:
+def load_newest(paths: list[Location], where: str) -> dict[str, Any] | None:
     """Load the newest complete checkpoint of `paths` (see the module); None when there is
     none at all. `where` names the run for messages.
 
     Raises:
         CheckpointError: there are checkpoints, but none of them loads (each one named).
     """
-    candidates = [_peek(Candidate(path, written_at(path))) for path in paths]
+    candidates = [_peek(Candidate(path, written_at(path)), facts=False) for path in paths]
     candidates = [c for c in candidates if c.resumable]
     candidates.sort(key=lambda c: (c.mtime_ns, c.step if c.step is not None else -1, c.path.name == "last.ckpt"), reverse=True)
     damaged: list[Candidate] = []
@@ -236,8 +251,9 @@ def user_stacklevel() -> int:
     return level
 
 
-def find_last_of_run(root: str | os.PathLike[str], planned: Path | None, expected: Mapping[str, Any] | None = None,
-                     evaluating: bool = False) -> tuple[dict[str, Any] | None, Path | None]:
+def find_last_of_run(root: str | os.PathLike[str] | RemotePath, planned: Location | None,
+                     expected: Mapping[str, Any] | None = None,
+                     evaluating: bool = False) -> tuple[dict[str, Any] | None, Location | None]:
     """The newest complete checkpoint of the run and the run's folder; (None, None) when the
     run has no checkpoint yet. `planned`: the run's folder when it is named. `expected`: this
     run's `run_facts` (None: any run): an unnamed run continues the newest run of the same
@@ -263,7 +279,7 @@ def find_last_of_run(root: str | os.PathLike[str], planned: Path | None, expecte
     if state is None:
         return None, None
     if expected is not None:
-        differs = differences(run_facts(state, Path(state.get("_path", folder))), expected)
+        differs = differences(run_facts(state, location(state.get("_path", folder))), expected)
         if differs:
             raise CheckpointError(
                 f"ckpt_path='last': {where} holds {str(state.get('_path'))!r}, written by another experiment: "
@@ -303,12 +319,12 @@ def _same_class(name: str, there: Any, here: Any) -> bool:
     return main.startswith("__main__.") and other.endswith("." + main[len("__main__."):])
 
 
-def _newest_run_of_experiment(everything: list[Path], root: str | os.PathLike[str],
-                              expected: Mapping[str, Any] | None, evaluating: bool = False) -> Path | None:
+def _newest_run_of_experiment(everything: list[Location], root: str | os.PathLike[str] | RemotePath,
+                              expected: Mapping[str, Any] | None, evaluating: bool = False) -> Location | None:
     """The folder of the newest run under `root` whose newest readable checkpoint is of this
     experiment; runs of other experiments are passed over (said in one INFO line), and None
     when no run is of this experiment."""
-    runs: dict[Path, list[Path]] = {}
+    runs: dict[Location, list[Location]] = {}
     for path in everything:
         runs.setdefault(run_folder_of(path, root), []).append(path)
     order = sorted(runs, key=lambda run: max(written_at(p) for p in runs[run]), reverse=True)
@@ -381,15 +397,15 @@ def note(level: int, message: str, *args: Any) -> None:
     log.log(level if log.hasHandlers() else max(level, logging.WARNING), message, *args)
 
 
-def agree_on_last(strategy: Any, root: str | os.PathLike[str], planned: Path | None, load: Any,
+def agree_on_last(strategy: Any, root: str | os.PathLike[str] | RemotePath, planned: Location | None, load: Any,
                   expected: Mapping[str, Any] | None = None, evaluating: bool = False
-                  ) -> tuple[dict[str, Any] | None, Path | None]:
+                  ) -> tuple[dict[str, Any] | None, Location | None]:
     """`find_last_of_run` on rank 0; the other ranks load the file it chose with
     `load(path, verify=False)`: rank 0 has just checked that file's checksum (a full read), and
     `root_dir` is on a file system every rank shares, so the other ranks read only what they use
     (the tensors are memory-mapped). A failure on rank 0 is raised on every rank (nobody is left waiting)."""
     state: dict[str, Any] | None = None
-    folder: Path | None = None
+    folder: Location | None = None
     problem: str | None = None
     if strategy.is_global_zero:
         try:
@@ -399,7 +415,7 @@ def agree_on_last(strategy: Any, root: str | os.PathLike[str], planned: Path | N
     if strategy.world_size > 1:
         chosen = (state.get("_path") if state else None, str(folder) if folder else None, problem)
         path, where, problem = strategy.broadcast_object(chosen if strategy.is_global_zero else None)
-        folder = Path(where) if where else None
+        folder = location(where, getattr(root, "options", None)) if where else None
         if not strategy.is_global_zero and problem is None and path is not None:
             state = load(path, verify=False)
     if problem is not None:

@@ -73,7 +73,8 @@ def trainer_parts(context: StateHost) -> StateRegistry:
     parts.register("rng", lambda: _rng_to_save(host), set_rng_state, per_rank=True, restore_last=True)
     module_class = lambda: f"{type(module_of(host)).__module__}.{type(module_of(host)).__qualname__}"  # noqa: E731
     parts.register("module_class", module_class, None)
-    parts.register("config", lambda: _as_text(host.args.model_dump(exclude={"callbacks", "logger", "precision"})), None)
+    parts.register("config", lambda: _as_text(host.args.model_dump(  # storage_options may hold credentials
+        exclude={"callbacks", "logger", "precision", "storage_options"})), None)
     parts.register("hparams", lambda: _as_text(dict(getattr(module_of(host), "hparams", {}) or {})), None)
     parts.register("tuned_hparams", lambda: _as_text(dict(vars(module_of(host)).get("_tuned_hparams") or {})), None)
     parts.register("experiment", lambda: _as_text(host.experiment_config), None)

@@ -7,6 +7,10 @@ renamed, and `ckpt_path="last"` finds it under that name until the new `last.ckp
 complete). After the new file is complete, the `last-step=*.ckpt` beyond the k - 1 newest
 (written last; the step breaks ties) are removed. A `last.ckpt` that can't be read (damaged) is not kept; a save at the
 step it already records replaces it in place. k = 1 (the default) keeps `last.ckpt` alone.
+In an object store (`s3://...`) the kept copy is a server-side copy (no links there).
+
+The checkpoint the run resumed from (`protect`) is never removed, whatever its rank: a run that
+resumed from `last-step=N.ckpt` (its `last.ckpt` was damaged) keeps that file.
 
 Example:
     >>> kept_name(1200)
@@ -17,10 +21,11 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
+from collections.abc import Collection
 from pathlib import Path
 
 from trainer.checkpoint.latest import recorded_step, written_at
+from trainer.checkpoint.storage import Location, RemotePath, identity, remove
 
 __all__ = ["kept_name", "keep_previous", "prune_kept"]
 
@@ -31,7 +36,7 @@ def kept_name(step: int) -> str:
     return f"last-step={step}.ckpt"
 
 
-def keep_previous(last: Path, keep: int, step: int) -> Path | None:
+def keep_previous(last: Location, keep: int, step: int) -> Location | None:
     """Before a save of `last` at optimizer step `step`: keep the current `last` under its
     step's name when `keep` > 1 and it records an earlier step. Returns the kept path."""
     if keep <= 1 or not last.exists():
@@ -40,7 +45,11 @@ def keep_previous(last: Path, keep: int, step: int) -> Path | None:
     if previous is None or previous == step:
         return None  # damaged, foreign, or the same point of the run: replaced in place
     kept = last.with_name(kept_name(previous))
-    _remove(kept)
+    remove(kept)
+    if isinstance(last, RemotePath) and isinstance(kept, RemotePath):
+        last.copy_to(kept)
+        return kept
+    assert isinstance(last, Path) and isinstance(kept, Path)
     if last.is_dir():
         os.replace(last, kept)
         return kept
@@ -51,23 +60,18 @@ def keep_previous(last: Path, keep: int, step: int) -> Path | None:
     return kept
 
 
-def prune_kept(last: Path, keep: int) -> list[Path]:
+def prune_kept(last: Location, keep: int, protect: Collection[str] = ()) -> list[Location]:
     """After `last` is complete: remove the `last-step=*.ckpt` beside it beyond the `keep` - 1
-    newest (written last, as `ckpt_path="last"` ranks them). Returns what was removed."""
-    if not last.parent.is_dir():
+    newest (written last, as `ckpt_path="last"` ranks them), but never one named in `protect`
+    (the checkpoint the run resumed from). Returns what was removed."""
+    if not isinstance(last, RemotePath) and not last.parent.is_dir():
         return []
     kept = sorted(
         ((written_at(p), int(m.group(1)), p) for p in last.parent.iterdir() if (m := _KEPT.fullmatch(p.name))),
         key=lambda item: item[:2], reverse=True,
     )
-    removed = [path for _, _, path in kept[max(keep - 1, 0):]]
+    spared = {identity(path) for path in protect}
+    removed = [path for _, _, path in kept[max(keep - 1, 0):] if identity(path) not in spared]
     for path in removed:
-        _remove(path)
+        remove(path)
     return removed
-
-
-def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        path.unlink(missing_ok=True)

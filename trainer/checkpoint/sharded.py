@@ -36,6 +36,7 @@ import torch
 from trainer.checkpoint.format import (CheckpointError, _alive, _fsync_directory, load_checkpoint, other_kind_at,
                                        remove_checkpoint, save_atomic)
 from trainer.checkpoint.host import ShardHost, module_of
+from trainer.checkpoint.storage import Location, is_remote
 from trainer.lightning.checkpoint import sharded_lightning_keys
 
 __all__ = ["STATE_FILE", "is_sharded", "save_sharded", "read_sharded", "restore_sharded", "restore_sharded_optimizers",
@@ -283,7 +284,7 @@ def _distributed() -> bool:
     return dist.is_available() and dist.is_initialized()
 
 
-def export_weights(source: str | os.PathLike[str], target: str | os.PathLike[str]) -> Path:
+def export_weights(source: str | os.PathLike[str], target: str | os.PathLike[str]) -> Location:
     """Write the model weights of a checkpoint (a sharded folder or a single file) as one
     ordinary file: `{name: tensor}`, loadable with `torch.load(path, weights_only=True)` and
     `model.load_state_dict(...)` on a machine without torch.distributed.
@@ -291,6 +292,9 @@ def export_weights(source: str | os.PathLike[str], target: str | os.PathLike[str
     Example:
         >>> export_weights("runs/fsdp/checkpoints/last.ckpt", "weights.pt")  # doctest: +SKIP
     """
+    if is_remote(source):  # one file in an object store (sharded folders stay local)
+        weights = load_checkpoint(source)["module"]
+        return save_atomic({k: v.detach().clone().contiguous() for k, v in weights.items()}, target)
     named = Path(source)
     if _readable(named) is None:
         weights = load_checkpoint(named)["module"]

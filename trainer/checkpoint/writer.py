@@ -28,13 +28,14 @@ Example:
 from __future__ import annotations
 
 import logging
-import shutil
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
 from trainer.checkpoint.background import BackgroundWrites, stage
 from trainer.checkpoint.format import save_atomic
 from trainer.checkpoint.retention import keep_previous, prune_kept
+from trainer.checkpoint.storage import Location, location, remove
 
 __all__ = ["CheckpointWriter"]
 
@@ -46,10 +47,11 @@ class CheckpointWriter:
 
     def __init__(self) -> None:
         self.background = BackgroundWrites()
-        self._in_flight: Path | None = None
+        self._in_flight: Location | None = None
         self._group: Any = None  # FSDP's background writes: their own process group
+        self.protect: Collection[str] = ()  # the checkpoint the run resumed from: retention never removes it
 
-    def write(self, state: dict[str, Any], target: Path, strategy: Any, *, background: bool = False,
+    def write(self, state: dict[str, Any], target: Location, strategy: Any, *, background: bool = False,
               keep: int | None = None, shards: Any = None) -> None:
         """Write `state` (from `collect_state`) to `target` on every rank's behalf.
 
@@ -79,9 +81,10 @@ class CheckpointWriter:
 
                     if strategy.is_global_zero and keep is not None:
                         keep_previous(target, keep, step)
+                    assert isinstance(target, Path)  # a URL is refused for sharded folders before any step
                     save_sharded(state, target, shards)
                     if strategy.is_global_zero and keep is not None:
-                        prune_kept(target, keep)
+                        prune_kept(target, keep, self.protect)
                 else:
                     self._write_file(state, target, keep, step)
             except Exception as error:  # noqa: BLE001 - re-raised below, after the other ranks know
@@ -94,7 +97,7 @@ class CheckpointWriter:
         if not written:
             raise RuntimeError(f"Checkpoint {str(target)!r} could not be written on rank 0 (see its error).")
 
-    def _write_shards_in_background(self, state: dict[str, Any], target: Path, strategy: Any, shards: Any,
+    def _write_shards_in_background(self, state: dict[str, Any], target: Location, strategy: Any, shards: Any,
                                     keep: int | None, step: int) -> None:
         from trainer.checkpoint.sharded import save_sharded
 
@@ -103,6 +106,7 @@ class CheckpointWriter:
 
             timeout = getattr(strategy, "timeout", None)
             self._group = dist.new_group(backend="gloo", **({"timeout": timeout} if timeout is not None else {}))
+        assert isinstance(target, Path)  # a URL is refused for sharded folders before any step
         complete = save_sharded(state, target, shards, process_group=self._group)  # every rank; stages, returns
         rank_zero = strategy.is_global_zero
 
@@ -112,18 +116,17 @@ class CheckpointWriter:
             if complete is not None:
                 complete()
             if rank_zero and keep is not None:
-                prune_kept(target, keep)
+                prune_kept(target, keep, self.protect)
 
         self._in_flight = target
         self.background.submit(job, target.name)
 
-    @staticmethod
-    def _write_file(state: dict[str, Any], target: Path, keep: int | None, step: int) -> None:
+    def _write_file(self, state: dict[str, Any], target: Location, keep: int | None, step: int) -> None:
         if keep is not None:
             keep_previous(target, keep, step)
         save_atomic(state, target)
         if keep is not None:
-            prune_kept(target, keep)
+            prune_kept(target, keep, self.protect)
 
     def settle(self, strategy: Any, *, enabled: bool) -> None:
         """Every rank, when background writes are `enabled`: wait for the write in flight and
@@ -141,11 +144,11 @@ class CheckpointWriter:
                 "(see its error); the previous checkpoint at that path is intact."
             )
 
-    def remove(self, path: str | Path) -> None:
-        """Delete a checkpoint (a file or a sharded folder) once the write in flight is
-        complete: the file it replaces is never deleted before the new one is on disk."""
-        target = Path(path)
-        self.background.after_write(lambda: _remove(target))
+    def remove(self, path: Location) -> None:
+        """Delete a checkpoint (a file, an object or a sharded folder) once the write in flight
+        is complete: the file it replaces is never deleted before the new one is on disk."""
+        target = location(path)
+        self.background.after_write(lambda: remove(target))
 
     def close(self) -> None:
         """Fit ended (also after an error): wait for the write in flight on this rank alone; a
@@ -156,9 +159,3 @@ class CheckpointWriter:
         if error is not None:
             log.error("The background write of checkpoint %s failed: %s", failed_path, error)
 
-
-def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        path.unlink(missing_ok=True)

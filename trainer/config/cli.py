@@ -233,17 +233,17 @@ def _run(argv: list[str]) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from trainer.checkpoint import export_weights
+    from trainer.checkpoint import export_weights, is_remote, location
 
-    if not Path(args.checkpoint).exists():
+    if not location(args.checkpoint).exists():
         raise ConfigError([Problem("CHECKPOINT", f"{args.checkpoint!r} does not exist. Expected a checkpoint file or an "
                                    f"FSDP run's checkpoint folder; {_a_run_checkpoint(args.output)}")], "the command line")
     output = Path(args.output)
-    if output.is_dir() or not output.resolve().parent.is_dir():
+    if not is_remote(args.output) and (output.is_dir() or not output.resolve().parent.is_dir()):
         what = "is a folder" if output.is_dir() else "is in a folder that does not exist"
         raise ConfigError([Problem("OUTPUT", f"{args.output!r} {what}. Expected a file path in an existing folder.")],
                           "the command line")
-    written = export_weights(args.checkpoint, output)
+    written = export_weights(args.checkpoint, args.output if is_remote(args.output) else output)
     log.info("export: the weights of %s are in %s.", args.checkpoint, written)
     return 0
 

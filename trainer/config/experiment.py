@@ -157,9 +157,15 @@ class Experiment:
 
         if not self.dry_run or str(ckpt_path) != "last":
             return ckpt_path
+        from trainer.checkpoint.bucket_runs import checkpoint_folder, log_root
+        from trainer.checkpoint.storage import location
+
         root = self.config["trainer"]["root_dir"]
-        planned = planned_run_dir(root, DEFAULT_NAME, self.config["trainer"].get("run_name"))
-        state, _ = find_last_of_run(root, planned, facts_of_run(self.trainer, self.model, evaluating), evaluating)
+        options = self.config["trainer"].get("storage_options")
+        local = planned_run_dir(log_root(root), DEFAULT_NAME, self.config["trainer"].get("run_name"))
+        planned = checkpoint_folder(local, root, options) if local is not None else None  # in the bucket for a URL
+        state, _ = find_last_of_run(location(str(root), options), planned,
+                                    facts_of_run(self.trainer, self.model, evaluating), evaluating)
         if state is None:
             log.info("ckpt_path='last': no checkpoint under root_dir %r yet, so the run starts from the beginning.", root)
             return None

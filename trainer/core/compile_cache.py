@@ -139,7 +139,10 @@ class CompileCache:
         """The sidecar of the run folder of the checkpoint a fit resumes from, if any."""
         if checkpoint_path is None or "://" in str(checkpoint_path) or _caches_disabled():
             return
-        path = run_folder_of(checkpoint_path, root) / SIDECAR
+        folder = run_folder_of(checkpoint_path, root)
+        if not isinstance(folder, Path):  # a bucket's run folder: no compile cache there
+            return
+        path = folder / SIDECAR
         payload = read_sidecar(path)
         if payload is None:
             return

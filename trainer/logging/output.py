@@ -28,7 +28,9 @@ from trainer.logging.metrics import batch_size_of, to_floats
 from trainer.logging.multi import LoggerList
 from trainer.logging.tensorboard import TensorBoardLogger
 from trainer.logging.host import RunHost
-from trainer.logging.runs import DEFAULT_NAME, make_run_dir, planned_folder, release_folder
+from trainer.logging.runs import DEFAULT_NAME, make_run_dir, planned_folder, planned_run_dir, release_folder
+from trainer.checkpoint.bucket_runs import log_root, taken_versions
+from trainer.checkpoint.storage import is_remote
 from trainer.logging.progress import ProgressBar
 from trainer.logging.live import LineProgress, LiveNumbers, fresh_values, line_settings, ordered, run_progress, wants_lines
 from trainer.logging.throughput import Throughput
@@ -92,8 +94,9 @@ class RunOutput:
         if self._logger is None and self.writes and self._logger_arg is not False:
             if self._logger_arg is True:
                 args = self.context.args
-                where = {"version_dir": self.continued_dir} if self.continued_dir else {"version": args.run_name}
-                self._logger = TensorBoardLogger(args.root_dir, **where)
+                where: dict[str, Any] = {"version_dir": self.continued_dir} if self.continued_dir else {
+                    "version": args.run_name if args.run_name is not None else self._free_version()}
+                self._logger = TensorBoardLogger(log_root(args.root_dir), **where)
             elif isinstance(self._logger_arg, list):  # logger=[...]: the same values to each
                 self._logger = LoggerList(self._logger_arg)
             else:
@@ -114,8 +117,22 @@ class RunOutput:
                 self._run_dir = Path(logger.log_dir)
             else:
                 args = self.context.args
-                self._run_dir = self.continued_dir or make_run_dir(args.root_dir, DEFAULT_NAME, args.run_name)
+                self._run_dir = self.continued_dir or make_run_dir(
+                    log_root(args.root_dir), DEFAULT_NAME, args.run_name if args.run_name is not None else self._free_version())
         return self._run_dir
+
+    def _free_version(self) -> int | None:
+        """A new unnamed run whose checkpoints go to a bucket (root_dir is a URL): the first
+        version_N free both here and there, so it never takes another machine's run folder.
+        None otherwise (a local root_dir, or a SLURM job's own folder): the usual choice."""
+        args = self.context.args
+        root = log_root(args.root_dir)
+        if not is_remote(args.root_dir) or planned_run_dir(root, DEFAULT_NAME, None) is not None:
+            return None
+        local = root / DEFAULT_NAME
+        here = [int(p.name[8:]) for p in local.iterdir() if p.name.startswith("version_") and p.name[8:].isdigit()] \
+            if local.is_dir() else []
+        return max([*here, *taken_versions(args.root_dir, DEFAULT_NAME, args.storage_options)], default=-1) + 1
 
     @property
     def chosen_dir(self) -> Path | None:
@@ -125,14 +142,15 @@ class RunOutput:
     def planned_dir(self) -> Path | None:
         """The run's folder when it is named (run_name, a logger's version, SLURM's job id),
         without creating anything; None when the run would get a new version_N."""
-        return planned_folder(self._logger_arg, self.context.args.root_dir, self.context.args.run_name)
+        return planned_folder(self._logger_arg, log_root(self.context.args.root_dir), self.context.args.run_name)
 
     def release_unused_folder(self) -> None:
         """`trainer.log_dir` read before a resuming fit (a script printing it first) made a new
         version_N: while nothing was written there, it is given back, so the resume continues
         its run's folder as it does without that read."""
         args = self.context.args
-        if self._run_dir is not None and self.writes and release_folder(self._run_dir, self.loggers, args.root_dir, args.run_name):
+        if self._run_dir is not None and self.writes and release_folder(self._run_dir, self.loggers, log_root(args.root_dir),
+                                                                         args.run_name):
             self._run_dir = None
 
     @property

@@ -127,7 +127,8 @@ def run_hyperparameters(module: torch.nn.Module, args: TrainerArgs, precision: A
     arguments; for a YAML run (`experiment`), its model/data/seed instead of the module's."""
     params: dict[str, Any] = {
         "module": dict(getattr(module, "hparams", {}) or {}),
-        "trainer": {k: v for k, v in args.model_dump().items() if k not in ("callbacks", "logger")},
+        # storage_options may hold credentials: never logged
+        "trainer": {k: v for k, v in args.model_dump().items() if k not in ("callbacks", "logger", "storage_options")},
     }
     params["trainer"]["precision"] = getattr(precision, "name", str(args.precision))
     if experiment:

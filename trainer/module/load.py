@@ -75,8 +75,9 @@ def load_module(cls: type, path: Any, map_location: Any, strict: bool | None, ov
         The module, with the checkpoint's weights, on the weights' device.
     """
     from trainer.checkpoint.format import CheckpointError, load_checkpoint
+    from trainer.checkpoint.storage import is_remote
 
-    if Path(path).is_dir():
+    if not is_remote(path) and Path(path).is_dir():
         raise CheckpointError(
             f"{cls.__name__}.load_from_checkpoint({str(path)!r}): a folder of shards (an FSDP run). Expected one "
             "file: write it with `trainer export FOLDER weights.pt`, then load_state_dict(torch.load('weights.pt'))."

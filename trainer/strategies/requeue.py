@@ -78,7 +78,7 @@ class Requeue:
                 env.get("SLURM_JOB_NAME"),
             )
 
-    def after_fit(self, strategy: Any, *, stopped_by_signal: bool, unfinished: bool, checkpoint: Path | None) -> bool:
+    def after_fit(self, strategy: Any, *, stopped_by_signal: bool, unfinished: bool, checkpoint: Any) -> bool:
         """After fit wrote last.ckpt: agree whether a stop signal reached any rank, then
         requeue the job from rank 0 when training is unfinished. Every rank calls this (the
         agreement is a collective); returns whether this process requeued the job."""
