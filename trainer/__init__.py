@@ -8,6 +8,10 @@ Example:
 
 from __future__ import annotations
 
+from trainer import _startup_signal
+
+_startup_signal.install()  # first, before torch loads: inside SLURM, SIGUSR1 while the script starts waits for fit
+
 import importlib
 from typing import Any
 

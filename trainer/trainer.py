@@ -21,6 +21,7 @@ from trainer.core.evaluation import TrainerEvaluation
 from trainer.core.settings import TrainerSettings
 from trainer.core.compile import FirstStepCheck, check_compile_options, compile_module
 from trainer._utils import seed_everything
+from trainer import _startup_signal
 from trainer.logging.profiler import SimpleProfiler
 from trainer.loops.batches import check_loader, check_module
 from trainer.loops.combined import as_train_loader
@@ -301,6 +302,10 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
     def _fit_with_signals(self, train_loader: Any, val_loader: Any) -> None:
         with SignalGuard(self._preempt, self._requeue.signals) as signals:
             self._run.signals = signals
+            early = _startup_signal.take(self._requeue.signals)  # SLURM's signal while the script started
+            if early is not None:
+                log.warning("%s arrived before fit: stopping at the first step boundary.", early.name)
+                signals.deliver(early)
             self._run.agreement = self.strategy.store_agreement()  # DDP/FSDP: decisions made through the store
             self._steps_at_fit_start = self.global_step
             try:
@@ -332,6 +337,7 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
             self.strategy, stopped_by_signal=self._run.preempted or signals.terminated,
             unfinished=self._loop is not None and not self._loop.finished(),
             checkpoint=self._run.checkpoints.last_path if self.args.enable_checkpointing else None,
+            trained=self.global_step > self._steps_at_fit_start,
         )
 
     def uninterruptible(self) -> contextlib.AbstractContextManager[Any]:

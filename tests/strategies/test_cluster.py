@@ -1,0 +1,204 @@
+"""The cluster for real: a SLURM scheduler, a rank that dies and comes back, two machines.
+
+- A one-node SLURM cluster (tests/helpers/slurm_cluster.py: Debian's slurm-wlm and munge,
+  daemons as root, started once for this module and stopped by process id at its end, or by
+  its watcher if the test process dies). `srun`, `sbatch`, `scancel -s USR1` and the
+  Trainer's own `scontrol requeue` are the real commands; tests/strategies/test_slurm.py's
+  fake `scontrol` stays the fast layer. The time-limit path (`--time` with `--signal=USR1@N`)
+  is not run here: SLURM's smallest limit is one minute and it checks limits and signal times
+  about every 30 s, so one such job costs more than this module's whole budget; SLURM
+  delivers the same signal to the same tasks either way.
+- `torchrun --max-restarts`: a rank that exits hard, and a rank 0 that dies halfway through a
+  save; the restarted workers continue from the newest complete checkpoint.
+- Two network namespaces joined by a veth pair, one torchrun agent in each.
+
+Every job runs tests/helpers/scripts/cluster_worker.py and is compared with `torch.equal` to
+one uninterrupted `torchrun --nproc_per_node=2` run of it (the `reference` fixture).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import DistributedSampler
+
+from tests.helpers.launch import ROOT, run_torchrun, torchrun_env
+from tests.helpers.reference import make_data, make_model, weights
+from tests.helpers.slurm_cluster import Cluster, unavailable
+from trainer.checkpoint import load_checkpoint
+
+pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SLURM, network namespaces: Linux only"),
+              pytest.mark.slow]
+
+WORKER = ROOT / "tests" / "helpers" / "scripts" / "cluster_worker.py"
+#: Every job here ends well within this (seconds); one that hangs is cancelled and fails its test.
+BOUND_S = 240
+STEPS = 15  # 3 epochs of 5 optimizer steps (40 samples, 4 per rank and step, 2 ranks)
+
+
+def load(path: Path) -> dict[str, Any]:
+    return torch.load(path, weights_only=False)  # our own files
+
+
+def assert_equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+
+
+# ------------------------------------------------------------------------- fixtures
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The uninterrupted job under `torchrun --nproc_per_node=2`, with a checkpoint every 5 steps."""
+    out = tmp_path_factory.mktemp("reference")
+    done = run_torchrun(WORKER, str(out), str(out / "runs"), "every=5", cwd=out, timeout=BOUND_S)
+    assert done.returncode == 0, done.stderr[-4000:]
+    results = [load(out / f"result.0.{rank}.pt") for rank in range(2)]
+    steps = {load_checkpoint(p)["loop"]["global_step"]: p for p in (out / "runs").rglob("step-*.ckpt")}
+    return {"results": results, "checkpoints": steps}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    reason = unavailable()
+    if reason:
+        pytest.skip(f"no SLURM cluster: {reason}")
+    cluster = Cluster(tmp_path_factory.mktemp("slurm"))
+    try:
+        cluster.start(timeout=60, lifetime=1800, owner=os.getpid())
+        yield cluster
+    finally:
+        left = cluster.stop()
+        assert not left, f"SLURM processes still running after SIGKILL: {left}"
+
+
+def job_env(cluster: Cluster) -> dict[str, str]:
+    env = cluster.env
+    env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    return env
+
+
+def srun(cluster: Cluster, out: Path, *args: str, tasks: int = 2) -> subprocess.CompletedProcess[str]:
+    command = ["srun", f"-n{tasks}", "--kill-on-bad-exit=1", "--time=4", sys.executable, str(WORKER), str(out), *args]
+    try:
+        return subprocess.run(command, cwd=out, env=job_env(cluster), capture_output=True, text=True, timeout=BOUND_S)
+    except subprocess.TimeoutExpired as error:
+        subprocess.run(["scancel", "--full", "--user=root"], env=cluster.env, capture_output=True, timeout=30)
+        pytest.fail(f"srun still ran after {BOUND_S} s: {error.stderr!r}")
+
+
+def job_state(cluster: Cluster, job: str) -> dict[str, str]:
+    done = subprocess.run(["scontrol", "show", "job", "-o", job], env=cluster.env, capture_output=True, text=True, timeout=30)
+    return dict(re.findall(r"(\w+)=(\S*)", done.stdout))
+
+
+def wait_for(cluster: Cluster, job: str, ready: Any, what: str, log: Path, bound: float = BOUND_S) -> None:
+    """Poll until `ready()`; past `bound` seconds cancel the job and fail with its log."""
+    deadline = time.monotonic() + bound
+    while not ready():
+        state = job_state(cluster, job).get("JobState", "")
+        if state in ("FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE") or \
+                time.monotonic() > deadline:
+            subprocess.run(["scancel", "--full", job], env=cluster.env, capture_output=True, timeout=30)
+            text = log.read_text() if log.exists() else "(no log)"
+            pytest.fail(f"SLURM job {job} ({state}) while waiting for {what}:\n{text[-6000:]}")
+        time.sleep(0.1)
+
+
+# --------------------------------------------------------------------------- srun
+def global_batch_reference() -> dict[str, torch.Tensor]:
+    """One process by hand: each step's batch is both ranks' 4 samples (DistributedSampler's
+    shuffle, seed 7, as the Trainer sets it), the loss their mean, SGD with momentum."""
+    data, model = make_data(40), make_model(dropout=0.0)
+    optimizer = model.configure_optimizers()
+    for epoch in range(3):
+        orders = []
+        for rank in range(2):
+            sampler = DistributedSampler(data, num_replicas=2, rank=rank, shuffle=True, seed=7)
+            sampler.set_epoch(epoch)
+            orders.append(list(sampler))
+        for step in range(5):
+            batch = [index for order in orders for index in order[step * 4:(step + 1) * 4]]
+            x, y = data[batch]
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+    return weights(model)
+
+
+def test_srun_trains_like_torchrun_and_like_one_process_with_the_global_batch(cluster, reference, tmp_path):
+    done = srun(cluster, tmp_path, str(tmp_path / "runs"))
+    assert done.returncode == 0, done.stderr[-4000:]
+    by_hand = global_batch_reference()
+    for rank in range(2):
+        got = load(tmp_path / f"result.0.{rank}.pt")
+        assert (got["rank"], got["world_size"], got["global_step"]) == (rank, 2, STEPS)
+        assert_equal(got["weights"], reference["results"][rank]["weights"])  # srun -n2 == torchrun --nproc_per_node=2
+        assert max(float((got["weights"][k] - by_hand[k]).abs().max()) for k in by_hand) < 1e-6  # summation order only
+    [folder] = (tmp_path / "runs" / "default").iterdir()
+    assert re.fullmatch(r"slurm-\d+", folder.name)  # the job's own run folder
+
+
+# ------------------------------------------------------------------------- sbatch
+BATCH = """#!/bin/bash
+#SBATCH --ntasks=2
+#SBATCH --time=10
+#SBATCH --signal=USR1@60
+#SBATCH --requeue
+#SBATCH --open-mode=append
+#SBATCH --output={out}/job-%j.out
+srun --kill-on-bad-exit=1 {python} {worker} {out} {root} stops={stops}
+"""
+
+
+def csv_steps(run: Path, column: str) -> list[int]:
+    with open(run / "metrics.csv", newline="") as handle:
+        return [int(row["step"]) for row in csv.DictReader(handle) if row.get(column)]
+
+
+def test_a_job_preempted_at_start_up_in_the_sanity_check_and_twice_in_training_finishes_as_if_uninterrupted(
+        cluster, reference, tmp_path):
+    """One `sbatch --requeue` job and `scancel -s USR1` four times: while the script starts
+    (after `import trainer`, before the Trainer exists), inside optimizer step 3, during the
+    resumed run's sanity check, inside step 8. Each time the job stops with a checkpoint,
+    requeues itself through `scontrol`, and the next launch continues; the fifth finishes."""
+    stops = ["start", "step2", "sanity", "step7"]
+    script = tmp_path / "job.sh"
+    script.write_text(BATCH.format(out=tmp_path, python=sys.executable, worker=WORKER, root=tmp_path / "runs",
+                                   stops=",".join(stops)))
+    submitted = subprocess.run(["sbatch", "--parsable", str(script)], cwd=tmp_path, env=job_env(cluster),
+                               capture_output=True, text=True, timeout=30)
+    assert submitted.returncode == 0, submitted.stderr
+    job = submitted.stdout.strip().split(";")[0]
+    log = tmp_path / f"job-{job}.out"
+    for launch, where in enumerate(stops):
+        holds = [tmp_path / f"hold.{launch}.{rank}" for rank in range(2)]
+        wait_for(cluster, job, lambda: all(h.exists() for h in holds), f"launch {launch} to hold at {where}", log)
+        assert job_state(cluster, job)["Restarts"] == str(launch)
+        subprocess.run(["scancel", "-s", "USR1", job], env=cluster.env, check=True, timeout=30)
+    wait_for(cluster, job, lambda: job_state(cluster, job).get("JobState") == "COMPLETED", "the job to complete", log)
+    text = log.read_text()
+    assert job_state(cluster, job)["Restarts"] == "4"
+    assert text.count(f"Requeued SLURM job {job}") == 4, text[-6000:]  # once per stopped launch, by rank 0
+    assert "SIGUSR1 arrived before fit" in text
+    stopped_at = [int(n) for n in re.findall(r"Stopped on SIGUSR1 after optimizer step (\d+)", text)]
+    assert len(stopped_at) == 8 and stopped_at == sorted(stopped_at), stopped_at  # both ranks, four launches
+    for rank in range(2):
+        final = load(tmp_path / f"result.4.{rank}.pt")
+        assert final["global_step"] == STEPS
+        assert_equal(final["weights"], reference["results"][rank]["weights"])
+    [run] = (tmp_path / "runs" / "default").iterdir()  # one run folder for the five launches
+    assert run.name == f"slurm-{job}" and Path(final["log_dir"]) == run
+    assert csv_steps(run, "train/mse") == list(range(1, STEPS + 1))  # no gap, no step twice
+    assert len(csv_steps(run, "val/loss")) == 3  # one validation per epoch
