@@ -9,10 +9,11 @@ step, checkpoints under ROOT, `ckpt_path="last"`. Options:
   test's signal: `start` (right after `import trainer`, before anything else), `sanity` (the
   sanity check), `stepN` (inside optimizer step N+1, global_step N), `none`. Each rank writes
   OUT/hold.<launch>.<rank> and holds until its signal has been noted (at most 90 s);
-- `epochs=E` (default 3), `max_steps=S`, `every=N` (a checkpoint every N steps as well, kept
-  as `step-*.ckpt`), `die=K` (torchrun's first attempt: rank 1 ends with `os._exit(1)` at
-  global step K), `die_in_save=K` (the first attempt: rank 0 dies halfway through writing
-  the checkpoint of step K), `keep=k` (keep_last_checkpoints).
+- `epochs=E` (default 2), `every=N` (a checkpoint every N steps as well, kept as
+  `step-*.ckpt`), `die=A:K` (the launch A: rank 1 ends with `os._exit(1)` at global step
+  K), `die_in_save=A:K` (the launch A: rank 0 dies halfway through writing the checkpoint of
+  step K), `late=S` (in every launch after the first, rank 1 builds its Trainer S seconds
+  after rank 0: a restarted worker slower than its peer).
 
 Each rank writes OUT/result.<launch>.<rank>.pt: weights, global step, rank, world size.
 """
@@ -66,29 +67,30 @@ class Hold(Callback):
             hold(lambda: trainer.received_sigterm)
 
 
-class Die(Callback):
-    """torchrun's first attempt only: rank 1 ends hard at a step."""
+def launch_and_step(option: str) -> tuple[int, int]:
+    launch, step = OPTIONS[option].split(":")
+    return int(launch), int(step)
 
-    def __init__(self, step: int) -> None:
-        self.step = step
+
+class Die(Callback):
+    """In one launch, rank 1 ends hard at a step."""
 
     def on_train_batch_start(self, trainer: Trainer, module: object, batch: object, batch_idx: int) -> None:
-        if LAUNCH == 0 and trainer.global_step == self.step and trainer.strategy.rank == 1:
+        if (LAUNCH, trainer.global_step) == launch_and_step("die") and trainer.strategy.rank == 1:
+            print(f"rank 1 exits hard at step {trainer.global_step}", flush=True)
             os._exit(1)
 
 
-def die_in_save(step: int) -> None:
-    """The first attempt: rank 0 ends hard once half of the checkpoint of `step` is on disk."""
-    import trainer.checkpoint.io as io
-
-    original = io.torch.save
+def die_in_save() -> None:
+    """In one launch, rank 0 ends hard once half of the checkpoint of a step is on disk."""
+    original = torch.save
 
     def save(obj: object, f: object, *args: object, **kwargs: object) -> None:
         loop = obj.get("loop", {}) if isinstance(obj, dict) else {}
-        if LAUNCH == 0 and isinstance(loop, dict) and loop.get("global_step") == step:
-            import io as bytes_io
+        if isinstance(loop, dict) and (LAUNCH, loop.get("global_step")) == launch_and_step("die_in_save"):
+            import io
 
-            buffer = bytes_io.BytesIO()
+            buffer = io.BytesIO()
             original(obj, buffer, *args, **kwargs)
             data = buffer.getvalue()
             if hasattr(f, "write"):
@@ -96,10 +98,11 @@ def die_in_save(step: int) -> None:
                 f.flush()
             else:
                 Path(str(f)).write_bytes(data[: len(data) // 2])
+            print(f"rank 0 dies while saving step {loop.get('global_step')}", flush=True)
             os._exit(1)
         original(obj, f, *args, **kwargs)
 
-    io.torch.save = save
+    torch.save = save
 
 
 def main() -> None:
@@ -108,18 +111,19 @@ def main() -> None:
     model = TinyNet(dropout=0.0)
     callbacks: list[Callback] = [Hold()]
     if "die" in OPTIONS:
-        callbacks.append(Die(int(OPTIONS["die"])))
+        callbacks.append(Die())
     if "die_in_save" in OPTIONS:
-        die_in_save(int(OPTIONS["die_in_save"]))
+        die_in_save()
     if "every" in OPTIONS:
         from trainer.callbacks import ModelCheckpoint
 
         callbacks.append(ModelCheckpoint(every_n_train_steps=int(OPTIONS["every"]), save_top_k=-1, filename="step-{step}"))
-    max_steps = int(OPTIONS["max_steps"]) if "max_steps" in OPTIONS else None
+    if LAUNCH > 0 and TASK == "1":
+        time.sleep(float(OPTIONS.get("late", "0")))
     fit = Trainer(
-        max_epochs=int(OPTIONS.get("epochs", "3")), max_steps=max_steps, seed=7, device="cpu", log_every_n_steps=1,
+        max_epochs=int(OPTIONS.get("epochs", "2")), seed=7, device="cpu", log_every_n_steps=1,
         enable_progress_bar=False, enable_model_summary=False, root_dir=ROOT, logger=CSVLogger(ROOT),
-        callbacks=callbacks, keep_last_checkpoints=int(OPTIONS.get("keep", "1")),
+        callbacks=callbacks,
     )
     train = DataLoader(make_data(40), batch_size=4, shuffle=True)
     fit.fit(model, train, DataLoader(make_data(8, seed=1), batch_size=4), ckpt_path="last")
