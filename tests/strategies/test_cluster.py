@@ -22,7 +22,7 @@ import contextlib
 import csv
 import os
 import re
-import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -33,6 +33,7 @@ import pytest
 import torch
 from torch.utils.data import DistributedSampler
 
+from tests.helpers import netns
 from tests.helpers.launch import ROOT, run_torchrun, torchrun_env
 from tests.helpers.reference import make_data, make_model, weights
 from tests.helpers.slurm_cluster import Cluster, unavailable
@@ -260,5 +261,63 @@ def test_a_rank_that_dies_and_a_crash_during_a_save_are_survived_by_torchrun_res
     assert resumed == [6, 6], output[-6000:]  # rank 0 says it, once per restart; step 8's cut save is skipped
     for rank in range(2):
         final = load(tmp_path / f"result.2.{rank}.pt")  # the third attempt (TORCHELASTIC_RESTART_COUNT=2)
+        assert final["global_step"] == STEPS
+        assert_equal(final["weights"], reference["results"][rank]["weights"])
+
+
+# ------------------------------------------------------------------- two machines
+def run_on_two_hosts(out: Path, *args: str) -> list[str]:
+    """One torchrun agent per namespace (`--nnodes=2 --nproc_per_node=1`, c10d rendezvous at
+    the first host's address); the outputs of both. Past BOUND_S both are killed and the test fails."""
+    reason = netns.unavailable()
+    if reason:
+        pytest.skip(f"no network namespaces: {reason}")
+    with netns.two_hosts() as hosts:
+        processes = []
+        for index, host in enumerate(hosts):
+            env = torchrun_env()
+            env["GLOO_SOCKET_IFNAME"] = host.interface  # Gloo's own address: this host's, not the shared hostname's
+            command = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1",
+                       "--rdzv_backend=c10d", f"--rdzv_endpoint={hosts[0].address}:29400", "--rdzv_id=two-hosts",
+                       # the first host holds the rendezvous store; torchrun finds that out by the host
+                       # name, which both namespaces share (on real machines it needs no telling)
+                       f"--rdzv_conf=is_host={index == 0},join_timeout=120",
+                       f"--local_addr={host.address}", str(WORKER), str(out), *args]
+            processes.append(subprocess.Popen(host.wrap(command), cwd=out, env=env, stdout=subprocess.PIPE,
+                                              stderr=subprocess.STDOUT, text=True, start_new_session=True))
+        deadline, outputs = time.monotonic() + BOUND_S, []
+        for host, process in zip(hosts, processes):
+            try:
+                outputs.append(process.communicate(timeout=max(1.0, deadline - time.monotonic()))[0])
+            except subprocess.TimeoutExpired:
+                for other in processes:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(other.pid, signal.SIGKILL)
+                pytest.fail(f"the two-host run still ran after {BOUND_S} s:\n{process.communicate()[0][-4000:]}")
+            assert process.returncode == 0, f"{host.name}:\n{outputs[-1][-4000:]}"
+    return outputs
+
+
+def test_two_hosts_train_like_one_machine_and_checkpoints_resume_across_the_layouts(reference, tmp_path):
+    """Two namespaces joined by a veth pair, one agent in each: the first epoch there equals
+    the first epoch of `torchrun --nproc_per_node=2` on one machine; its checkpoint, resumed
+    on one machine, finishes as the uninterrupted one-machine run."""
+    two = tmp_path / "two_hosts"
+    two.mkdir()
+    outputs = run_on_two_hosts(two, str(tmp_path / "runs"), "epochs=1")
+    at_5 = load_checkpoint(reference["checkpoints"][5])["state_dict"]
+    seen = [load(two / f"result.0.{rank}.pt") for rank in range(2)]
+    for got in seen:
+        assert (got["world_size"], got["global_step"]) == (2, 5)
+        assert_equal(got["weights"], at_5)
+    assert {got["interface"] for got in seen} == {f"lw{os.getpid()}a", f"lw{os.getpid()}b"}  # one rank on each host
+    assert seen[0]["master_addr"] == seen[1]["master_addr"] in ("10.213.0.1", "10.213.0.2"), outputs[0][-2000:]
+    one = tmp_path / "one_machine"
+    one.mkdir()
+    done = run_torchrun(WORKER, str(one), str(tmp_path / "runs"), cwd=one, timeout=BOUND_S)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "optimizer step 5" in done.stdout + done.stderr  # resumed from the two hosts' checkpoint
+    for rank in range(2):
+        final = load(one / f"result.0.{rank}.pt")
         assert final["global_step"] == STEPS
         assert_equal(final["weights"], reference["results"][rank]["weights"])

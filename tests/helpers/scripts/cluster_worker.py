@@ -129,7 +129,8 @@ def main() -> None:
     fit.fit(model, train, DataLoader(make_data(8, seed=1), batch_size=4), ckpt_path="last")
     rank = fit.strategy.rank
     result = {"weights": weights(model), "global_step": fit.global_step, "rank": rank,
-              "world_size": fit.strategy.world_size, "launch": LAUNCH, "log_dir": str(fit.log_dir)}
+              "world_size": fit.strategy.world_size, "launch": LAUNCH, "log_dir": str(fit.log_dir),
+              "master_addr": os.environ.get("MASTER_ADDR"), "interface": os.environ.get("GLOO_SOCKET_IFNAME")}
     torch.save(result, OUT / f"result.{LAUNCH}.{rank}.pt")
     print(f"launch {LAUNCH} rank {rank} of {fit.strategy.world_size}: global_step {fit.global_step}", flush=True)
 
