@@ -7,7 +7,8 @@ the Trainer or restores a checkpoint is therefore not killed without a requeue: 
 `fit` finds the noted signal and stops as if it had arrived in its first step (a checkpoint
 when anything is there to save, then `scontrol requeue`). A Trainer whose `requeue_signal`
 is another signal notes that one from its construction on and gives SIGUSR1 its default
-back (a SIGUSR1 noted by then is delivered again, so it acts as it would have).
+back (a SIGUSR1 noted by then is delivered again, so it acts as it would have); with
+`requeue_signal=None` SIGUSR1 gets its default back the same way.
 
 Only a signal whose handler is still the default is taken over: a handler of your own,
 installed before or after `import trainer`, is left alone. Outside SLURM nothing changes.
@@ -51,10 +52,11 @@ def install(signals: Iterable[signal.Signals] = (signal.SIGUSR1,), environ: Mapp
 
 
 def adopt(signals: Iterable[signal.Signals]) -> None:
-    """A Trainer handles `signals` as the warning signal: note them too, and give every other
-    signal noted so far its default back (delivering it again if it already arrived)."""
+    """A Trainer handles `signals` as the warning signal: note them too from now on (SIGUSR1
+    is noted from `import trainer` on, or not at all), and give every other signal noted so
+    far its default back (delivering it again if it already arrived)."""
     wanted = set(signals)
-    install(wanted)
+    install(wanted - {signal.SIGUSR1})
     for signum in sorted(_installed - wanted):
         if signal.getsignal(signum) is not _note or threading.current_thread() is not threading.main_thread():
             continue
