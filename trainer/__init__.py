@@ -8,9 +8,9 @@ Example:
 
 from __future__ import annotations
 
-from trainer import _startup_signal
+from trainer.loops import early_signals
 
-_startup_signal.install()  # first, before torch loads: inside SLURM, SIGUSR1 while the script starts waits for fit
+early_signals.install()  # first, before torch loads: inside SLURM, SIGUSR1 while the script starts waits for fit
 
 import importlib
 from typing import Any

@@ -14,6 +14,7 @@ from trainer.checkpoint.parts import trainer_parts
 from trainer.loops.optimizers import optimizers_or_none, parse_optimizers
 from trainer.loops.state import LoopState
 from trainer.logging.output import RunOutput
+from trainer.loops import early_signals
 from trainer.loops.signals import SignalGuard
 from trainer.core.flags import check_flags, sync_batchnorm, torch_flags
 from trainer.core.data import TrainerData, module_defines
@@ -21,7 +22,6 @@ from trainer.core.evaluation import TrainerEvaluation
 from trainer.core.settings import TrainerSettings
 from trainer.core.compile import FirstStepCheck, check_compile_options, compile_module
 from trainer._utils import seed_everything
-from trainer import _startup_signal
 from trainer.logging.profiler import SimpleProfiler
 from trainer.loops.batches import check_loader, check_module
 from trainer.loops.combined import as_train_loader
@@ -142,6 +142,8 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
         strategy = resolve_strategy(self.args.strategy, self.args.device)
         precision = precision_of(self.args.precision, strategy.device)  # Lightning's names: by device
         self._requeue = Requeue(self.args.requeue, self.args.requeue_signal)  # SLURM: the warning signal, requeueing
+        if self._requeue.in_slurm:  # this Trainer's warning signal is noted until fit takes it; SIGUSR1 otherwise freed
+            early_signals.adopt(self._requeue.signals)
         strategy.setup_precision(precision)  # AMP's scaler exists from the start
         self.callbacks: list[CallbackBase] = checkpoint_callbacks_last(list(self.args.callbacks or []))
         simple = SimpleProfiler() if self.args.profiler == "simple" else None
@@ -302,7 +304,7 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
     def _fit_with_signals(self, train_loader: Any, val_loader: Any) -> None:
         with SignalGuard(self._preempt, self._requeue.signals) as signals:
             self._run.signals = signals
-            early = _startup_signal.take(self._requeue.signals)  # SLURM's signal while the script started
+            early = early_signals.take(self._requeue.signals)  # SLURM's signal while the script started
             if early is not None:
                 log.warning("%s arrived before fit: stopping at the first step boundary.", early.name)
                 signals.deliver(early)

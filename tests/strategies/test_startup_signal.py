@@ -20,7 +20,8 @@ from torch.utils.data import DataLoader
 
 from tests.helpers.launch import ROOT
 from tests.helpers.reference import make_data, make_model, weights
-from trainer import Callback, Trainer, _startup_signal
+from trainer import Callback, Trainer
+from trainer.loops import early_signals
 from trainer.checkpoint import load_checkpoint
 from trainer.strategies.requeue import REQUEUED_ENV
 
@@ -88,21 +89,21 @@ def test_the_early_handler_is_installed_inside_slurm_only_and_never_over_a_handl
     previous = signal.getsignal(signal.SIGUSR2)
     try:
         signal.signal(signal.SIGUSR2, signal.SIG_DFL)
-        _startup_signal.install([signal.SIGUSR2], environ={})  # outside SLURM: untouched
+        early_signals.install([signal.SIGUSR2], environ={})  # outside SLURM: untouched
         assert signal.getsignal(signal.SIGUSR2) is signal.SIG_DFL
         mine = lambda signum, frame: None  # noqa: E731
         signal.signal(signal.SIGUSR2, mine)
-        _startup_signal.install([signal.SIGUSR2], environ={"SLURM_JOB_ID": "7"})  # yours stays
+        early_signals.install([signal.SIGUSR2], environ={"SLURM_JOB_ID": "7"})  # yours stays
         assert signal.getsignal(signal.SIGUSR2) is mine
         signal.signal(signal.SIGUSR2, signal.SIG_DFL)
-        _startup_signal.install([signal.SIGUSR2], environ={"SLURM_JOB_ID": "7"})
+        early_signals.install([signal.SIGUSR2], environ={"SLURM_JOB_ID": "7"})
         os.kill(os.getpid(), signal.SIGUSR2)  # noted, not fatal
-        assert _startup_signal.take([signal.SIGUSR1]) is None
-        assert _startup_signal.take([signal.SIGUSR2]) == signal.SIGUSR2
-        assert _startup_signal.take([signal.SIGUSR2]) is None  # taken once
+        assert early_signals.take([signal.SIGUSR1]) is None
+        assert early_signals.take([signal.SIGUSR2]) == signal.SIGUSR2
+        assert early_signals.take([signal.SIGUSR2]) is None  # taken once
     finally:
         signal.signal(signal.SIGUSR2, previous)
-        _startup_signal._installed.discard(signal.SIGUSR2)
+        early_signals._installed.discard(signal.SIGUSR2)
 
 
 class SignalInSanityCheck(Callback):

@@ -26,7 +26,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from trainer import _startup_signal
 from trainer.strategies.cluster import slurm_job
 
 __all__ = ["Requeue", "parse_signal"]
@@ -72,8 +71,7 @@ class Requeue:
         warning = parse_signal(requeue_signal) if in_slurm else None
         #: Signals handled like SIGTERM while fit runs (inside a SLURM job only).
         self.signals: tuple[signal.Signals, ...] = (warning,) if warning is not None else ()
-        if in_slurm and environ is None:  # noted from now on (SIGUSR1 from `import trainer` on), honoured by fit
-            _startup_signal.adopt(self.signals)
+        self.in_slurm = in_slurm
         if requeue and self.job is None and in_slurm:
             log.warning(
                 "Trainer(requeue=True) in an interactive SLURM allocation (job name %r): SLURM requeues batch "

@@ -43,9 +43,9 @@ def hold(noted: object) -> None:
 
 
 if STOP == "start":
-    from trainer import _startup_signal
+    from trainer.loops import early_signals
 
-    hold(lambda: bool(_startup_signal._pending))
+    hold(lambda: bool(early_signals._pending))
 
 import torch  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402

@@ -1,6 +1,7 @@
 """SLURM's warning signal while the script is still starting: noted, then honoured by fit.
 
-Inside a SLURM job, `import trainer` (this module is the first thing it loads, before torch)
+Inside a SLURM job, `import trainer` (this module is the first thing it loads, before torch;
+it imports nothing but the standard library)
 replaces SIGUSR1's default action, which ends the process, with one that only notes the
 signal. A job preempted with `scancel -s USR1` while it imports, prepares its data, builds
 the Trainer or restores a checkpoint is therefore not killed without a requeue: the next
