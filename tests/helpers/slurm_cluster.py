@@ -50,6 +50,10 @@ def unavailable() -> str | None:
     missing = [name for name in (*DAEMONS, *COMMANDS) if _which(name) is None]
     if missing:
         return f"{', '.join(missing)} not found: install Debian's packages with `apt-get install slurm-wlm munge`"
+    try:  # the node is named after this machine, and jobs reach their rank 0 by that name
+        socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return f"this machine's name {socket.gethostname()!r} does not resolve to an address (add it to /etc/hosts)"
     return None
 
 

@@ -106,14 +106,15 @@ def job_state(cluster: Cluster, job: str) -> dict[str, str]:
 
 def wait_for(cluster: Cluster, job: str, ready: Any, what: str, log: Path, bound: float = BOUND_S) -> None:
     """Poll until `ready()`; past `bound` seconds cancel the job and fail with its log."""
-    deadline = time.monotonic() + bound
+    deadline, polls = time.monotonic() + bound, 0
     while not ready():
-        state = job_state(cluster, job).get("JobState", "")
+        polls += 1
+        state = job_state(cluster, job).get("JobState", "") if polls % 10 == 0 else ""  # once a second
         if state in ("FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE") or \
                 time.monotonic() > deadline:
             subprocess.run(["scancel", "--full", job], env=cluster.env, capture_output=True, timeout=30)
             text = log.read_text() if log.exists() else "(no log)"
-            pytest.fail(f"SLURM job {job} ({state}) while waiting for {what}:\n{text[-6000:]}")
+            pytest.fail(f"SLURM job {job} ({state or 'still running'}) while waiting for {what}:\n{text[-6000:]}")
         time.sleep(0.1)
 
 
@@ -188,6 +189,8 @@ def test_a_job_preempted_at_start_up_and_twice_in_training_finishes_as_if_uninte
         wait_for(cluster, job, lambda: all(h.exists() for h in holds), f"launch {launch} to hold at {where}", log)
         assert job_state(cluster, job)["Restarts"] == str(launch)
         subprocess.run(["scancel", "-s", "USR1", job], env=cluster.env, check=True, timeout=30)
+    wait_for(cluster, job, lambda: (tmp_path / "result.3.1.pt").exists() and (tmp_path / "result.3.0.pt").exists(),
+             "the last launch to finish", log)
     wait_for(cluster, job, lambda: job_state(cluster, job).get("JobState") == "COMPLETED", "the job to complete", log)
     text = log.read_text()
     assert job_state(cluster, job)["Restarts"] == "3"
@@ -223,11 +226,11 @@ SIZED_TO_THIS_NODE = ["--nodes=1", "--ntasks-per-node=2", "--gpus-per-node=0", "
 
 def test_the_sbatch_script_of_the_docs_runs_as_written(cluster, tmp_path):
     """The page's script and train.py, unchanged but for the resources (on the command line)
-    and the length (20 steps instead of 100 epochs)."""
+    and the length (a tenth of one epoch instead of 100 epochs)."""
     script, train = doc_blocks()
     assert "srun python train.py" in script and "max_epochs=100" in train
     (tmp_path / "train.sbatch").write_text(script)
-    (tmp_path / "train.py").write_text(train.replace("max_epochs=100", "max_epochs=1, limit_train_batches=20"))
+    (tmp_path / "train.py").write_text(train.replace("max_epochs=100", "max_epochs=1, limit_train_batches=0.1"))
     env = job_env(cluster)
     env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"  # `python` in the script is this interpreter
     submitted = subprocess.run(["sbatch", "--parsable", *SIZED_TO_THIS_NODE, "train.sbatch"], cwd=tmp_path, env=env,
@@ -240,7 +243,7 @@ def test_the_sbatch_script_of_the_docs_runs_as_written(cluster, tmp_path):
     assert (state["Requeue"], state["NumTasks"], state["JobName"]) == ("1", "2", "train")  # the #SBATCH lines were read
     run = tmp_path / "runs" / "regressor" / "default" / f"slurm-{job}"  # where the page says the run is
     saved = load_checkpoint(run / "last.ckpt")
-    assert saved["loop"]["global_step"] == 20 and saved["loop"]["world_size"] == 2
+    assert saved["loop"]["global_step"] == int(0.1 * 65536 / 256 / 2)  # DDP over the two tasks: each has half the batches
     assert "Traceback" not in log.read_text()
 
 

@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -129,7 +130,10 @@ def test_a_warning_signal_during_the_sanity_check_stops_before_training_and_the_
     assert stopped.global_step == 0 and calls.read_text().splitlines() == ["requeue 4803"]
     assert load_checkpoint(stopped.log_dir / "last.ckpt")["loop"]["global_step"] == 0
     monkeypatch.setenv(REQUEUED_ENV, "")  # the requeued job is a new process
-    resumed, got = run([], "last", tmp_path / "runs")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        resumed, got = run([], "last", tmp_path / "runs")
+    assert not [w for w in caught if "already holds last.ckpt" in str(w.message)]  # a resume, not a restart
     monkeypatch.delenv("SLURM_JOB_ID")
     _, expected = run([], None, tmp_path / "uninterrupted")
     assert resumed.global_step == 20 and resumed.log_dir == stopped.log_dir
