@@ -8,6 +8,10 @@ Example:
 
 from __future__ import annotations
 
+from trainer.loops import early_signals
+
+early_signals.install()  # first, before torch loads: inside SLURM, SIGUSR1 while the script starts waits for fit
+
 import importlib
 from typing import Any
 

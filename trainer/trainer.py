@@ -16,6 +16,7 @@ from trainer.checkpoint.storage import RemotePath
 from trainer.loops.optimizers import optimizers_or_none, parse_optimizers
 from trainer.loops.state import LoopState
 from trainer.logging.output import RunOutput
+from trainer.loops import early_signals
 from trainer.loops.signals import SignalGuard
 from trainer.core.flags import check_flags, sync_batchnorm, torch_flags
 from trainer.core.data import TrainerData, module_defines
@@ -148,6 +149,8 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
         strategy = resolve_strategy(self.args.strategy, self.args.device)
         precision = precision_of(self.args.precision, strategy.device)  # Lightning's names: by device
         self._requeue = Requeue(self.args.requeue, self.args.requeue_signal)  # SLURM: the warning signal, requeueing
+        if self._requeue.in_slurm:  # this Trainer's warning signal is noted until fit takes it; SIGUSR1 otherwise freed
+            early_signals.adopt(self._requeue.signals)
         strategy.setup_precision(precision)  # AMP's scaler exists from the start
         self.callbacks: list[CallbackBase] = checkpoint_callbacks_last(list(self.args.callbacks or []))
         simple = SimpleProfiler() if self.args.profiler == "simple" else None
@@ -317,6 +320,10 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
     def _fit_with_signals(self, train_loader: Any, val_loader: Any) -> None:
         with SignalGuard(self._preempt, self._requeue.signals) as signals:
             self._run.signals = signals
+            early = early_signals.take(self._requeue.signals)  # SLURM's signal while the script started
+            if early is not None:
+                log.warning("%s arrived before fit: stopping at the first step boundary.", early.name)
+                signals.deliver(early)
             self._run.agreement = self.strategy.store_agreement()  # DDP/FSDP: decisions made through the store
             self._steps_at_fit_start = self.global_step
             try:
@@ -348,6 +355,7 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation):
             self.strategy, stopped_by_signal=self._run.preempted or signals.terminated,
             unfinished=self._loop is not None and not self._loop.finished(),
             checkpoint=self._run.checkpoints.last_path if self.args.enable_checkpointing else None,
+            trained=self.global_step > self._steps_at_fit_start,
         )
 
     def uninterruptible(self) -> contextlib.AbstractContextManager[Any]:

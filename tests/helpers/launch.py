@@ -24,14 +24,17 @@ def torchrun_env() -> dict[str, str]:
     return env
 
 
-def torchrun_command(script: Path, *args: str, nproc: int = 2) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", str(script), *args]
+def torchrun_command(script: Path, *args: str, nproc: int = 2, options: tuple[str, ...] = ()) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", *options,
+            str(script), *args]
 
 
-def run_torchrun(script: Path, *args: str, cwd: Path, timeout: float = 240, nproc: int = 2) -> subprocess.CompletedProcess[str]:
+def run_torchrun(script: Path, *args: str, cwd: Path, timeout: float = 240, nproc: int = 2,
+                 options: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
     """The finished run (its return code and output); past `timeout` seconds the launcher and
-    its workers are killed and the test fails, saying it hung."""
-    command = torchrun_command(script, *args, nproc=nproc)
+    its workers are killed and the test fails, saying it hung. `options`: more of torchrun's
+    own (`"--max-restarts=1"`), before the script."""
+    command = torchrun_command(script, *args, nproc=nproc, options=options)
     process = subprocess.Popen(command, cwd=cwd, env=torchrun_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True, start_new_session=True)
     try:

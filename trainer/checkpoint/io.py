@@ -136,7 +136,8 @@ class Checkpoints:
             if is_remote(context.args.root_dir):
                 self.check_location(context.args.root_dir)
             self._check_last_kind()
-        if self.writes and self.saves == 0 and context.state.global_step == 0 and context.output.planned_dir() is not None:
+        if self.writes and self.saves == 0 and context.state.global_step == 0 and self.resumed_at is None \
+                and context.output.planned_dir() is not None:  # (a resume of a step-0 checkpoint is no restart)
             warn_if_restarting(self.checkpoint_dir)  # a named run's folder, and a fit from the beginning
 
     def _check_last_kind(self) -> None:

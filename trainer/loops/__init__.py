@@ -10,6 +10,7 @@
 - `optimizers.py`: what `configure_optimizers` returned, in one shape;
 - `data_order.py`: the data order of an epoch, for an exact mid-epoch resume;
 - `signals.py`: interrupts that land between optimizer steps, never inside one;
+  `early_signals.py`: SLURM's warning signal noted from `import trainer` on, for fit;
 - `hooks.py`: which hooks exist, and calling them on the callbacks and the module;
 - `resume.py`, `monitors.py`, `items.py`, `overrides.py`: checks of a resume, early checks of
   monitored metrics, item-weighted windows, the module's optimizer_step overrides.

@@ -69,6 +69,10 @@ class SignalGuard:
             previous(signum, frame)
         raise KeyboardInterrupt
 
+    def deliver(self, signum: int) -> None:
+        """A stop signal that arrived before fit (noted while the script started): as if now."""
+        self._handle_terminate(signum, None)
+
     def _handle_terminate(self, signum: int, frame: FrameType | None) -> None:
         self.terminated = True
         self.received = signal.Signals(signum).name

@@ -26,15 +26,16 @@ Example:
 
 from __future__ import annotations
 
+import datetime
 import itertools
 import os
 import re
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
-__all__ = ["ClusterEnvironment", "expand_hostlist", "slurm_port", "slurm_job"]
+__all__ = ["ClusterEnvironment", "expand_hostlist", "slurm_port", "slurm_job", "restart_store"]
 
 Kind = Literal["torchrun", "slurm", "none"]
 
@@ -125,6 +126,28 @@ def slurm_job(environ: Mapping[str, str] | None = None) -> str | None:
     if not job or env.get("SLURM_JOB_NAME") in INTERACTIVE_NAMES:
         return None
     return job
+
+
+def restart_store(timeout: datetime.timedelta | None, environ: Mapping[str, str] | None = None) -> Any:
+    """The store a torchrun worker forms its process group with: torchrun's own (the agent's,
+    `MASTER_ADDR:MASTER_PORT`) under a prefix naming this attempt (`TORCHELASTIC_RESTART_COUNT`);
+    None when torchrun did not start this process with its agent's store (then `env://`).
+
+    torchrun keeps one store for every attempt of a job, so after `--max-restarts` brought
+    the workers back, the addresses the previous attempt's ranks published were still there,
+    and a new rank could read a dead peer's address instead of its new one and fail to form
+    the group ("Gloo connectFullMesh failed ... Connection refused"). A prefix per attempt
+    gives each attempt keys of its own (the Trainer's stop agreements included).
+    """
+    env = os.environ if environ is None else environ
+    if env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() != "true" or "MASTER_ADDR" not in env:
+        return None
+    from torch import distributed as dist
+    from torch.distributed.constants import default_pg_timeout
+
+    store = dist.TCPStore(env["MASTER_ADDR"], _int(env, "MASTER_PORT"), is_master=False,
+                          timeout=timeout or default_pg_timeout)
+    return dist.PrefixStore(f"trainer/attempt-{env.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
 
 
 # --------------------------------------------------------------------------- host lists

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from trainer.strategies.base import Reductions, Strategy
-from trainer.strategies.cluster import ClusterEnvironment
+from trainer.strategies.cluster import ClusterEnvironment, restart_store
 from trainer.strategies.collectives import CollectiveError, CollectiveGuard, looks_like_collective_failure, parse_timeout
 from trainer.strategies.devices import group_backend, has_cpu_backend, local_cuda_index
 from trainer.strategies.sampler import _with_distributed_sampler
@@ -169,8 +169,9 @@ class ProcessGroupStrategy(Strategy):
             if self.device.type == "cuda" and "device_id" in inspect.signature(dist.init_process_group).parameters:
                 options["device_id"] = self.device  # the group is bound to this rank's GPU (torch >= 2.3)
             try:
-                dist.init_process_group(backend=backend, init_method=self._cluster.init_method, rank=self.rank,
-                                        world_size=self.world_size, **options)
+                store = restart_store(self.timeout) if self._cluster.kind == "torchrun" else None  # one per attempt
+                where = {"init_method": self._cluster.init_method} if store is None else {"store": store}
+                dist.init_process_group(backend=backend, rank=self.rank, world_size=self.world_size, **where, **options)
             except RuntimeError as error:
                 if not _rendezvous_failed(error):
                     raise

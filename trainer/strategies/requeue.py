@@ -71,6 +71,7 @@ class Requeue:
         warning = parse_signal(requeue_signal) if in_slurm else None
         #: Signals handled like SIGTERM while fit runs (inside a SLURM job only).
         self.signals: tuple[signal.Signals, ...] = (warning,) if warning is not None else ()
+        self.in_slurm = in_slurm
         if requeue and self.job is None and in_slurm:
             log.warning(
                 "Trainer(requeue=True) in an interactive SLURM allocation (job name %r): SLURM requeues batch "
@@ -78,10 +79,13 @@ class Requeue:
                 env.get("SLURM_JOB_NAME"),
             )
 
-    def after_fit(self, strategy: Any, *, stopped_by_signal: bool, unfinished: bool, checkpoint: Any) -> bool:
+    def after_fit(self, strategy: Any, *, stopped_by_signal: bool, unfinished: bool, checkpoint: Any,
+                  trained: bool = True) -> bool:
         """After fit wrote last.ckpt: agree whether a stop signal reached any rank, then
         requeue the job from rank 0 when training is unfinished. Every rank calls this (the
-        agreement is a collective); returns whether this process requeued the job."""
+        agreement is a collective); returns whether this process requeued the job. Without a
+        checkpoint the job is requeued only when this fit took no step (`trained=False`): the
+        requeued job then starts where this one did, and nothing is lost."""
         if not self.enabled:
             return False
         wanted = strategy.any_rank(stopped_by_signal)
@@ -89,6 +93,10 @@ class Requeue:
             return False
         if os.environ.get(REQUEUED_ENV) == self.job:
             return False
+        if (checkpoint is None or not checkpoint.exists()) and not trained:
+            log.warning("SLURM job %s stopped before its first optimizer step, with no last.ckpt to write: the "
+                        "requeued job starts where this one did.", self.job)
+            return self._scontrol(None)
         if checkpoint is None or not checkpoint.exists():
             log.warning(
                 "SLURM job %s is not requeued: no last.ckpt was written (enable_checkpointing=False?), so the "
@@ -97,19 +105,19 @@ class Requeue:
             return False
         return self._scontrol(checkpoint)
 
-    def _scontrol(self, checkpoint: Path) -> bool:
+    def _scontrol(self, checkpoint: Path | None) -> bool:
         command = ["scontrol", "requeue", self.job or ""]
+        where = f"last.ckpt is at {checkpoint}" if checkpoint is not None else "nothing was trained yet"
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=SCONTROL_TIMEOUT_S, check=False)
         except (OSError, subprocess.TimeoutExpired) as error:
-            log.warning("Could not requeue SLURM job %s (`%s`): %s. last.ckpt is at %s.",
-                        self.job, " ".join(command), error, checkpoint)
+            log.warning("Could not requeue SLURM job %s (`%s`): %s. %s.", self.job, " ".join(command), error, where)
             return False
         if done.returncode != 0:
-            log.warning("`%s` failed (exit code %d): %s. last.ckpt is at %s; submit the job again to continue.",
-                        " ".join(command), done.returncode, (done.stderr or done.stdout).strip(), checkpoint)
+            log.warning("`%s` failed (exit code %d): %s. %s; submit the job again to continue.",
+                        " ".join(command), done.returncode, (done.stderr or done.stdout).strip(), where)
             return False
         os.environ[REQUEUED_ENV] = self.job or ""
-        log.warning("Requeued SLURM job %s (`%s`); the requeued run continues from %s with ckpt_path='last'.",
-                    self.job, " ".join(command), checkpoint)
+        then = f"continues from {checkpoint} with ckpt_path='last'" if checkpoint is not None else "starts where this one did"
+        log.warning("Requeued SLURM job %s (`%s`); the requeued run %s.", self.job, " ".join(command), then)
         return True
