@@ -70,6 +70,9 @@ class TrainerArgs(BaseModel):
         "skips the step, 'rollback' goes back to the newest checkpoint with lower learning rates (amp skips such "
         "steps); 'off': no guard"
     )
+    nonfinite_lr_backoff: float = Field(
+        0.5, gt=0, le=1, description="nonfinite_loss='rollback': the learning rates' factor at each rollback"
+    )
     loss_spike_factor: float | None = Field(
         None, gt=1, description="a window loss above this factor times the mean of the earlier ones counts as "
         "non-finite for nonfinite_loss (checked from the 20th step on, with no extra host read); None: off"
@@ -77,9 +80,6 @@ class TrainerArgs(BaseModel):
     nonfinite_grad_norm: bool = Field(
         False, description="the guard also treats a non-finite gradient norm as a non-finite loss (one norm over "
         "the gradients per step, no extra host read)"
-    )
-    nonfinite_lr_backoff: float = Field(
-        0.5, gt=0, le=1, description="nonfinite_loss='rollback': the learning rates' factor at each rollback"
     )
     val_check_interval: Annotated[int, Field(ge=1)] | Annotated[float, Field(gt=0, le=1)] | None = Field(
         None, description="validate every n training batches (int) or fraction of an epoch (float); None: epoch end"
