@@ -28,7 +28,7 @@ log = logging.getLogger("trainer")
 
 # At exit, how long a rank that failed waits for the others to come to the exit too (an error
 # every rank raised together), before it releases the process group without meeting them.
-EXIT_WAIT_S = 10.0
+EXIT_WAIT_S = 5.0
 
 
 class ProcessGroupStrategy(Strategy):
