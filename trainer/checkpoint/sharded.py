@@ -36,7 +36,7 @@ import torch
 from trainer.checkpoint.format import (CheckpointError, _alive, _fsync_directory, load_checkpoint, other_kind_at,
                                        remove_checkpoint, save_atomic)
 from trainer.checkpoint.host import ShardHost, module_of
-from trainer.checkpoint.storage import Location, is_remote
+from trainer.checkpoint.storage import Location, RemotePath, is_remote
 from trainer.lightning.checkpoint import sharded_lightning_keys
 
 __all__ = ["STATE_FILE", "is_sharded", "save_sharded", "read_sharded", "restore_sharded", "restore_sharded_optimizers",
@@ -52,7 +52,7 @@ def is_sharded(path: str | os.PathLike[str]) -> bool:
 
 
 # ------------------------------------------------------------------------------ writing
-def save_sharded(state: dict[str, Any], target: Path, trainer: ShardHost, *,
+def save_sharded(state: dict[str, Any], target: Location, trainer: ShardHost, *,
                  process_group: Any = None) -> Callable[[], None] | None:
     """Every rank: write `state` (from `collect_state`) as the folder `target`.
 
@@ -78,6 +78,10 @@ def save_sharded(state: dict[str, Any], target: Path, trainer: ShardHost, *,
     if "optimizers" in state:
         meta["optimizers"] = entries
     sharded_lightning_keys(meta)  # Lightning's keys of what moved into the shards
+    if isinstance(target, RemotePath):  # a bucket: a version folder, committed by an object (sharded_remote.py)
+        from trainer.checkpoint.sharded_remote import save_to_bucket
+
+        return save_to_bucket(tensors, meta, target, strategy, process_group)
     token = strategy.broadcast_object(os.getpid())
     temporary = target.with_name(f".{target.name}.{token}.tmp")
     prepared: Exception | None = None
@@ -271,11 +275,20 @@ def restore_sharded_optimizers(module: torch.nn.Module, optimizers: list[torch.o
 def _load_shards(checkpoint: dict[str, Any], wanted: dict[str, Any], *, partial: bool) -> None:
     """DCP-load the entries of `wanted` (in place) from the checkpoint's folder; `partial`:
     the folder may hold more than is asked for."""
-    folder = Path(checkpoint["_folder"])
+    folder = checkpoint["_folder"]
     try:
-        _dcp_load(wanted, _SafeReader(folder), _SafePlanner(allow_partial_load=partial), no_dist=not _distributed())
+        _dcp_load(wanted, _reader_of(folder), _SafePlanner(allow_partial_load=partial), no_dist=not _distributed())
     except Exception as error:  # noqa: BLE001 - named, with the folder
         raise CheckpointError(f"Checkpoint {checkpoint['_path']!r}: its shards could not be loaded ({type(error).__name__}: {error}).") from None
+
+
+def _reader_of(folder: str | Path | RemotePath) -> Any:
+    """The safe DCP reader of a local folder, or of a version folder in a bucket."""
+    if isinstance(folder, RemotePath):
+        from trainer.checkpoint.sharded_remote import safe_reader
+
+        return safe_reader(folder)
+    return _SafeReader(Path(folder))
 
 
 def _distributed() -> bool:
@@ -292,14 +305,19 @@ def export_weights(source: str | os.PathLike[str], target: str | os.PathLike[str
     Example:
         >>> export_weights("runs/fsdp/checkpoints/last.ckpt", "weights.pt")  # doctest: +SKIP
     """
-    if is_remote(source):  # one file in an object store (sharded folders stay local)
-        weights = load_checkpoint(source)["module"]
-        return save_atomic({k: v.detach().clone().contiguous() for k, v in weights.items()}, target)
-    named = Path(source)
-    if _readable(named) is None:
-        weights = load_checkpoint(named)["module"]
+    checkpoint: dict[str, Any] | None = None
+    if is_remote(source):  # an object in a bucket: a single file, or the commit of a sharded version folder
+        from trainer.checkpoint.sharded_remote import attach_shards
+        from trainer.checkpoint.storage import location
+
+        where = location(source)
+        assert isinstance(where, RemotePath)
+        checkpoint = attach_shards(load_checkpoint(where), where)
+    elif _readable(Path(source)) is not None:
+        checkpoint = read_sharded(source)
+    if checkpoint is None or "_shards" not in checkpoint:
+        weights = (checkpoint if checkpoint is not None else load_checkpoint(source))["module"]
     else:
-        checkpoint = read_sharded(named)
         shards = checkpoint["_shards"]
         from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
@@ -307,7 +325,7 @@ def export_weights(source: str | os.PathLike[str], target: str | os.PathLike[str
         for key, entry in shards.state_dict_metadata.items():
             if key.startswith("module.") and isinstance(entry, TensorStorageMetadata):
                 weights[key[len("module."):]] = torch.empty(entry.size, dtype=entry.properties.dtype)
-        _dcp_load({"module": weights}, _SafeReader(Path(checkpoint["_folder"])), _SafePlanner(allow_partial_load=True), no_dist=True)
+        _dcp_load({"module": weights}, _reader_of(checkpoint["_folder"]), _SafePlanner(allow_partial_load=True), no_dist=True)
     return save_atomic({k: v.detach().clone().contiguous() for k, v in weights.items()}, target)
 
 
