@@ -35,6 +35,7 @@ import torch
 
 from trainer.checkpoint.format import (CheckpointError, _alive, _fsync_directory, load_checkpoint, other_kind_at,
                                        remove_checkpoint, save_atomic)
+from trainer.checkpoint.dcp_index import IndexUnpickler
 from trainer.checkpoint.host import ShardHost, module_of
 from trainer.checkpoint.storage import Location, RemotePath, is_remote
 from trainer.lightning.checkpoint import sharded_lightning_keys
@@ -341,30 +342,6 @@ def _dcp_load(state: dict[str, Any], reader: Any, planner: Any, no_dist: bool) -
 
 
 # ------------------------------------------------------------------- safe DCP readers
-_METADATA_MODULES = ("torch.distributed.checkpoint.metadata", "torch.distributed.checkpoint.filesystem")
-
-
-class _IndexUnpickler(pickle.Unpickler):
-    """Unpickles DCP's index: its own metadata classes, torch's dtypes/layouts/Size and paths."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        import importlib
-
-        if module in _METADATA_MODULES and not name.startswith("__"):
-            value = getattr(importlib.import_module(module), name, None)
-            if isinstance(value, type):
-                return value
-        if module == "torch":
-            value = getattr(torch, name, None)
-            if value is torch.Size or isinstance(value, (torch.dtype, torch.layout, torch.memory_format)):
-                return value
-        if (module, name) in {("torch.serialization", "_get_layout"), ("collections", "OrderedDict")}:
-            return getattr(importlib.import_module(module), name)
-        if module == "pathlib" and name in ("PosixPath", "WindowsPath", "PurePosixPath", "PureWindowsPath", "Path"):
-            return getattr(importlib.import_module(module), name)
-        raise pickle.UnpicklingError(f"{module}.{name} is not part of a DCP index")
-
-
 def _reader_class() -> Any:
     from torch.distributed.checkpoint import FileSystemReader
 
@@ -373,7 +350,7 @@ def _reader_class() -> Any:
             from torch.distributed.checkpoint.metadata import StorageMeta
 
             with open(Path(self.path) / _DCP_INDEX, "rb") as stream:
-                metadata = _IndexUnpickler(stream).load()
+                metadata = IndexUnpickler(stream).load()
             if getattr(metadata, "storage_meta", None) is None:
                 metadata.storage_meta = StorageMeta()
             metadata.storage_meta.load_id = self.load_id

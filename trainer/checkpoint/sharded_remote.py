@@ -139,10 +139,10 @@ def attach_shards(state: dict[str, Any], where: RemotePath) -> dict[str, Any]:
 def _unpickle_index(data: bytes, name: str) -> Any:
     import io
 
-    from trainer.checkpoint.sharded import _IndexUnpickler
+    from trainer.checkpoint.dcp_index import IndexUnpickler
 
     try:
-        return _IndexUnpickler(io.BytesIO(data)).load()
+        return IndexUnpickler(io.BytesIO(data)).load()
     except pickle.UnpicklingError as error:
         raise CheckpointError(
             f"Checkpoint {name!r}: its {_INDEX} holds objects other than DCP's index ({error}), so it was refused "
