@@ -29,7 +29,6 @@ import pickle
 import re
 import uuid
 import zlib
-from collections.abc import Callable
 from typing import Any
 
 from trainer.checkpoint.format import CheckpointError, save_atomic
@@ -41,11 +40,10 @@ _INDEX = ".metadata"
 _KEPT = re.compile(r"last-step=(\d+)\.ckpt")  # retention.py's kept copies of last.ckpt
 
 
-def save_to_bucket(tensors: dict[str, Any], meta: dict[str, Any], target: RemotePath, strategy: Any,
-                   process_group: Any = None) -> Callable[[], None] | None:
+def save_to_bucket(tensors: dict[str, Any], meta: dict[str, Any], target: RemotePath, strategy: Any) -> None:
     """Every rank: write `tensors` (DCP) into a fresh version folder beside `target`, then (rank 0)
-    commit it by writing `meta` at `target`. With `process_group`, the shards are written in the
-    background and the returned function completes the save (as `sharded.save_sharded`)."""
+    commit it by writing `meta` at `target`. Synchronous: the save is committed on return
+    (`async_checkpointing=True` is refused for a bucket before the first step: io.py)."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
 
@@ -62,23 +60,9 @@ def save_to_bucket(tensors: dict[str, Any], meta: dict[str, Any], target: Remote
         save_atomic(state, target)  # the commit: until here readers see the previous version
         collect_versions(target, keep=version)
 
-    if process_group is not None:
-        from trainer.checkpoint.background import stage
-
-        staged = stage(meta)
-        response = dcp.async_save(tensors, storage_writer=writer, process_group=process_group)
-        future: Any = getattr(response, "upload_completion", response)
-
-        def complete() -> None:
-            future.result()  # every rank's shards are written once rank 0's save returns
-            if rank_zero:
-                commit(staged)
-
-        return complete
     dcp.save(tensors, storage_writer=writer)  # collective; ends after rank 0 wrote the index
     if rank_zero:
         commit(meta)
-    return None
 
 
 def _read_bytes(where: RemotePath) -> bytes:
