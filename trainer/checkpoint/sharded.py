@@ -14,6 +14,9 @@ aside, then removed). A kill at any moment leaves the previous checkpoint whole:
 its name, or, between the two renames, aside as `.NAME.ckpt.PID.old`, which loading and
 the next save put back.
 
+In a bucket (`s3://...`) there is no rename: sharded_remote.py writes a version folder and
+commits it with an object instead.
+
 Never runs code: DCP reads its index with `pickle` and non-tensor entries with
 `torch.load(weights_only=False)`; here both go through restricted readers that accept only
 DCP's own metadata classes and plain data.
