@@ -255,9 +255,10 @@ def test_paths_in_the_bucket_everywhere(server: S3Server, tmp_path: Path) -> Non
     assert load_checkpoint(f"{root}/default/version_0/last.ckpt")["global_step"] == 16
 
 
-def test_sharded_checkpoints_refuse_a_url_before_any_step() -> None:
-    """FSDP's sharded folders are not written to a bucket yet: refused with what to do instead
-    (the check that runs for root_dir, ModelCheckpoint's dirpath and every save)."""
+def test_sharded_checkpoints_may_go_to_a_url(server: S3Server) -> None:
+    """FSDP's sharded checkpoints are written to a bucket too (tests/checkpoint/test_s3_sharded.py):
+    the check before any step (root_dir, ModelCheckpoint's dirpath) asks that the bucket answers,
+    and refuses async_checkpointing=True for writing there."""
     from trainer.checkpoint.io import Checkpoints
 
     class Strategy:
@@ -270,8 +271,14 @@ def test_sharded_checkpoints_refuse_a_url_before_any_step() -> None:
         strategy, args = Strategy(), Args()
 
     context = Context()  # held: the checkpoints keep only a weak reference to their run
-    with pytest.raises(CheckpointError, match=r"'s3://bucket/run'.*sharded checkpoint folders can't be written to a URL"):  # held: the checkpoints keep only a weak reference to their run
-        Checkpoints(context).check_location("s3://bucket/run")  # type: ignore[arg-type]
+    Checkpoints(context).check_location(f"s3://{server.bucket()}/run")  # type: ignore[arg-type]
+    with pytest.raises(StorageError, match="does not exist"):
+        Checkpoints(context).check_location("s3://no-such-bucket-here/run")  # type: ignore[arg-type]
+    # background saves of sharded checkpoints to a bucket: refused before any step (reading one is not)
+    context.args.async_checkpointing = True  # type: ignore[attr-defined]
+    with pytest.raises(CheckpointError, match=r"'s3://.*/run'.*synchronously only.*async_checkpointing=False"):
+        Checkpoints(context).check_location(f"s3://{server.bucket()}/run")  # type: ignore[arg-type]
+    Checkpoints(context).check_location(f"s3://{server.bucket()}/run/last.ckpt", writing=False)  # type: ignore[arg-type]
 
 
 def test_storage_options_are_neither_logged_nor_saved(tmp_path: Path) -> None:

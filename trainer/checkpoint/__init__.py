@@ -8,6 +8,8 @@
   precision, loop, loggers, callbacks, data order, random streams, ...);
 - `state.py`: the Trainer's whole state as a checkpoint dict (the parts, the cut, Lightning's keys), and back;
 - `sharded.py`: a folder of shards every rank writes (FSDP), with the single file's guarantees;
+  `sharded_remote.py`: the same in a bucket (version folders committed by an object);
+  `dcp_index.py`: DCP's index read without running code;
 - `storage.py`: a checkpoint's location, a local path or a URL (`s3://...`) with the same guarantees.
 
 Example:

@@ -164,9 +164,11 @@ def _save_remote(state: dict[str, Any], target: Location) -> Location:
 
     loop = state.get("loop")
     step = loop.get("global_step") if isinstance(loop, dict) else None
+    sharded = state.get("sharded")
     try:
         target.write_object(write, step if isinstance(step, int) else None,
-                            resumable=isinstance(loop, dict) and state.get("weights_only") is not True)
+                            resumable=isinstance(loop, dict) and state.get("weights_only") is not True,
+                            shards=sharded.get("folder") if isinstance(sharded, dict) else None)
     except (CheckpointError, MemoryError, KeyboardInterrupt):
         raise
     except Exception as error:  # noqa: BLE001 - said with the path and what is intact

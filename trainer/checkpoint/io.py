@@ -32,6 +32,7 @@ from trainer.checkpoint.format import CheckpointError, check_layout, load_checkp
 from trainer.checkpoint.host import StateHost
 from trainer.checkpoint.latest import agree_on_last, facts_of_run, note, recorded_step, run_folder_of, user_stacklevel
 from trainer.checkpoint.sharded import is_sharded, read_sharded
+from trainer.checkpoint.sharded_remote import attach_shards
 from trainer.checkpoint.bucket_runs import checkpoint_folder, log_folder
 from trainer.checkpoint.storage import Location, RemotePath, check_reachable, identity, is_remote, location
 from trainer.checkpoint.state import collect_state, collect_weights, restore_module, restore_state
@@ -114,17 +115,19 @@ class Checkpoints:
     def last_path(self) -> Location:
         return self.checkpoint_dir / "last.ckpt"
 
-    def check_location(self, path: str | Path | RemotePath) -> None:
+    def check_location(self, path: str | Path | RemotePath, *, writing: bool = True) -> None:
         """Before any step: a URL's bucket exists and the credentials may use it (a clear error names
-        the path and what to check); refused for FSDP's sharded folders. Nothing for a local path."""
+        the path and what to check); FSDP's sharded checkpoints are not written there in the
+        background (`writing`: this run saves there). Nothing for a local path."""
         where = self.location(path)
         if not isinstance(where, RemotePath):
             return
-        if self.context.strategy.sharded_checkpoints:
+        context = self.context
+        if writing and context.strategy.sharded_checkpoints and getattr(context.args, "async_checkpointing", False):
             raise CheckpointError(
-                f"Checkpoint location {str(where)!r}: FSDP's sharded checkpoint folders can't be written to a URL yet. "
-                "Expected a local (or shared) folder for strategy='fsdp': set root_dir / ModelCheckpoint(dirpath=...) "
-                "to one and copy the folders to the bucket after the run."
+                f"Checkpoint location {str(where)!r}: FSDP's sharded checkpoints are written to a bucket synchronously "
+                "only, and this Trainer has async_checkpointing=True. Expected async_checkpointing=False with a URL "
+                "root_dir / ModelCheckpoint(dirpath=...), or a local (or shared) folder for background saves."
             )
         check_reachable(where)  # every rank: all of them stop here together, none is left waiting
 
@@ -168,8 +171,6 @@ class Checkpoints:
         (trainer/checkpoint/background.py); `keep`: the retention of the run's last.ckpt."""
         target = self.location(path)
         context = self.context
-        if isinstance(target, RemotePath) and context.strategy.sharded_checkpoints:
-            self.check_location(target)  # refused, with what to do instead
         if not weights_only:
             context.output.flush()  # what was logged up to this step is on disk before the checkpoint that resumes after it
         args, strategy = context.args, context.strategy
@@ -178,7 +179,9 @@ class Checkpoints:
             state = collect_weights(context, target)
         else:
             state = collect_state(context, allow_partial=allow_partial, target=target)
-        self._files.write(state, target, strategy, background=context.output.in_fit and args.async_checkpointing,
+        background = context.output.in_fit and args.async_checkpointing and not (  # FSDP into a bucket: synchronous
+            strategy.sharded_checkpoints and isinstance(target, RemotePath))
+        self._files.write(state, target, strategy, background=background,
                           keep=keep, shards=context if strategy.sharded_checkpoints else None)  # FSDP: every rank writes
         self.saves += int(self.writes)
         if not weights_only and context.output.in_fit:
@@ -234,7 +237,7 @@ class Checkpoints:
             state = self._read_last(weights_only, facts_of_run(self.context, module, weights_only))
         else:
             if is_remote(ckpt_path) and not weights_only:
-                self.check_location(ckpt_path)
+                self.check_location(ckpt_path, writing=False)
             state = self._read_on_every_rank(ckpt_path)
             check_layout(state, weights_only=weights_only)
             if not weights_only and str(ckpt_path) != "best" and self.writes and output.planned_dir() is None:
@@ -325,7 +328,9 @@ class Checkpoints:
             ckpt_path = self._best_path()
         if not isinstance(ckpt_path, RemotePath) and not is_remote(ckpt_path) and is_sharded(ckpt_path):
             return read_sharded(ckpt_path)
-        return load_checkpoint(self.location(ckpt_path), verify=verify)
+        where = self.location(ckpt_path)
+        state = load_checkpoint(where, verify=verify)
+        return attach_shards(state, where) if isinstance(where, RemotePath) else state  # FSDP's, in a bucket
 
     def _best_path(self) -> Location:
         """ckpt_path="best": the best file of the Trainer's ModelCheckpoint (Lightning's rule)."""
@@ -384,10 +389,15 @@ def other_kind_in(folder: Location, sharded: bool) -> str | None:
     """Why a run writing sharded folders (`sharded`) or single files can't go on in `folder`:
     its last.ckpt is of the other kind, and the first save would replace it. None: it can."""
     last = folder / "last.ckpt"
-    if not ((last.is_dir() and not sharded) or (last.is_file() and sharded)):
+    if isinstance(last, RemotePath):  # an object: the commit of a sharded version folder or a single file (S3 knows)
+        if not last.is_file() or last.protocol not in ("s3", "s3a") or (last.shards_folder() is not None) == sharded:
+            return None
+        there, here = ("a sharded checkpoint", "single files") if not sharded else ("a single file", "sharded checkpoints")
+    elif not ((last.is_dir() and not sharded) or (last.is_file() and sharded)):
         return None
-    there, here = ("a sharded folder (strategy='fsdp')", "single files") if last.is_dir() else (
-        "a single file", "sharded folders (strategy='fsdp')")
+    else:
+        there, here = ("a sharded folder (strategy='fsdp')", "single files") if last.is_dir() else (
+            "a single file", "sharded folders (strategy='fsdp')")
     return (
         f"Run folder {str(folder)!r} holds last.ckpt as {there}, and this run writes {here}: its first save would "
         "replace that run's checkpoint with one of another kind. Nothing was trained. Expected the strategy and "

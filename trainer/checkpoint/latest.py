@@ -89,7 +89,7 @@ def run_facts(state: dict[str, Any], path: Location) -> dict[str, Any]:
         "data class": data.get("class_path") if isinstance(data, dict) else None,
         "precision": precision.get("name") if isinstance(precision, dict) else None,
         "processes": world,
-        "checkpoint kind": "sharded folder" if path.is_dir() else "single file",
+        "checkpoint kind": "sharded folder" if isinstance(sharded, dict) or path.is_dir() else "single file",
     }
 
 
@@ -190,7 +190,12 @@ def peek(path: Location) -> Candidate:
 
 
 def _load(path: Location) -> dict[str, Any]:
-    state = read_sharded(path) if isinstance(path, Path) and path.is_dir() else load_checkpoint(path)
+    if isinstance(path, RemotePath):  # a single file, or the commit of FSDP's shards in a bucket
+        from trainer.checkpoint.sharded_remote import attach_shards
+
+        state = attach_shards(load_checkpoint(path), path)
+    else:
+        state = read_sharded(path) if path.is_dir() else load_checkpoint(path)
     check_layout(state)
     return state
 

@@ -14,6 +14,9 @@ aside, then removed). A kill at any moment leaves the previous checkpoint whole:
 its name, or, between the two renames, aside as `.NAME.ckpt.PID.old`, which loading and
 the next save put back.
 
+In a bucket (`s3://...`) there is no rename: sharded_remote.py writes a version folder and
+commits it with an object instead.
+
 Never runs code: DCP reads its index with `pickle` and non-tensor entries with
 `torch.load(weights_only=False)`; here both go through restricted readers that accept only
 DCP's own metadata classes and plain data.
@@ -35,8 +38,9 @@ import torch
 
 from trainer.checkpoint.format import (CheckpointError, _alive, _fsync_directory, load_checkpoint, other_kind_at,
                                        remove_checkpoint, save_atomic)
+from trainer.checkpoint.dcp_index import IndexUnpickler
 from trainer.checkpoint.host import ShardHost, module_of
-from trainer.checkpoint.storage import Location, is_remote
+from trainer.checkpoint.storage import Location, RemotePath, is_remote
 from trainer.lightning.checkpoint import sharded_lightning_keys
 
 __all__ = ["STATE_FILE", "is_sharded", "save_sharded", "read_sharded", "restore_sharded", "restore_sharded_optimizers",
@@ -52,7 +56,7 @@ def is_sharded(path: str | os.PathLike[str]) -> bool:
 
 
 # ------------------------------------------------------------------------------ writing
-def save_sharded(state: dict[str, Any], target: Path, trainer: ShardHost, *,
+def save_sharded(state: dict[str, Any], target: Location, trainer: ShardHost, *,
                  process_group: Any = None) -> Callable[[], None] | None:
     """Every rank: write `state` (from `collect_state`) as the folder `target`.
 
@@ -78,6 +82,13 @@ def save_sharded(state: dict[str, Any], target: Path, trainer: ShardHost, *,
     if "optimizers" in state:
         meta["optimizers"] = entries
     sharded_lightning_keys(meta)  # Lightning's keys of what moved into the shards
+    if isinstance(target, RemotePath):  # a bucket: a version folder, committed by an object (sharded_remote.py)
+        from trainer.checkpoint.sharded_remote import save_to_bucket
+
+        if process_group is not None:
+            raise CheckpointError(f"Checkpoint {str(target)!r}: sharded checkpoints are written to a bucket synchronously only.")
+        save_to_bucket(tensors, meta, target, strategy)
+        return None
     token = strategy.broadcast_object(os.getpid())
     temporary = target.with_name(f".{target.name}.{token}.tmp")
     prepared: Exception | None = None
@@ -271,11 +282,20 @@ def restore_sharded_optimizers(module: torch.nn.Module, optimizers: list[torch.o
 def _load_shards(checkpoint: dict[str, Any], wanted: dict[str, Any], *, partial: bool) -> None:
     """DCP-load the entries of `wanted` (in place) from the checkpoint's folder; `partial`:
     the folder may hold more than is asked for."""
-    folder = Path(checkpoint["_folder"])
+    folder = checkpoint["_folder"]
     try:
-        _dcp_load(wanted, _SafeReader(folder), _SafePlanner(allow_partial_load=partial), no_dist=not _distributed())
+        _dcp_load(wanted, _reader_of(folder), _SafePlanner(allow_partial_load=partial), no_dist=not _distributed())
     except Exception as error:  # noqa: BLE001 - named, with the folder
         raise CheckpointError(f"Checkpoint {checkpoint['_path']!r}: its shards could not be loaded ({type(error).__name__}: {error}).") from None
+
+
+def _reader_of(folder: str | Path | RemotePath) -> Any:
+    """The safe DCP reader of a local folder, or of a version folder in a bucket."""
+    if isinstance(folder, RemotePath):
+        from trainer.checkpoint.sharded_remote import safe_reader
+
+        return safe_reader(folder)
+    return _SafeReader(Path(folder))
 
 
 def _distributed() -> bool:
@@ -292,14 +312,19 @@ def export_weights(source: str | os.PathLike[str], target: str | os.PathLike[str
     Example:
         >>> export_weights("runs/fsdp/checkpoints/last.ckpt", "weights.pt")  # doctest: +SKIP
     """
-    if is_remote(source):  # one file in an object store (sharded folders stay local)
-        weights = load_checkpoint(source)["module"]
-        return save_atomic({k: v.detach().clone().contiguous() for k, v in weights.items()}, target)
-    named = Path(source)
-    if _readable(named) is None:
-        weights = load_checkpoint(named)["module"]
+    checkpoint: dict[str, Any] | None = None
+    if is_remote(source):  # an object in a bucket: a single file, or the commit of a sharded version folder
+        from trainer.checkpoint.sharded_remote import attach_shards
+        from trainer.checkpoint.storage import location
+
+        where = location(source)
+        assert isinstance(where, RemotePath)
+        checkpoint = attach_shards(load_checkpoint(where), where)
+    elif _readable(Path(source)) is not None:
+        checkpoint = read_sharded(source)
+    if checkpoint is None or "_shards" not in checkpoint:
+        weights = (checkpoint if checkpoint is not None else load_checkpoint(source))["module"]
     else:
-        checkpoint = read_sharded(named)
         shards = checkpoint["_shards"]
         from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
@@ -307,7 +332,7 @@ def export_weights(source: str | os.PathLike[str], target: str | os.PathLike[str
         for key, entry in shards.state_dict_metadata.items():
             if key.startswith("module.") and isinstance(entry, TensorStorageMetadata):
                 weights[key[len("module."):]] = torch.empty(entry.size, dtype=entry.properties.dtype)
-        _dcp_load({"module": weights}, _SafeReader(Path(checkpoint["_folder"])), _SafePlanner(allow_partial_load=True), no_dist=True)
+        _dcp_load({"module": weights}, _reader_of(checkpoint["_folder"]), _SafePlanner(allow_partial_load=True), no_dist=True)
     return save_atomic({k: v.detach().clone().contiguous() for k, v in weights.items()}, target)
 
 
@@ -323,30 +348,6 @@ def _dcp_load(state: dict[str, Any], reader: Any, planner: Any, no_dist: bool) -
 
 
 # ------------------------------------------------------------------- safe DCP readers
-_METADATA_MODULES = ("torch.distributed.checkpoint.metadata", "torch.distributed.checkpoint.filesystem")
-
-
-class _IndexUnpickler(pickle.Unpickler):
-    """Unpickles DCP's index: its own metadata classes, torch's dtypes/layouts/Size and paths."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        import importlib
-
-        if module in _METADATA_MODULES and not name.startswith("__"):
-            value = getattr(importlib.import_module(module), name, None)
-            if isinstance(value, type):
-                return value
-        if module == "torch":
-            value = getattr(torch, name, None)
-            if value is torch.Size or isinstance(value, (torch.dtype, torch.layout, torch.memory_format)):
-                return value
-        if (module, name) in {("torch.serialization", "_get_layout"), ("collections", "OrderedDict")}:
-            return getattr(importlib.import_module(module), name)
-        if module == "pathlib" and name in ("PosixPath", "WindowsPath", "PurePosixPath", "PureWindowsPath", "Path"):
-            return getattr(importlib.import_module(module), name)
-        raise pickle.UnpicklingError(f"{module}.{name} is not part of a DCP index")
-
-
 def _reader_class() -> Any:
     from torch.distributed.checkpoint import FileSystemReader
 
@@ -355,7 +356,7 @@ def _reader_class() -> Any:
             from torch.distributed.checkpoint.metadata import StorageMeta
 
             with open(Path(self.path) / _DCP_INDEX, "rb") as stream:
-                metadata = _IndexUnpickler(stream).load()
+                metadata = IndexUnpickler(stream).load()
             if getattr(metadata, "storage_meta", None) is None:
                 metadata.storage_meta = StorageMeta()
             metadata.storage_meta.load_id = self.load_id

@@ -209,6 +209,12 @@ class RemotePath:
         step = metadata.get(_STEP, "")
         return (int(step) if step.isdigit() else None), metadata[_RESUMABLE] == "1"
 
+    def shards_folder(self) -> str | None:
+        """S3: the version folder of FSDP's shards this checkpoint object commits (`write_object`'s
+        metadata, relative to its folder), or None: a single-file checkpoint, or not known."""
+        details = self._details()
+        return (self._metadata(details).get(_SHARDS) or None) if details is not None else None
+
     def _written_ns(self, details: dict[str, Any]) -> int:
         """When the checkpoint was written (ns): S3's object metadata `write_object` sets, which a
         copy keeps (a kept `last-step=N.ckpt` is as old as the file it keeps, as a hard link is on
@@ -257,13 +263,15 @@ class RemotePath:
         """A server-side copy (one request; it appears whole, and keeps the metadata: its time of writing)."""
         self.fs.copy(self.key, target.key)
 
-    def write_object(self, write: Callable[[IO[bytes]], None], step: int | None = None, resumable: bool = False) -> None:
+    def write_object(self, write: Callable[[IO[bytes]], None], step: int | None = None, resumable: bool = False,
+                     shards: str | None = None) -> None:
         """Write the object through `write(handle)`, committed only once `write` returned (see the
-        module); on S3 its time of writing, `step` and `resumable` are stored as its metadata."""
+        module); on S3 its time of writing, `step`, `resumable` and the folder of the FSDP shards it
+        commits (`shards`) are stored as its metadata."""
         self._info = None
         self._abort_stale_uploads()
         metadata = {_WRITTEN: str(time.time_ns()), _RESUMABLE: "1" if resumable else "0",
-                    **({_STEP: str(step)} if step is not None else {})}
+                    **({_STEP: str(step)} if step is not None else {}), **({_SHARDS: shards} if shards else {})}
         extra = {"Metadata": metadata} if self.protocol in ("s3", "s3a") else {}
         try:
             handle = self.fs.open(self.key, "wb", autocommit=False, **extra)
@@ -312,7 +320,8 @@ class RemotePath:
 Location = Union[Path, RemotePath]
 _WRITTEN = "loopwright-written-ns"  # S3 metadata: the time a checkpoint was written,
 _STEP = "loopwright-step"  # the optimizer step it records,
-_RESUMABLE = "loopwright-resumable"  # and whether it resumes a run ("1") or holds weights only ("0")
+_RESUMABLE = "loopwright-resumable"  # whether it resumes a run ("1") or holds weights only ("0"),
+_SHARDS = "loopwright-shards"  # and the version folder of FSDP's shards it commits (sharded_remote.py)
 
 
 def _mtime_ns(details: Mapping[str, Any]) -> int:

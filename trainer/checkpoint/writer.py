@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection
-from pathlib import Path
 from typing import Any
 
 from trainer.checkpoint.background import BackgroundWrites, stage
@@ -81,7 +80,6 @@ class CheckpointWriter:
 
                     if strategy.is_global_zero and keep is not None:
                         keep_previous(target, keep, step)
-                    assert isinstance(target, Path)  # a URL is refused for sharded folders before any step
                     save_sharded(state, target, shards)
                     if strategy.is_global_zero and keep is not None:
                         prune_kept(target, keep, self.protect)
@@ -106,7 +104,6 @@ class CheckpointWriter:
 
             timeout = getattr(strategy, "timeout", None)
             self._group = dist.new_group(backend="gloo", **({"timeout": timeout} if timeout is not None else {}))
-        assert isinstance(target, Path)  # a URL is refused for sharded folders before any step
         complete = save_sharded(state, target, shards, process_group=self._group)  # every rank; stages, returns
         rank_zero = strategy.is_global_zero
 
