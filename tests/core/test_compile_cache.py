@@ -49,8 +49,9 @@ def test_a_resumed_process_with_an_empty_compiler_cache_hits_the_runs_cache_and_
     assert (run / SIDECAR).is_file()
 
     fresh = tmp_path / "inductor"  # a node that never compiled anything
-    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(fresh), "PYTHONPATH": str(ROOT)}  # same threads: same keys
-    done = subprocess.run([sys.executable, str(WORKER), str(run / "last.ckpt"), str(root), str(tmp_path)],
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(fresh), "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, str(WORKER), str(run / "last.ckpt"), str(root), str(tmp_path),
+                           str(torch.get_num_threads())],  # the thread count is part of the cache keys
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-4000:]
     resumed = json.loads((tmp_path / "resumed.json").read_text())

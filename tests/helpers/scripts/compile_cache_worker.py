@@ -1,4 +1,4 @@
-"""A compiled run resumed in a fresh process: `python compile_cache_worker.py CKPT ROOT OUT`.
+"""A compiled run resumed in a fresh process: `python compile_cache_worker.py CKPT ROOT OUT THREADS`.
 
 The test runs it with `TORCHINDUCTOR_CACHE_DIR` set to an empty folder, so every compiled graph
 either comes from the run's compile_cache.bin (loaded by the Trainer on resume) or is built
@@ -74,6 +74,7 @@ def main() -> None:
     from torch._dynamo.utils import counters
 
     checkpoint, root, out = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+    torch.set_num_threads(int(sys.argv[4]))  # the compiling process's: the thread count is in the cache keys
     lines = Lines()
     logging.getLogger("trainer").addHandler(lines)
     logging.getLogger("trainer").setLevel(logging.INFO)
