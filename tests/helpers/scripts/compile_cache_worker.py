@@ -1,4 +1,5 @@
-"""A compiled run resumed in a fresh process: `python compile_cache_worker.py CKPT ROOT OUT THREADS`.
+"""A compiled run in a process of its own (`python compile_cache_worker.py first ROOT OUT STEPS`), then
+resumed in a fresh process: `python compile_cache_worker.py CKPT ROOT OUT`.
 
 The test runs it with `TORCHINDUCTOR_CACHE_DIR` set to an empty folder, so every compiled graph
 either comes from the run's compile_cache.bin (loaded by the Trainer on resume) or is built
@@ -73,11 +74,18 @@ class Lines(logging.Handler):
 def main() -> None:
     from torch._dynamo.utils import counters
 
-    checkpoint, root, out = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
-    torch.set_num_threads(int(sys.argv[4]))  # the compiling process's: the thread count is in the cache keys
     lines = Lines()
     logging.getLogger("trainer").addHandler(lines)
     logging.getLogger("trainer").setLevel(logging.INFO)
+    if sys.argv[1] == "first":  # the first run, 3 steps, in a process of its own (as the resumed one)
+        root, out, steps = Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4])
+        torch.manual_seed(0)
+        module = Linear()
+        trainer(max_steps=steps, root_dir=root, run_name="job").fit(module, loader())
+        (out / f"first{steps}.json").write_text(json.dumps({"frames": counters["frames"]["ok"], "lines": lines.lines}))
+        torch.save(module.state_dict(), out / f"first{steps}.pt")
+        return
+    checkpoint, root, out = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
     torch.manual_seed(1)  # not the first run's weights: the checkpoint's must win
     module, first = Linear(), FirstStep()
     trainer(max_steps=6, root_dir=root, callbacks=[first]).fit(
