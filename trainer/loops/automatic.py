@@ -92,6 +92,7 @@ class AutomaticOptimization(OverrideSteps):
         self.all_finite = context.strategy.all_finite
         factor = context.args.loss_spike_factor
         self.spikes = LossSpikes(context, factor) if factor is not None and self.host_guard else None
+        self.plain_guard = self.spikes is None and not context.args.nonfinite_grad_norm  # the loss alone is read
         # fp32 on one process: no autocast and no sync context to enter around each micro-batch
         self.bare = context.strategy.world_size == 1 and all(
             isinstance(manager, contextlib.nullcontext)
@@ -268,7 +269,7 @@ class AutomaticOptimization(OverrideSteps):
             # or none with a fused optimizer, which skips on the device.
             if self.device_guard:
                 found_inf = context.strategy.max_over_ranks((~torch.isfinite(window_loss)).float())
-            elif self.host_guard and not self.all_finite(self._guarded(window_loss)):
+            elif self.host_guard and not self.all_finite(window_loss if self.plain_guard else self._guarded(window_loss)):
                 self._nonfinite_loss(batches_done)
                 return
             elif self.spikes is not None:
