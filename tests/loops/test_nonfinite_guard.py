@@ -36,8 +36,11 @@ class Poisoned(Module):
         loss = F.mse_loss(self.layer(x), y)
         if self.trainer.global_step == self.poison_step:
             self.poison_step = None
-            return loss * float("nan")
+            return self.poison(loss)
         return loss
+
+    def poison(self, loss: torch.Tensor) -> torch.Tensor:
+        return loss * float("nan")
 
     def configure_optimizers(self) -> Any:
         optimizer = torch.optim.SGD(self.parameters(), lr=0.1, momentum=0.9)
@@ -153,14 +156,8 @@ def test_manual_optimization_refuses_the_skip_modes() -> None:
 class Spiking(Poisoned):
     """A finite loss 1000 times too large at step `poison_step` (once)."""
 
-    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        x, y, index = batch
-        self.trained.append(int(index[0]))
-        loss = F.mse_loss(self.layer(x), y)
-        if self.trainer.global_step == self.poison_step:
-            self.poison_step = None
-            return loss * 1000.0
-        return loss
+    def poison(self, loss: torch.Tensor) -> torch.Tensor:
+        return loss * 1000.0
 
 
 def spiking_fit(tmp_path: Path, name: str, mode: str, factor: float | None, poison: int | None, ckpt: Path | None = None,
@@ -198,14 +195,8 @@ def test_a_spiking_loss_counts_as_nonfinite_when_asked(tmp_path: Path) -> None:
 class NanGradient(Poisoned):
     """A finite loss whose gradient is nan at step `poison_step` (sqrt at 0), once."""
 
-    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        x, y, index = batch
-        self.trained.append(int(index[0]))
-        loss = F.mse_loss(self.layer(x), y)
-        if self.trainer.global_step == self.poison_step:
-            self.poison_step = None
-            return loss + torch.sqrt(self.layer.weight.sum() * 0)  # d sqrt(u)/du at 0: inf, times 0: nan
-        return loss
+    def poison(self, loss: torch.Tensor) -> torch.Tensor:
+        return loss + torch.sqrt(self.layer.weight.sum() * 0)  # d sqrt(u)/du at 0: inf, times 0: nan
 
 
 def test_a_nonfinite_gradient_norm_is_guarded_when_asked(tmp_path: Path) -> None:
