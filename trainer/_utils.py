@@ -25,8 +25,16 @@ def move_to_device(batch: Any, device: torch.device) -> Any:
     mappings rebuilt as their own type when possible) and dataclass instances.
     """
     cls = type(batch)
-    if cls is tuple or cls is list:  # the common case first: a plain tuple/list of tensors
-        return cls([move_to_device(item, device) for item in batch])
+    if cls is tuple or cls is list:  # the common case first: a plain tuple/list of tensors, in one frame
+        moved = []
+        for item in batch:
+            if type(item) is torch.Tensor:
+                if item.device != device:
+                    item = item.to(device, non_blocking=device.type != "cpu")
+            else:
+                item = move_to_device(item, device)
+            moved.append(item)
+        return cls(moved)
     if isinstance(batch, torch.Tensor):
         # non_blocking only towards an accelerator: a non-blocking copy *to* the CPU may be
         # read before it has landed

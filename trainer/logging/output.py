@@ -277,13 +277,12 @@ class RunOutput:
         if self._progress is not None:
             self._progress.set_postfix(ordered(self.shown))
 
-    def step_done(self, window_loss: torch.Tensor | None) -> None:
-        """After an optimizer step that wrote nothing: kept for `log_last_step`; the bar's
-        loss refreshed every 0.5 s (logging/live.py)."""
-        self._last_loss, self._step_unwritten = window_loss, True
-        self._last_step_epoch = self.context.state.epoch
+    def step_done(self, window_loss: torch.Tensor | None, epoch: int, step: int) -> None:
+        """After the optimizer step `step` of `epoch` that wrote nothing: kept for `log_last_step`;
+        the bar's loss refreshed every 0.5 s (logging/live.py)."""
+        self._last_loss, self._step_unwritten, self._last_step_epoch = window_loss, True, epoch
         if self._progress is not None:
-            self._live.step(self._progress, self.shown, window_loss, self.context.state.global_step, self._fresh_values)
+            self._live.step(self._progress, self.shown, window_loss, step, self._fresh_values)
 
     def log_last_step(self) -> None:
         """Fit ends between logging steps: the last step's training scalars are written too

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,6 +38,8 @@ from trainer.loops.context import RunContext, module_of, optimizers_of
 from trainer.loops.guard import LossSpikes, nonfinite_window
 from trainer.loops.items import HeldWindow, is_item_output, mixed_window_error
 from trainer.loops.overrides import LoopOptimizer, OverrideSteps, check_overrides, step_schedulers
+from trainer.precision import Precision
+from trainer.strategies.base import Strategy
 
 __all__ = ["AutomaticOptimization", "copies_kept_losses"]
 
@@ -119,6 +122,22 @@ class AutomaticOptimization(OverrideSteps):
         # forward included) overwrites: the loss kept past its step (for the bar and the last
         # step's scalars) is then a copy of it, one scalar copy on the device per step.
         self.copy_kept_loss = copies_kept_losses(context.args.compile)
+        # The plain configuration (decided once per fit): one process in fp32, none of the module's
+        # step overrides, no hook around backward or the step, and a guard that reads the loss
+        # alone. Its micro-batches run in `_plain_run`: the same operations in the same order, in
+        # fewer frames and with nothing decided per step (the per-step overhead, docs/performance.md).
+        precision = context.precision
+        self.plain = (
+            self.bare and self.plain_guard and not self.device_guard and not self.defer_skips
+            and not self.copy_kept_loss and self.proxy is None and self.zero_hook is None
+            and self.clip_hook is None and self.backward_hook is None
+            and not (self.want_before_backward or self.want_after_backward or self.want_before_step
+                     or self.want_before_zero_grad or self.want_step_end)
+            and type(precision).backward is Precision.backward
+            and type(precision).optimizer_step is Precision.optimizer_step
+        )
+        # one process's guard: the loss's one host read, without a call through the strategy
+        self.finite = math.isfinite if type(context.strategy).all_finite is Strategy.all_finite else self.all_finite
 
     def reset(self) -> None:
         self.window_loss = None
@@ -135,6 +154,8 @@ class AutomaticOptimization(OverrideSteps):
             if last:
                 self.end_window(batch_idx + 1)
             return output
+        if self.plain:
+            return self._plain_run(batch, batch_idx, size, last)
         if last and self.step_hook is not None:
             return self._hooked_end(batch, batch_idx, size)
         output = self._micro_batch(batch, batch_idx, size, last)
@@ -142,6 +163,66 @@ class AutomaticOptimization(OverrideSteps):
         if last:
             self.end_window(batch_idx + 1)
         return output
+
+    def _plain_run(self, batch: Any, batch_idx: int, size: int, last: bool) -> Any:
+        """`run` in the plain configuration (`self.plain`): `_micro_batch`, then at the window's
+        end `_plain_step`; a skipped batch or an item-weighted window is handled as `run` does."""
+        context = self.context
+        self.batch_loss = None
+        output = context.train_step(batch, batch_idx)
+        if type(output) is torch.Tensor and output.requires_grad and output.dim() == 0:  # extract_loss's common case
+            loss: torch.Tensor | None = output
+        else:
+            loss = extract_loss(output, batch_idx)
+        if loss is not None:
+            if loss is not output and is_item_output(output):
+                self._hold(output, loss, batch_idx, last)
+            else:
+                if size > 1:
+                    loss = loss / size  # the window's own length: a short last window too
+                loss.backward()
+                self.batch_loss = detached = loss.detach()
+                self.window_loss = detached if self.window_loss is None else self.window_loss + detached
+        context.output.progress_advance(batch)  # counted before the step's logging reads throughput
+        if last:
+            if self.held is None and self.window_loss is not None:
+                self._plain_step(batch_idx + 1)
+            else:
+                self.end_window(batch_idx + 1)
+        return output
+
+    def _plain_step(self, batches_done: int) -> None:
+        """`end_window` in the plain configuration: the guard's one read, the step (through
+        `_apply` when it clips or a norm may be written), the counters, the report."""
+        context = self.context
+        window_loss, self.window_loss = self.window_loss, None
+        assert window_loss is not None
+        if self.host_guard and not self.finite(window_loss):
+            self._nonfinite_loss(batches_done)
+            return
+        self.learning_windows += 1
+        state, args, signals = context.state, context.args, context.signals
+        assert signals is not None, "optimizer steps happen inside fit, under its signal guard"
+        every = args.log_every_n_steps
+        try:
+            if args.gradient_clip_val is not None or (state.global_step + 1) % every == 0:
+                norm, _ = self._apply(None)
+            else:
+                norm = None
+                signals.in_critical = True  # SIGINT now waits for the end of the step (see loops/signals.py)
+                self.optimizer.step()
+            # `_settle` for a step that ran, with no zero-grad hook or override
+            state.global_step += 1
+            state.batches_done = batches_done
+            if self.opt.schedulers:
+                self.step_schedulers("step", state.global_step)
+            self.optimizer.zero_grad(set_to_none=True)
+        finally:
+            signals.exit_critical()
+        if state.global_step % every == 0:
+            self._report(window_loss, norm, True)
+        else:
+            context.output.step_done(window_loss, state.epoch, state.global_step)  # the bar's loss every 0.5 s; the last step's, written at the end
 
     def batch_end_outputs(self, output: Any) -> Any:
         """What `on_train_batch_end` receives, as in Lightning: `{"loss": the micro-batch's loss
@@ -400,7 +481,8 @@ class AutomaticOptimization(OverrideSteps):
         else:
             if self.copy_kept_loss and window_loss is self.batch_loss:  # the forward's own memory
                 window_loss = window_loss.clone()
-            context.output.step_done(window_loss)  # the bar's loss every 0.5 s; the last step's, written at the end
+            state = context.state
+            context.output.step_done(window_loss, state.epoch, state.global_step)  # the bar's loss every 0.5 s; the last step's, written at the end
 
     def step_schedulers(self, interval: str, count: int) -> None:
         """The schedulers of `interval` due at `count`; through the module's `lr_scheduler_step`

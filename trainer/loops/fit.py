@@ -421,7 +421,7 @@ class FitLoop:
                         context.agree_preemption()
                     if not stop and state.global_step % args.log_every_n_steps == 0:
                         context.agree_stop()  # DDP: no per-step collective, only at logging steps
-                    if stop or self.stop_now():
+                    if stop or (state.stop_requested and self.stop_now()):  # the call only when asked
                         complete = total is not None and state.batches_done >= total
                         if complete:
                             if total == length and not combined:  # leave the loader as the uninterrupted run's loop does

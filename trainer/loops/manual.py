@@ -267,7 +267,7 @@ class ManualOptimization:
                 kept = _loss_of(output)
                 if kept is not None and context.args.compile:  # CUDA graphs reuse an output's memory
                     kept = kept.clone()
-                context.output.step_done(kept)
+                context.output.step_done(kept, state.epoch, state.global_step)
         return output
 
     def batch_end_outputs(self, output: Any) -> Any:
