@@ -281,6 +281,19 @@ def test_sharded_checkpoints_may_go_to_a_url(server: S3Server) -> None:
     Checkpoints(context).check_location(f"s3://{server.bucket()}/run/last.ckpt", writing=False)  # type: ignore[arg-type]
 
 
+def test_the_server_answers_past_a_pipe_full_of_its_log(server: S3Server) -> None:
+    """The server logs every request: its log must not block it once a pipe's worth (64 KiB) is
+    written, or every client hangs (the fixture sends it to a file). 96 KiB of logged requests."""
+    import urllib.error
+    import urllib.request
+
+    for _ in range(12):  # each request line is logged whole: 8 KiB each
+        try:
+            urllib.request.urlopen(f"{server.endpoint}/{'x' * 8192}", timeout=10).close()
+        except urllib.error.HTTPError:  # refused (no signature): answered all the same
+            pass
+
+
 def test_storage_options_are_neither_logged_nor_saved(tmp_path: Path) -> None:
     """storage_options may hold credentials: kept out of the checkpoint's config and the logged hyperparameters."""
     from tests.helpers.reference import RecordingLogger
