@@ -1,9 +1,10 @@
 """FSDP's sharded checkpoints in a bucket (two Gloo processes, a real S3 server: moto's server mode;
 skipped with the reason where s3fs or moto is missing): every rank writes its shards through DCP's
 fsspec writer into a fresh version folder, rank 0 commits it last; a run stopped mid-epoch resumes
-with ckpt_path="last" bit-identically, past a newer save
-cut short before its commit and a newer committed checkpoint that lost a shard file; export_weights
-turns the bucket's checkpoint into one plain file of the whole weights."""
+with ckpt_path="last" bit-identically, with synchronous and background saves (those commit on the
+writer's thread, after both ranks' shards are in), past a newer save cut short before its commit
+and a newer committed checkpoint that lost a shard file; export_weights turns the bucket's
+checkpoint into one plain file of the whole weights."""
 
 from __future__ import annotations
 
@@ -34,8 +35,10 @@ def test_fsdp_saves_to_a_bucket_and_resumes_the_newest_committed_version_exactly
     assert done.returncode == 0, f"fsdp_s3_worker failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
     results: list[dict[str, Any]] = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(2)]
     zero = results[0]
-    for mode in ("sync",):
+    for mode in ("sync", "async"):
         assert zero[f"{mode}/stopped_at"] == results[1][f"{mode}/stopped_at"] < zero[f"{mode}/resumed_step"]
+        # the save at the stop is committed when fit returns (a background one was waited for)
+        assert results[0][f"{mode}/committed_step"] == results[1][f"{mode}/committed_step"] == zero[f"{mode}/stopped_at"]
         at_stop = zero[f"{mode}/at_stop"]
         # nothing written locally: the commit object, DCP's index and both ranks' shards in the bucket
         assert "last.ckpt" in at_stop, at_stop
@@ -56,6 +59,12 @@ def test_fsdp_saves_to_a_bucket_and_resumes_the_newest_committed_version_exactly
                 assert torch.equal(whole[key], resumed[key]), f"{mode}, rank {rank}: {key} differs after the resume"
             assert result[f"{mode}/resumed_from"] == f"{zero[f'{mode}/folder']}/last.ckpt", result[f"{mode}/resumed_from"]
             assert result[f"{mode}/resumed_step"] == zero[f"{mode}/resumed_step"]
+    # background saves: committed by rank 0 on the writer's thread, once both ranks' shards were in
+    commits = zero["async/commits"]
+    assert len([name for _, name, _ in commits if name == "last.ckpt"]) >= 3, commits  # an epoch's end, the stop, the resumed run's
+    for thread, name, files in commits:
+        assert thread.startswith("checkpoint-writer") and {".metadata", "__0_0.distcp", "__1_0.distcp"} <= set(files), \
+            (thread, name, files)
     # before the sync resume: an uncommitted newest version of last.ckpt, and newer.ckpt committed
     # but missing a shard file; "last" read neither, and the next commit removed the uncommitted one
     before, damaged = zero["before_resume"], zero["damaged_version"]
