@@ -1,7 +1,12 @@
 """A real S3-compatible server for the tests: moto's server mode (`moto[server]`), started as a
 process of its own on 127.0.0.1 and a free port, once per test module, ended by its process id.
 Tests using it are skipped, with the reason, where s3fs or moto is missing or the server does not
-answer in time."""
+answer in time.
+
+The server logs one line per request; its output goes to an unnamed temporary file, never to a
+pipe: nobody reads a pipe while the tests run, and once its 64 KiB are full (some 600 requests)
+every request thread of the server blocks in that log write, so the server stops answering every
+client and the test hangs (and at exit its logging shutdown waits for those threads forever)."""
 
 from __future__ import annotations
 
@@ -11,12 +16,14 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import IO
 
 import pytest
 
@@ -61,8 +68,9 @@ def running_server(timeout: float = 60) -> Iterator[S3Server]:
     pytest.importorskip("moto.server", reason="moto's server mode is not installed (pip install 'moto[server]')")
     port = _free_port()
     endpoint = f"http://127.0.0.1:{port}"
+    log = tempfile.TemporaryFile()  # the server's request log: a file, never a pipe (see the module)
     process = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + timeout
         while True:
@@ -73,7 +81,7 @@ def running_server(timeout: float = 60) -> Iterator[S3Server]:
                 break
             except Exception:  # noqa: BLE001 - not answering yet
                 if process.poll() is not None or time.monotonic() > deadline:
-                    error = process.stderr.read().decode(errors="replace")[-1000:] if process.poll() is not None else ""
+                    error = _tail(log) if process.poll() is not None else ""
                     pytest.skip(f"the S3 test server (moto) did not start on {endpoint} within {timeout:g} s: {error}")
                 time.sleep(0.2)
         env = {**CREDENTIALS, "AWS_ENDPOINT_URL": endpoint}
@@ -94,8 +102,14 @@ def running_server(timeout: float = 60) -> Iterator[S3Server]:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
             process.wait()
-        if process.stderr is not None:
-            process.stderr.close()
+        log.close()
+
+
+def _tail(log: IO[bytes], size: int = 1000) -> str:
+    """The end of the server's log."""
+    log.flush()
+    log.seek(0)
+    return log.read().decode(errors="replace")[-size:]
 
 
 def process_env(server: S3Server) -> dict[str, str]:

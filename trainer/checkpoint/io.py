@@ -115,20 +115,12 @@ class Checkpoints:
     def last_path(self) -> Location:
         return self.checkpoint_dir / "last.ckpt"
 
-    def check_location(self, path: str | Path | RemotePath, *, writing: bool = True) -> None:
+    def check_location(self, path: str | Path | RemotePath) -> None:
         """Before any step: a URL's bucket exists and the credentials may use it (a clear error names
-        the path and what to check); FSDP's sharded checkpoints are not written there in the
-        background (`writing`: this run saves there). Nothing for a local path."""
+        the path and what to check). Nothing for a local path."""
         where = self.location(path)
         if not isinstance(where, RemotePath):
             return
-        context = self.context
-        if writing and context.strategy.sharded_checkpoints and getattr(context.args, "async_checkpointing", False):
-            raise CheckpointError(
-                f"Checkpoint location {str(where)!r}: FSDP's sharded checkpoints are written to a bucket synchronously "
-                "only, and this Trainer has async_checkpointing=True. Expected async_checkpointing=False with a URL "
-                "root_dir / ModelCheckpoint(dirpath=...), or a local (or shared) folder for background saves."
-            )
         check_reachable(where)  # every rank: all of them stop here together, none is left waiting
 
     # ------------------------------------------------------------------- a run's ends
@@ -179,9 +171,7 @@ class Checkpoints:
             state = collect_weights(context, target)
         else:
             state = collect_state(context, allow_partial=allow_partial, target=target)
-        background = context.output.in_fit and args.async_checkpointing and not (  # FSDP into a bucket: synchronous
-            strategy.sharded_checkpoints and isinstance(target, RemotePath))
-        self._files.write(state, target, strategy, background=background,
+        self._files.write(state, target, strategy, background=context.output.in_fit and args.async_checkpointing,
                           keep=keep, shards=context if strategy.sharded_checkpoints else None)  # FSDP: every rank writes
         self.saves += int(self.writes)
         if not weights_only and context.output.in_fit:
@@ -237,7 +227,7 @@ class Checkpoints:
             state = self._read_last(weights_only, facts_of_run(self.context, module, weights_only))
         else:
             if is_remote(ckpt_path) and not weights_only:
-                self.check_location(ckpt_path, writing=False)
+                self.check_location(ckpt_path)
             state = self._read_on_every_rank(ckpt_path)
             check_layout(state, weights_only=weights_only)
             if not weights_only and str(ckpt_path) != "best" and self.writes and output.planned_dir() is None:

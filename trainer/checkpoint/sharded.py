@@ -85,10 +85,7 @@ def save_sharded(state: dict[str, Any], target: Location, trainer: ShardHost, *,
     if isinstance(target, RemotePath):  # a bucket: a version folder, committed by an object (sharded_remote.py)
         from trainer.checkpoint.sharded_remote import save_to_bucket
 
-        if process_group is not None:
-            raise CheckpointError(f"Checkpoint {str(target)!r}: sharded checkpoints are written to a bucket synchronously only.")
-        save_to_bucket(tensors, meta, target, strategy)
-        return None
+        return save_to_bucket(tensors, meta, target, strategy, process_group)
     token = strategy.broadcast_object(os.getpid())
     temporary = target.with_name(f".{target.name}.{token}.tmp")
     prepared: Exception | None = None

@@ -9,6 +9,10 @@ Instead every save of `NAME` goes to a fresh version folder beside it, and a sma
   one upload committed last (storage.py): the trainer state (the single-file format, with its
   CRC-32), whose `sharded` entry names the version folder and the CRC-32 of its `.metadata`.
 
+With `async_checkpointing=True` the same steps run in the background (`dcp.async_save` over the
+writes' own Gloo group, then rank 0's commit in the writer's thread); the next save and the end
+of fit wait for them.
+
 Readers follow `NAME` only, so a save killed at any moment leaves `NAME` as it was (the previous
 version, whole) and an uncommitted version folder nobody reads; the next successful save of `NAME`
 removes its other versions (those of the kept `last-step=N.ckpt` copies of `last.ckpt` stay: a
@@ -29,6 +33,7 @@ import pickle
 import re
 import uuid
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 from trainer.checkpoint.format import CheckpointError, save_atomic
@@ -40,10 +45,16 @@ _INDEX = ".metadata"
 _KEPT = re.compile(r"last-step=(\d+)\.ckpt")  # retention.py's kept copies of last.ckpt
 
 
-def save_to_bucket(tensors: dict[str, Any], meta: dict[str, Any], target: RemotePath, strategy: Any) -> None:
+def save_to_bucket(tensors: dict[str, Any], meta: dict[str, Any], target: RemotePath, strategy: Any,
+                   process_group: Any = None) -> Callable[[], None] | None:
     """Every rank: write `tensors` (DCP) into a fresh version folder beside `target`, then (rank 0)
-    commit it by writing `meta` at `target`. Synchronous: the save is committed on return
-    (`async_checkpointing=True` is refused for a bucket before the first step: io.py)."""
+    commit it by writing `meta` at `target`; committed on return.
+
+    With `process_group` (a group of its own, for the writes' collectives: `async_checkpointing`)
+    the shards are copied off the training path and uploaded by `dcp.async_save` in the
+    background; the returned function (for a background thread, every rank) waits for them and
+    then, on rank 0, commits: the same steps in the same order, so a save cut short at any moment
+    leaves `target` at its previous version."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
 
@@ -60,9 +71,23 @@ def save_to_bucket(tensors: dict[str, Any], meta: dict[str, Any], target: Remote
         save_atomic(state, target)  # the commit: until here readers see the previous version
         collect_versions(target, keep=version)
 
-    dcp.save(tensors, storage_writer=writer)  # collective; ends after rank 0 wrote the index
-    if rank_zero:
-        commit(meta)
+    if process_group is None:
+        dcp.save(tensors, storage_writer=writer)  # collective; ends after rank 0 wrote the index
+        if rank_zero:
+            commit(meta)
+        return None
+    from trainer.checkpoint.background import stage
+
+    staged = stage(meta)  # the rest of the state, off the training path too
+    response = dcp.async_save(tensors, storage_writer=writer, process_group=process_group)  # stages the shards
+    future: Any = getattr(response, "upload_completion", response)  # a Future, or (a stager's) AsyncSaveResponse
+
+    def complete() -> None:
+        future.result()  # DCP's final collective: rank 0 wrote the index after every rank's shards were in
+        if rank_zero:
+            commit(staged)
+
+    return complete
 
 
 def _read_bytes(where: RemotePath) -> bytes:

@@ -2,7 +2,10 @@
 
 Usage: python -m torch.distributed.run --standalone --nproc_per_node=2 fsdp_s3_worker.py ROOT_URL OUT_DIR
 (the S3 server's endpoint and credentials in the environment). A run never interrupted, and the
-same run stopped by SIGTERM mid-epoch then resumed with ckpt_path="last" from the bucket. Before the sync resume, a newer save of last.ckpt is cut short
+same run stopped by SIGTERM mid-epoch then resumed with ckpt_path="last" from the bucket, with
+synchronous and background (`async_checkpointing=True`) saves; every commit of the background
+saves records the thread it ran on and what its version folder held then. Before the sync resume,
+a newer save of last.ckpt is cut short
 before its commit, and a newer committed checkpoint loses a shard file: "last" must pass both.
 Each rank writes OUT_DIR/rank{r}.pt for tests/checkpoint/test_s3_sharded.py.
 """
@@ -10,6 +13,7 @@ Each rank writes OUT_DIR/rank{r}.pt for tests/checkpoint/test_s3_sharded.py.
 from __future__ import annotations
 
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +23,7 @@ from torch.utils.data import DataLoader
 from tests.helpers.reference import make_data
 from tests.helpers.scripts.fsdp_worker import RANK, Terminate, full, resume_model, trainer
 from trainer import Trainer
-from trainer.checkpoint import sharded_remote
+from trainer.checkpoint import load_checkpoint, sharded_remote
 from trainer.distributed import FSDP
 
 
@@ -52,15 +56,30 @@ def cut_short(t: Trainer, target: Any) -> None:
     t.strategy.barrier()
 
 
+def recording_commits(commits: list[tuple[str, str, list[str]]]) -> None:
+    """Rank 0: each commit of a sharded save (the object naming its version folder) appends the
+    thread it ran on, the object's name and the version folder's files at that moment."""
+    original = sharded_remote.save_atomic
+
+    def commit(state: Any, path: Any) -> Any:
+        folder = path.parent / state["sharded"]["folder"]
+        commits.append((threading.current_thread().name, path.name, sorted(entry.name for entry in folder.iterdir())))
+        return original(state, path)
+
+    sharded_remote.save_atomic = commit  # type: ignore[assignment]
+
+
 def main() -> None:
     root, out = sys.argv[1], Path(sys.argv[2])
     data = make_data(40)
     loader = lambda: DataLoader(data, batch_size=4, shuffle=True)  # noqa: E731
     results: dict[str, Any] = {}
-    for mode, asynchronous in (("sync", False),):  # background saves to a bucket are refused before any step
-        whole = resume_model()
-        fsdp_trainer(None, f"whole-{mode}").fit(whole, loader())
+    whole = resume_model()
+    fsdp_trainer(None, "whole").fit(whole, loader())
+    for mode, asynchronous in (("sync", False), ("async", True)):
         results[f"{mode}/whole"] = full(whole)
+        if asynchronous and RANK == 0:
+            recording_commits(results.setdefault("async/commits", []))
         cut = resume_model()
         t = fsdp_trainer(root, mode, callbacks=[Terminate(at=4)], async_checkpointing=asynchronous)
         t.fit(cut, loader())
@@ -68,6 +87,7 @@ def main() -> None:
         folder = t._run.checkpoints.checkpoint_dir  # type: ignore[attr-defined]
         results[f"{mode}/folder"] = str(folder)
         results[f"{mode}/at_stop"] = listing(folder) if RANK == 0 else None
+        results[f"{mode}/committed_step"] = load_checkpoint(folder / "last.ckpt")["global_step"]  # fit waited for it
         results[f"{mode}/cut"] = full(cut)
         if RANK == 0:  # one plain file of the whole weights, from the bucket's sharded checkpoint
             from trainer.checkpoint import export_weights
