@@ -1,6 +1,8 @@
 """Checkpoints: the file format, the Trainer's state, and the sharded folders FSDP writes.
 
-- `format.py`: atomic writes, checked loads that never execute code, the format marker;
+- `format.py`: atomic writes, checked loads that never execute code; `schema.py`: the format
+  marker, `CheckpointError`, the layout check and plain data; `digest.py`: the whole-file CRC-32
+  stored as the zip comment;
 - `layout.py`: files of older versions of ours read with the current keys (Lightning's files and
   keys: `trainer/lightning/checkpoint.py`);
 - `registry.py`: the registry of stateful parts a checkpoint is made of (each registered once);
