@@ -9,7 +9,8 @@
   import their library when their run starts; `extras.py` says how to install it);
 - `multi.py`: `LoggerList`, `logger=[...]`;
 - `identity.py`: a logger's run identity, saved in checkpoints so a resume continues its run;
-- `metrics.py`: where `Module.log` values go, kept on their device until read;
+- `metrics.py`: where `Module.log` values go, kept on their device until read; `reduction.py`: the
+  running reductions and their read to the host; `monitor_error.py`: `MonitorError`;
 - `progress.py`: the tqdm bars;
 - `profiler.py`: `Trainer(profiler=...)`, traces of chosen optimizer steps.
 """

@@ -23,14 +23,15 @@ A metric object (a torchmetrics `Metric`) logged instead of a value follows Ligh
 rules (trainer/logging/metric_objects.py): its last forward per step, `compute()` at the
 epoch's close, `reset()` once the epoch is over (`end_train_epoch`, and the end of an
 evaluation pass).
+
+The reductions themselves and their read to the host: `reduction.py`; `MonitorError`: `monitor_error.py`.
 """
 
 from __future__ import annotations
 
-import difflib
 import logging
 import numbers
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -45,11 +46,12 @@ from trainer.logging.metric_objects import (
     reset_all,
     step_value,
 )
+from trainer.logging.monitor_error import MonitorError
+from trainer.logging.reduction import _REDUCTIONS, _as_tensor, _Reduction, batch_size_of, to_floats
 
 __all__ = ["MonitorError", "MetricStore", "to_floats", "EPOCH_SUFFIX", "STEP_SUFFIX", "AUTOMATIC", "batch_size_of"]
 
 log = logging.getLogger("trainer")
-_REDUCTIONS = ("mean", "sum", "max", "min")
 _UNSET = object()
 EPOCH_SUFFIX = "_epoch"
 STEP_SUFFIX = "_step"
@@ -58,89 +60,6 @@ AUTOMATIC = (
     "train/loss", "train/grad_norm", "train/loss_scale", "train/skipped_steps",
     "train/steps_per_sec", "train/samples_per_sec",
 )
-
-
-class MonitorError(KeyError, ValueError):
-    """A metric that a callback or scheduler monitors was never logged.
-
-    Raised during `fit` (after `last.ckpt` was written, so the finished work is kept); the
-    `trainer` command reports it as a clean error with exit code 2.
-    """
-
-    __module__ = "trainer.callback"  # its public home (also `trainer.MonitorError`)
-
-    def __str__(self) -> str:  # KeyError would quote the message
-        return str(self.args[0]) if self.args else ""
-
-    @staticmethod
-    def describe(owner: str, name: str, logged: Iterable[str]) -> str:
-        """One missing monitor: `owner` (e.g. "EarlyStopping(monitor='val_los')") and the closest
-        of the `logged` names, for a message that lists one or several of them.
-
-        Example:
-            >>> MonitorError.describe("EarlyStopping(monitor='val_los')", "val_los", ["val_loss", "train/loss"])
-            "EarlyStopping(monitor='val_los'): 'val_los' was never logged. Did you mean 'val_loss'?"
-        """
-        close = difflib.get_close_matches(name, sorted(set(logged)), n=1, cutoff=0.6)
-        return f"{owner}: {name!r} was never logged.{f' Did you mean {close[0]!r}?' if close else ''}"
-
-
-def _as_tensor(name: str, value: Any) -> torch.Tensor:
-    if isinstance(value, torch.Tensor):
-        if value.numel() != 1:
-            raise ValueError(
-                f"self.log({name!r}, ...) expected a scalar (one-element) tensor or a number. "
-                f"Received: a tensor of shape {tuple(value.shape)}. Log a reduction such as .mean()."
-            )
-        return value.detach().reshape(())
-    if isinstance(value, numbers.Real) and not isinstance(value, bool):  # int, float, NumPy scalars
-        return torch.tensor(float(value))
-    raise ValueError(
-        f"self.log({name!r}, ...) expected a scalar tensor, int or float. "
-        f"Received: {value!r} of type {type(value).__name__}."
-    )
-
-
-class _Reduction:
-    """A running "mean" (weighted), "sum", "max" or "min" of device tensors.
-
-    `source` is the name the metric was logged under and `window` the optimizer step it
-    belongs to (per-step reductions only).
-    """
-
-    __slots__ = ("reduce", "total", "weight", "source", "window", "alias")
-
-    def __init__(self, reduce: str, source: str, window: int | None = None, alias: bool = False) -> None:
-        self.reduce = reduce
-        self.source = source
-        self.window = window
-        self.alias = alias  # the epoch value also becomes callback_metrics[source]
-        self.total: torch.Tensor | None = None
-        self.weight = 0.0
-
-    def add(self, value: torch.Tensor, weight: float) -> None:
-        converted = value.float()
-        if self.total is None:
-            if self.reduce == "mean" and weight != 1.0:
-                self.total = converted * weight
-            else:  # a copy of the first value: the logged tensor may change in place later, or be
-                # a compiled graph's output whose memory the next replay reuses (CUDA graphs)
-                self.total = converted.clone() if converted is value else converted
-        elif self.reduce == "mean":
-            self.total = self.total + (converted * weight if weight != 1.0 else converted)
-        elif self.reduce == "sum":
-            self.total = self.total + converted
-        elif self.reduce == "max":
-            self.total = torch.maximum(self.total, converted)
-        else:
-            self.total = torch.minimum(self.total, converted)
-        self.weight += weight
-
-    def compute(self) -> torch.Tensor:
-        assert self.total is not None
-        if self.reduce == "mean" and self.weight != 1.0:
-            return self.total / self.weight
-        return self.total
 
 
 class MetricStore:
@@ -472,40 +391,3 @@ class MetricStore:
     def update_latest(self, values: Mapping[str, float]) -> None:
         """Record values the Trainer already read to the host (e.g. the automatic train/ scalars)."""
         self.latest.update(values)
-
-
-def to_floats(values: Mapping[str, torch.Tensor | float | _Reduction]) -> dict[str, float]:
-    """Read values to Python floats with one host transfer per device (floats pass through)."""
-    out: dict[str, float] = {}
-    by_device: dict[torch.device, list[str]] = {}
-    read: dict[str, torch.Tensor | float] = {
-        name: v.compute() if isinstance(v, _Reduction) else v for name, v in values.items()
-    }
-    for name, value in read.items():
-        if isinstance(value, torch.Tensor):
-            by_device.setdefault(value.device, []).append(name)
-        else:
-            out[name] = float(value)
-    for names in by_device.values():
-        stacked = torch.stack([read[n].detach().float().reshape(()) for n in names])  # type: ignore[union-attr]
-        out.update(zip(names, stacked.tolist()))
-    return {name: out[name] for name in read}
-
-
-def batch_size_of(batch: Any) -> int | None:
-    """Samples in a batch: dim 0 of its first tensor (depth-first), or None when it has none.
-
-    Reads tensor metadata only (no host synchronisation).
-    """
-    if isinstance(batch, torch.Tensor):
-        return int(batch.shape[0]) if batch.dim() else None
-    if isinstance(batch, (list, tuple)):
-        for item in batch:
-            size = batch_size_of(item)
-            if size is not None:
-                return size
-        return None
-    if isinstance(batch, Mapping):
-        return batch_size_of(list(batch.values()))
-    return None
-
