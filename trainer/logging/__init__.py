@@ -1,7 +1,8 @@
 """What a run writes and shows: its folder, loggers, metrics, progress bars and profiles.
 
 - `output.py`: `RunOutput`, what a run writes and shows (its folder, loggers, step scalars,
-  progress bar): the few calls the loop makes to write; `host.py` types what it reads of the run;
+  progress bar): the few calls the loop makes to write (its folder and loggers: `output_folder.py`);
+  `host.py` types what it reads of the run;
 - `runs.py`: run folders (named, SLURM's, `version_N`), and how a rerun finds its own;
 - `summary.py`: the summary line and the model summary logged when fit starts;
 - `tensorboard.py`: `TensorBoardLogger` and `Logger`, the protocol (public as `trainer.loggers`);
