@@ -12,6 +12,8 @@
 - `sharded.py`: a folder of shards every rank writes (FSDP), with the single file's guarantees;
   `sharded_remote.py`: the same in a bucket (version folders committed by an object);
   `dcp_index.py`: DCP's index read without running code;
+- `latest.py`: `ckpt_path="last"`, the newest complete checkpoint of the run, among the
+  `candidates.py` of the run of the same experiment (`run_facts.py`);
 - `storage.py`: a checkpoint's location, a local path or a URL (`s3://...`) with the same guarantees.
 
 Example:
