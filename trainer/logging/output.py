@@ -26,7 +26,7 @@ import torch
 
 from trainer.logging.metrics import batch_size_of, to_floats
 from trainer.logging.host import RunHost
-from trainer.logging.output_folder import RunFolder
+from trainer.logging.output_folder import OutputFolder
 from trainer.logging.progress import ProgressBar
 from trainer.logging.live import LineProgress, LiveNumbers, fresh_values, line_settings, ordered, run_progress, wants_lines
 from trainer.logging.throughput import Throughput
@@ -38,7 +38,7 @@ __all__ = ["RunOutput", "RunHost"]
 log = logging.getLogger("trainer")
 
 
-class RunOutput(RunFolder):
+class RunOutput(OutputFolder):
     context: WeakAttribute[RunHost] = WeakAttribute()  # the run's context owns this object: no reference cycle
 
     def __init__(self, context: RunHost) -> None:

@@ -3,7 +3,7 @@
 of the run a resume continues, or a new `version_N`, free in the bucket too when checkpoints go
 to a URL: `runs.py`, `trainer/checkpoint/bucket_runs.py`).
 
-`RunFolder` is a base of `RunOutput`, which sets the attributes it reads in its `__init__`.
+`OutputFolder` is a base of `RunOutput`, which sets the attributes it reads in its `__init__`.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from trainer.logging.multi import LoggerList
 from trainer.logging.runs import DEFAULT_NAME, make_run_dir, planned_folder, planned_run_dir, release_folder
 from trainer.logging.tensorboard import TensorBoardLogger
 
-__all__ = ["RunFolder"]
+__all__ = ["OutputFolder"]
 
 
-class RunFolder:
+class OutputFolder:
     """`RunOutput`'s run folder and loggers (only the global-zero rank has a logger)."""
 
     context: RunHost
