@@ -11,7 +11,8 @@
 - `multi.py`: `LoggerList`, `logger=[...]`;
 - `identity.py`: a logger's run identity, saved in checkpoints so a resume continues its run;
 - `metrics.py`: where `Module.log` values go, kept on their device until read; `reduction.py`: the
-  running reductions and their read to the host; `monitor_error.py`: `MonitorError`;
+  running reductions and their read to the host; `callback_view.py`: `trainer.callback_metrics`;
+  `monitor_error.py`: `MonitorError`;
 - `progress.py`: the tqdm bars;
 - `profiler.py`: `Trainer(profiler=...)`, traces of chosen optimizer steps.
 """
