@@ -17,6 +17,9 @@ the saved loop state, so every file resumes exactly.
 files are objects there, each appearing whole, and `save_last="link"` writes a copy (an object
 store has no links). The checkpoint the run resumed from is never deleted, even when it leaves
 the top k; nor is any file outside `dirpath` (another run's).
+
+The top-k bookkeeping and its state: `_kept_files.py`; file names and the argument check:
+`_checkpoint_names.py`; where the fit is when a save is decided: `_checkpoint_moments.py`.
 """
 
 from __future__ import annotations
@@ -25,10 +28,12 @@ import logging
 import datetime
 import math
 import os
-import re
 import time
 from typing import TYPE_CHECKING, Any, Literal
 
+from callbacks._checkpoint_moments import _last_batch, _mid_epoch, _validates, _validation_follows
+from callbacks._checkpoint_names import _BUILTIN, _DEFAULT_NAME, _PLACEHOLDER, _render, _validate
+from callbacks._kept_files import KeptFiles
 from trainer import MonitorError
 from trainer.callback import Checkpoint
 from trainer.checkpoint import is_remote, location
@@ -40,12 +45,8 @@ __all__ = ["ModelCheckpoint"]
 
 log = logging.getLogger("trainer")
 
-_PLACEHOLDER = re.compile(r"\{([^{}:]+)(?::([^{}]*))?\}")
-_BUILTIN = ("epoch", "step")
-_DEFAULT_NAME = "{epoch}-{step}"
 
-
-class ModelCheckpoint(Checkpoint):
+class ModelCheckpoint(KeptFiles, Checkpoint):
     """Save checkpoints during `fit`, keeping the `save_top_k` best by `monitor`.
 
     Args:
@@ -325,26 +326,6 @@ class ModelCheckpoint(Checkpoint):
             score = math.inf if self.mode == "min" else -math.inf
         return {**plan, "name": self._versioned(name, self._replaced()), "score": score}
 
-    def _admits(self, score: float) -> bool:
-        if self.save_top_k == -1 or len(self.best_k_models) < self.save_top_k:
-            return True
-        kth = self.best_k_models[self.kth_best_model_path]
-        return score < kth if self.mode == "min" else score > kth
-
-    def _replaced(self) -> str | None:
-        """The file a new top-k file pushes out (Lightning's kth best), if the top k is full."""
-        full = self.save_top_k != -1 and 0 < self.save_top_k == len(self.best_k_models)
-        return self.kth_best_model_path if full else None
-
-    def _versioned(self, name: str, replaced: str | None) -> str:
-        """`name`, or `name-vN` when a file of that name exists and is not the one this save replaces."""
-        if not self.enable_version_counter or self.dirpath is None:
-            return name
-        candidate, version = name, 1
-        while (self.dirpath / f"{candidate}.ckpt").exists() and str(self.dirpath / f"{candidate}.ckpt") != replaced:
-            candidate, version = f"{name}-v{version}", version + 1
-        return candidate
-
     def _warn(self, message: str) -> None:
         if message not in self._warned:
             self._warned.add(message)
@@ -390,59 +371,6 @@ class ModelCheckpoint(Checkpoint):
             if path and path not in kept and self.dirpath in location(path).parents:
                 trainer.remove_checkpoint(path)
 
-    def _record(self, path: str, score: float | None) -> list[str]:
-        """Lightning's top-k bookkeeping for a new file; returns the file it replaces."""
-        if self.monitor is None or score is None:
-            previous, self.best_model_path = self.best_model_path, path
-            return [previous] if self.save_top_k == 1 else []
-        models = self.best_k_models
-        replaced = self._replaced()
-        if replaced is not None:
-            models.pop(replaced, None)
-        self.current_score = score
-        models[path] = score
-        if self.save_top_k == -1 or len(models) == self.save_top_k:
-            pick = max if self.mode == "min" else min
-            self.kth_best_model_path = pick(models, key=models.__getitem__)
-            self.kth_value = models[self.kth_best_model_path]
-        best = (min if self.mode == "min" else max)(models, key=models.__getitem__)
-        self.best_model_path, self.best_model_score = best, models[best]
-        return [replaced] if replaced is not None else []
-
-    # ------------------------------------------------------------------------- state
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "dirpath": str(self.dirpath) if self.dirpath is not None else None,
-            "best_k_models": dict(self.best_k_models),
-            "best_model_path": self.best_model_path,
-            "best_model_score": self.best_model_score,
-            "kth_best_model_path": self.kth_best_model_path,
-            "kth_value": self.kth_value,
-            "current_score": self.current_score,
-            "last_model_path": self.last_model_path,
-            "last_saved_step": self._last_saved_step,
-            "pending": dict(self._pending) if self._pending is not None else None,
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        monitored = self.monitor is not None
-        self.best_k_models = {str(k): float(v) for k, v in state.get("best_k_models", {}).items()} if monitored else {}
-        self.best_model_path = str(state.get("best_model_path", ""))
-        score = state.get("best_model_score")
-        self.best_model_score = float(score) if score is not None and monitored else None
-        self.kth_best_model_path = str(state.get("kth_best_model_path", ""))
-        models = self.best_k_models
-        if models and self.kth_best_model_path not in models and self.save_top_k in (-1, len(models)):
-            pick = max if self.mode == "min" else min  # a file written before the kth best was kept
-            self.kth_best_model_path = pick(models, key=models.__getitem__)
-        self.kth_value = float(state.get("kth_value", models.get(self.kth_best_model_path, self.kth_value)))
-        current = state.get("current_score")
-        self.current_score = float(current) if current is not None else None
-        self.last_model_path = str(state.get("last_model_path", ""))
-        self._last_saved_step = int(state.get("last_saved_step") or 0)
-        pending = state.get("pending")
-        self._pending = dict(pending) if pending is not None else None
-
 
 def _link(trainer: Trainer, target: str, link: str) -> None:
     """`link` becomes a relative symlink to `target` (rank 0; replaced atomically)."""
@@ -453,67 +381,3 @@ def _link(trainer: Trainer, target: str, link: str) -> None:
         os.symlink(os.path.relpath(target, os.path.dirname(link)), temporary)
         os.replace(temporary, link)
     trainer.strategy.barrier()
-
-
-def _validates(trainer: Trainer) -> bool:
-    """Whether this fit validates at all (Lightning: `num_val_batches > 0`)."""
-    return sum(trainer.num_val_batches) > 0
-
-
-def _validation_follows(trainer: Trainer) -> bool:
-    """Lightning's guess that a validation runs after the epoch's last batch."""
-    n = trainer.args.check_val_every_n_epoch
-    return _validates(trainer) and (n is None or (trainer.current_epoch + 1) % n == 0)
-
-
-def _last_batch(trainer: Trainer) -> bool:
-    return trainer.state.batches_done >= trainer.num_training_batches
-
-
-def _mid_epoch(trainer: Trainer) -> bool:
-    """Whether the current validation runs inside the epoch (`val_check_interval`), not at its end."""
-    if math.isinf(trainer.num_training_batches):  # no len(): only an int interval validates inside
-        return isinstance(trainer.args.val_check_interval, int)
-    return trainer.state.batches_done < trainer.num_training_batches
-
-
-def _render(filename: str, values: dict[str, Any], insert_names: bool = False) -> str:
-    def substitute(match: re.Match[str]) -> str:
-        text = format(values[match.group(1)], match.group(2) or "")
-        return f"{match.group(1)}={text}" if insert_names else text
-
-    return _PLACEHOLDER.sub(substitute, filename).replace("/", "_").replace(os.sep, "_")
-
-
-def _validate(filename: str, monitor: str | None, mode: str, save_top_k: int, save_last: Any,
-              every_n_train_steps: int | None, every_n_epochs: int | None) -> None:
-    if mode not in ("min", "max"):
-        raise ValueError(f"ModelCheckpoint(mode=...) expected 'min' or 'max'. Received: {mode!r}.")
-    if not isinstance(save_top_k, int) or isinstance(save_top_k, bool) or save_top_k < -1:
-        raise ValueError(
-            f"ModelCheckpoint(save_top_k=...) expected an int >= -1 (-1: keep all, 0: none). Received: {save_top_k!r}."
-        )
-    if monitor is None and save_top_k > 1:
-        raise ValueError(
-            f"ModelCheckpoint(save_top_k={save_top_k}) needs monitor=... to rank files. Expected "
-            "save_top_k in (-1, 0, 1) without a monitor, or pass monitor='val/loss' (for example)."
-        )
-    if save_last not in (None, True, False, "link"):
-        raise ValueError(f"ModelCheckpoint(save_last=...) expected True, False, None or 'link' (last.ckpt as a symlink "
-                         f"to the newest file). Received: {save_last!r}.")
-    if monitor is not None and (not isinstance(monitor, str) or not monitor):
-        raise ValueError(f"ModelCheckpoint(monitor=...) expected a metric name or None. Received: {monitor!r}.")
-    for name, value in (("every_n_train_steps", every_n_train_steps), ("every_n_epochs", every_n_epochs)):
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
-            raise ValueError(f"ModelCheckpoint({name}=...) expected an int >= 0 (0: never) or None. Received: {value!r}.")
-    if not isinstance(filename, str) or not filename or filename.count("{") != filename.count("}"):
-        raise ValueError(f"ModelCheckpoint(filename=...) expected a non-empty name with balanced braces. Received: {filename!r}.")
-    for match in _PLACEHOLDER.finditer(filename):
-        sample: float | int = 0 if match.group(1) in _BUILTIN else 0.0
-        try:
-            format(sample, match.group(2) or "")
-        except ValueError:
-            raise ValueError(
-                f"ModelCheckpoint(filename={filename!r}): the format spec {match.group(2)!r} of "
-                f"{{{match.group(1)}}} does not apply to a {type(sample).__name__}. Expected e.g. '{{val/loss:.3f}}'."
-            ) from None

@@ -5,13 +5,13 @@ start of every epoch of the SWA window, the weights join an equal average. When 
 ends the module takes the averaged weights; a module with BatchNorm then has its statistics
 recomputed over one pass of the training data, as Lightning's extra epoch does (see
 docs/weight_averaging.md for the exact schedule and the hand-written loop it equals).
+
+That final pass and step: `_swa_extra_epoch.py`; the argument check: `_swa_arguments.py`.
 """
 
 from __future__ import annotations
-
-import itertools
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -19,9 +19,10 @@ from torch import nn
 from torch.optim.swa_utils import SWALR, AveragedModel
 
 from trainer import Callback
-from trainer.strategies.base import step_caller
 from trainer.utilities import rank_zero_info, rank_zero_warn
 
+from callbacks._swa_arguments import _check_arguments
+from callbacks._swa_extra_epoch import ExtraEpoch, _parameters, _training_loader
 from callbacks._weights import Rollback, copy_all
 from callbacks.weight_averaging import _device_of
 
@@ -33,38 +34,7 @@ __all__ = ["StochasticWeightAveraging"]
 AvgFn = Callable[[torch.Tensor, torch.Tensor, Any], torch.Tensor]
 
 
-def _check_arguments(swa_lrs: Any, swa_epoch_start: Any, annealing_epochs: Any, annealing_strategy: Any,
-                     avg_fn: Any, device: Any) -> list[str]:
-    def positive(value: Any) -> bool:
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
-
-    problems = []
-    if not (positive(swa_lrs) or (isinstance(swa_lrs, (list, tuple)) and swa_lrs and all(positive(v) for v in swa_lrs))):
-        problems.append(f"swa_lrs={swa_lrs!r}: expected a positive float, or a non-empty list of positive floats "
-                        "(one per parameter group of the optimizer)")
-    if isinstance(swa_epoch_start, bool) or not (
-        (isinstance(swa_epoch_start, int) and swa_epoch_start >= 1)
-        or (isinstance(swa_epoch_start, float) and 0.0 <= swa_epoch_start <= 1.0)
-    ):
-        problems.append(f"swa_epoch_start={swa_epoch_start!r}: expected an int >= 1 (the epoch, counted from 1) or "
-                        "a float in [0, 1] (that fraction of max_epochs)")
-    if isinstance(annealing_epochs, bool) or not isinstance(annealing_epochs, int) or annealing_epochs < 0:
-        problems.append(f"annealing_epochs={annealing_epochs!r}: expected an int >= 0")
-    if annealing_strategy not in ("cos", "linear"):
-        problems.append(f"annealing_strategy={annealing_strategy!r}: expected 'cos' or 'linear'")
-    if avg_fn is not None and not callable(avg_fn):
-        problems.append(f"avg_fn={avg_fn!r}: expected None or a function (averaged, current, n_averaged) -> tensor")
-    if device is not None:
-        try:
-            if isinstance(device, bool) or not isinstance(device, (torch.device, str)):
-                raise TypeError
-            torch.device(device)
-        except (TypeError, RuntimeError):
-            problems.append(f"device={device!r}: expected None, a torch.device or a device string such as 'cpu'")
-    return problems
-
-
-class StochasticWeightAveraging(Callback):
+class StochasticWeightAveraging(ExtraEpoch, Callback):
     """Lightning's Stochastic Weight Averaging: an equal average of the weights over the last epochs.
 
     With `max_epochs=E`, the SWA window is the epochs `swa_start` to `E - 1` (zero-based),
@@ -344,96 +314,9 @@ class StochasticWeightAveraging(Callback):
             config.scheduler, config.interval, config.frequency = self._swa_scheduler, "epoch", 1
             config.monitor, config.strict, config.name = None, True, None
 
-    def _recompute_batch_norm(self, trainer: Trainer, module: Any) -> None:
-        """One pass of `training_step` over the training data, in train mode, under the
-        precision's autocast, with BatchNorm's statistics reset and a cumulative average
-        (momentum None); nothing is logged and the weights are not changed."""
-        loader = _training_loader(trainer)
-        if loader is None:
-            return
-        self.reset_batch_norm_and_save_state(module)
-        batches = trainer.num_training_batches
-        step = step_caller(module, "training_step")
-        device, was_training = trainer.strategy.device, module.training
-        shadowed = {name: vars(module).pop(name) for name in ("log", "log_dict") if name in vars(module)}
-        module.log = module.log_dict = _ignore  # nothing from this pass is recorded
-        try:
-            module.train()
-            trainer.strategy.set_epoch(loader, trainer.current_epoch)
-            data: Iterator[Any] = iter(loader)
-            if not math.isinf(batches):
-                data = itertools.islice(data, int(batches))
-            for batch_idx, batch in enumerate(data):
-                with trainer.precision.autocast():
-                    step(_to_device(batch, device), batch_idx)
-        finally:
-            del module.log, module.log_dict
-            vars(module).update(shadowed)
-            module.train(was_training)
-            self.reset_momenta()
-
-    def _step_with_last_gradients(self, trainer: Trainer, module: Any) -> None:
-        """Lightning's extra epoch ends with an optimizer step on gradients it never cleared:
-        the last training step's (none when a validation followed that step)."""
-        grads, self._last_grads = self._last_grads, None
-        if grads is None or not module.automatic_optimization:
-            return
-        optimizer = trainer.optimizers[0]
-        params = _parameters(optimizer)
-        for param, grad in zip(params, grads):
-            param.grad = None if grad is None else grad.to(param.device)
-        precision = trainer.precision
-        precision.unscale_gradients(optimizer)
-        clip = trainer.args.gradient_clip_val
-        if clip:
-            precision.clip_gradients(optimizer, clip, trainer.args.gradient_clip_algorithm, params)
-        precision.optimizer_step(optimizer)
-        optimizer.zero_grad(set_to_none=True)
-
-    def reset_batch_norm_and_save_state(self, pl_module: nn.Module) -> None:
-        """Zero the running means, set the variances to one, and make each BatchNorm a cumulative average."""
-        self.momenta = {}
-        for layer in pl_module.modules():
-            if isinstance(layer, nn.modules.batchnorm._BatchNorm) and layer.running_mean is not None:
-                assert layer.running_var is not None and layer.num_batches_tracked is not None
-                layer.running_mean.zero_()
-                layer.running_var.fill_(1)
-                layer.num_batches_tracked.zero_()
-                self.momenta[layer] = layer.momentum
-                layer.momentum = None
-
-    def reset_momenta(self) -> None:
-        for layer, momentum in self.momenta.items():
-            layer.momentum = momentum
-
-
-def _ignore(*args: Any, **kwargs: Any) -> None:
-    return None
-
-
-def _training_loader(trainer: Trainer) -> Any:
-    """The loader fit trains on, as the Trainer prepared it (Lightning's `trainer.train_dataloader`)."""
-    return trainer.train_dataloader
-
 
 def _epoch_limit(trainer: Trainer) -> int:
     """The epochs this fit trains (the Trainer's rule: neither limit given means one); -1: none."""
     if trainer.max_epochs is not None:
         return int(trainer.max_epochs)
     return -1 if trainer.max_steps is not None or getattr(trainer.args, "max_time", None) is not None else 1
-
-
-def _parameters(optimizer: torch.optim.Optimizer) -> list[nn.Parameter]:
-    return [p for group in optimizer.param_groups for p in group["params"]]
-
-
-def _to_device(batch: Any, device: torch.device) -> Any:
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device)
-    if isinstance(batch, Mapping):
-        return type(batch)({k: _to_device(v, device) for k, v in batch.items()})  # type: ignore[call-arg]
-    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a namedtuple
-        return type(batch)(*(_to_device(v, device) for v in batch))
-    if isinstance(batch, Sequence) and not isinstance(batch, str):
-        return type(batch)(_to_device(v, device) for v in batch)  # type: ignore[call-arg]
-    return batch

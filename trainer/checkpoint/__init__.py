@@ -1,6 +1,8 @@
 """Checkpoints: the file format, the Trainer's state, and the sharded folders FSDP writes.
 
-- `format.py`: atomic writes, checked loads that never execute code, the format marker;
+- `format.py`: atomic writes, checked loads that never execute code; `schema.py`: the format
+  marker, `CheckpointError`, the layout check and plain data; `digest.py`: the whole-file CRC-32
+  stored as the zip comment;
 - `layout.py`: files of older versions of ours read with the current keys (Lightning's files and
   keys: `trainer/lightning/checkpoint.py`);
 - `registry.py`: the registry of stateful parts a checkpoint is made of (each registered once);
@@ -10,6 +12,8 @@
 - `sharded.py`: a folder of shards every rank writes (FSDP), with the single file's guarantees;
   `sharded_remote.py`: the same in a bucket (version folders committed by an object);
   `dcp_index.py`: DCP's index read without running code;
+- `latest.py`: `ckpt_path="last"`, the newest complete checkpoint of the run, among the
+  `candidates.py` of the run of the same experiment (`run_facts.py`);
 - `storage.py`: a checkpoint's location, a local path or a URL (`s3://...`) with the same guarantees.
 
 Example:

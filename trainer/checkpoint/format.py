@@ -1,9 +1,10 @@
 """Checkpoint files: atomic writes, checked loads that never execute code, the whole state.
 
 A checkpoint is a dict of `state_dict`s and plain data with a format marker (layout in
-docs/checkpoints.md). `save_atomic` writes it to a temporary file beside the target,
-flushes and fsyncs it, then `os.replace`s it over the target, so a crash at any moment
-leaves the previous file intact; the CRC-32 of the whole archive is stored as its zip comment.
+docs/checkpoints.md; the marker, the error and the layout check in `schema.py`). `save_atomic`
+writes it to a temporary file beside the target, flushes and fsyncs it, then `os.replace`s it
+over the target, so a crash at any moment leaves the previous file intact; the CRC-32 of the
+whole archive is stored as its zip comment (`digest.py`).
 `load_checkpoint` checks that sum (a flipped byte anywhere never loads silently; files
 without it, older ones or plain `torch.save` files, get every entry's CRC-32 checked), then
 reads it with `torch.load(weights_only=True)`, which refuses anything but tensors and plain data.
@@ -20,7 +21,6 @@ Example:
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import errno
 import logging
@@ -28,18 +28,16 @@ import os
 import pickle
 import re
 import shutil
-import struct
-import sys
 import zipfile
-import zlib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any, cast
 
 import torch
 
 from trainer._utils import first_line
+from trainer.checkpoint.digest import _append_digest, _check_digest, _Crc32Writer, _crc32_on, _HeldTail, _stored_digest
 from trainer.checkpoint.layout import upgrade
+from trainer.checkpoint.schema import FORMAT, FORMAT_VERSION, CheckpointError, _corrupt, check_layout, plain_state
 from trainer.checkpoint.storage import Location, RemotePath, is_remote, location, remove
 from trainer.lightning.checkpoint import from_lightning, is_lightning, lightning_refusal
 
@@ -55,19 +53,8 @@ __all__ = [
 ]
 
 log = logging.getLogger("trainer")
-
-FORMAT = "loopwright.checkpoint"
-FORMAT_VERSION = 3  # 3: Lightning's keys too; 2: lists of optimizers and schedulers with their classes (both still read)
 _TMP_SUFFIX = ".tmp"
 _ZIP_MAGIC = b"PK\x03\x04"
-_END_RECORD = b"PK\x05\x06"  # a zip's end-of-central-directory record: 22 bytes, then its comment
-_END_RECORD_SIZE = 22
-_DIGEST_PREFIX = b"loopwright-crc32="  # the comment save_atomic writes: this, then 8 hex digits
-_DIGEST_SIZE = len(_DIGEST_PREFIX) + 8
-
-
-class CheckpointError(ValueError):
-    """A checkpoint file is missing, damaged, foreign or does not fit the run."""
 
 
 # ------------------------------------------------------------------------------ writing
@@ -101,21 +88,6 @@ def _alive(pid: int) -> bool:
     except (PermissionError, OSError):  # exists but belongs to someone else, or can't tell
         return True
     return True
-
-
-@contextlib.contextmanager
-def _crc32_on() -> Iterator[None]:
-    """torch.save writes CRC-32 sums by default; make sure, and restore the switch after."""
-    get = getattr(torch.serialization, "get_crc32_options", None)
-    if get is None:
-        yield
-        return
-    previous = get()
-    torch.serialization.set_crc32_options(True)
-    try:
-        yield
-    finally:
-        torch.serialization.set_crc32_options(previous)
 
 
 def save_atomic(state: dict[str, Any], path: str | os.PathLike[str] | RemotePath) -> Location:
@@ -175,77 +147,6 @@ def _save_remote(state: dict[str, Any], target: Location) -> Location:
         raise OSError(errno.EIO, f"Checkpoint {str(target)!r} could not be written ({first_line(error)}). The previous "
                       "checkpoint at that path, if any, is intact and nothing partial is visible there.") from error
     return target
-
-
-class _HeldTail:
-    """The stream `torch.save` writes to for an upload: bytes pass straight through, but for the
-    last 22 (the zip's end record), held back so the checksum goes into its comment on `finish`,
-    as `_append_digest` does in place for a local file (an upload can't seek back)."""
-
-    def __init__(self, handle: Any) -> None:
-        self.handle, self.crc, self.tail = handle, 0, b""
-
-    def write(self, data: Any) -> int:
-        view = memoryview(data).cast("B")
-        self.crc = zlib.crc32(view, self.crc)
-        if len(view) >= _END_RECORD_SIZE:
-            if self.tail:
-                self.handle.write(self.tail)
-            self.handle.write(view[:-_END_RECORD_SIZE])
-            self.tail = bytes(view[-_END_RECORD_SIZE:])
-        else:
-            joined = self.tail + bytes(view)
-            cut = max(len(joined) - _END_RECORD_SIZE, 0)
-            if cut:
-                self.handle.write(joined[:cut])
-            self.tail = joined[cut:]
-        return len(view)
-
-    def flush(self) -> None:
-        pass
-
-    def finish(self) -> None:
-        end = self.tail
-        if len(end) == _END_RECORD_SIZE and end[:4] == _END_RECORD and end[-2:] == b"\x00\x00":
-            end = end[:-2] + struct.pack("<H", _DIGEST_SIZE) + _DIGEST_PREFIX + b"%08x" % self.crc
-        self.handle.write(end)
-
-
-class _Crc32Writer:
-    """The file `torch.save` writes to, keeping the CRC-32 of every byte (it writes sequentially)."""
-
-    def __init__(self, handle: Any) -> None:
-        self.handle, self.crc, self.size = handle, 0, 0
-        self.error: OSError | None = None  # the first failed write: torch.save reports it without its errno
-
-    def write(self, data: Any) -> int:
-        self.crc = zlib.crc32(data, self.crc)
-        self.size += memoryview(data).nbytes
-        try:
-            return int(self.handle.write(data))
-        except OSError as error:
-            self.error = self.error or error
-            raise
-
-    def flush(self) -> None:
-        self.handle.flush()
-
-
-def _append_digest(handle: Any, writer: _Crc32Writer) -> None:
-    """Store the CRC-32 of the archive as written (comment length 0) as its zip comment.
-
-    The comment is part of the zip format: `torch.load` and `zipfile` read the file as before.
-    Left out, with the file still valid, if the archive does not end as torch.save's do.
-    """
-    handle.flush()
-    if handle.tell() != writer.size or writer.size < _END_RECORD_SIZE:
-        return
-    handle.seek(-_END_RECORD_SIZE, os.SEEK_END)
-    end = handle.read(_END_RECORD_SIZE)
-    if end[:4] != _END_RECORD or end[-2:] != b"\x00\x00":
-        return
-    handle.seek(-2, os.SEEK_END)
-    handle.write(struct.pack("<H", _DIGEST_SIZE) + _DIGEST_PREFIX + b"%08x" % writer.crc)
 
 
 def _write_failed(target: Path, error: BaseException) -> OSError:
@@ -373,44 +274,6 @@ def _load_file(source: Path, name: str, map_location: Any, verify: bool) -> dict
     return state
 
 
-# What restore_state reads, with the type each entry must have (checked before anything is touched).
-_REQUIRED: dict[str, type | tuple[type, ...]] = {"module": dict, "loop": dict, "precision": dict, "rng": list}
-_LOOP_KEYS = ("epoch", "global_step", "batches_done")
-
-
-def check_layout(state: dict[str, Any], *, weights_only: bool = False) -> None:
-    """Raise `CheckpointError` naming the file when a loaded checkpoint lacks what a resume
-    (or, with `weights_only`, an evaluation) reads; called before anything is touched."""
-    name = repr(state.get("_path", "<in memory>"))
-    problems = []
-    for key, kind in _REQUIRED.items():
-        if weights_only and key != "module":
-            continue
-        if key not in state:
-            problems.append(f"no {key!r} entry")
-        elif not isinstance(state[key], kind):
-            problems.append(f"{key!r} is a {type(state[key]).__name__}")
-    if isinstance(state.get("rng"), list) and not state["rng"]:
-        problems.append("'rng' is empty (no process's random state)")
-    if isinstance(state.get("loop"), dict):
-        missing = [k for k in _LOOP_KEYS if not isinstance(state["loop"].get(k), int)]
-        if missing:
-            problems.append(f"'loop' lacks {', '.join(missing)}")
-    if isinstance(state.get("precision"), dict) and not {"name", "state"} <= set(state["precision"]):
-        problems.append("'precision' lacks name/state")
-    if problems and state.get("weights_only") is True:
-        raise CheckpointError(
-            f"Checkpoint {name} holds the model's weights only (ModelCheckpoint(save_weights_only=True)), "
-            "so a run can't resume from it. Expected a full checkpoint (last.ckpt, or one saved without "
-            "save_weights_only); to evaluate these weights use trainer.validate/test(..., ckpt_path=path)."
-        )
-    if problems:
-        raise CheckpointError(
-            f"Checkpoint {name} has the trainer's format marker but is incomplete: {'; '.join(problems)}. "
-            "Expected a file written whole by Trainer.save_checkpoint; use another checkpoint."
-        )
-
-
 def _check_archive(source: Path, name: str, verify: bool) -> None:
     """A torch.save file is a zip archive; check it is whole before unpickling anything.
 
@@ -454,58 +317,6 @@ def _check_archive(source: Path, name: str, verify: bool) -> None:
         raise _corrupt(name, f"{type(error).__name__}: {first_line(error)}") from None
 
 
-def _stored_digest(handle: Any, name: str) -> int | None:
-    """The whole-file CRC-32 `save_atomic` stored as the zip comment; None for a file that
-    ends without a comment (an older checkpoint, a plain torch.save file)."""
-    size = handle.seek(0, os.SEEK_END)
-    if size >= _END_RECORD_SIZE:
-        handle.seek(size - _END_RECORD_SIZE)
-        end = handle.read(_END_RECORD_SIZE)
-        if end[:4] == _END_RECORD and end[-2:] == b"\x00\x00":
-            return None
-    if size >= _END_RECORD_SIZE + _DIGEST_SIZE:
-        handle.seek(size - _END_RECORD_SIZE - _DIGEST_SIZE)
-        tail = handle.read(_END_RECORD_SIZE + _DIGEST_SIZE)
-        end, comment = tail[:_END_RECORD_SIZE], tail[_END_RECORD_SIZE:]
-        digits = comment[len(_DIGEST_PREFIX):]
-        if (
-            end[:4] == _END_RECORD
-            and end[-2:] == struct.pack("<H", _DIGEST_SIZE)
-            and comment.startswith(_DIGEST_PREFIX)
-            and re.fullmatch(rb"[0-9a-f]{8}", digits)
-        ):
-            return int(digits, 16)
-    raise _corrupt(
-        name,
-        "its end is damaged: no intact end-of-archive record with the checksum Trainer.save_checkpoint writes",
-    )
-
-
-def _check_digest(handle: Any, name: str, expected: int) -> None:
-    """Every byte before the comment, with the comment length as torch.save wrote it (0)."""
-    remaining = handle.seek(0, os.SEEK_END) - _DIGEST_SIZE - 2
-    handle.seek(0)
-    crc, buffer = 0, bytearray(1 << 20)
-    view = memoryview(buffer)
-    while remaining > 0:
-        count = handle.readinto(view[: min(len(buffer), remaining)])
-        if not count:
-            break
-        crc = zlib.crc32(view[:count], crc)
-        remaining -= count
-    crc = zlib.crc32(b"\x00\x00", crc)
-    if remaining or crc != expected:
-        raise _corrupt(name, f"its CRC-32 is {crc:08x}, the file records {expected:08x}: bytes changed after it was written")
-
-
-def _corrupt(name: str, detail: str) -> CheckpointError:
-    return CheckpointError(
-        f"Checkpoint {name} is truncated or corrupt and can't be read ({detail}). Use an earlier "
-        "checkpoint; an interrupted save never replaces a good file, so the previous one is "
-        "still beside it if it existed."
-    )
-
-
 def _unsafe_detail(error: BaseException) -> str:
     for line in str(error).splitlines():
         if "global" in line.lower():
@@ -513,65 +324,6 @@ def _unsafe_detail(error: BaseException) -> str:
     return first_line(error)
 
 
-_PLAIN_LEAVES = (bool, int, float, complex, str, bytes, type(None), torch.Tensor, torch.dtype, torch.device, torch.Size)
-
-
-def plain_state(
-    value: Any, target: Any = None, where: str = "checkpoint", _seen: dict[int, Any] | None = None, *, as_text: bool = False
-) -> Any:
-    """`value` with NumPy scalars and arrays turned into Python numbers and tensors, so the
-    file loads with `torch.load(weights_only=True)`; anything else that is not plain data
-    fails the save at once, naming the entry (a checkpoint that can't be loaded back is
-    worse than no checkpoint). A dict or list met twice (Lightning's `state_dict` is our
-    `module`) stays one object, which the file stores once.
-
-    With `as_text=True`, for what describes a run (its arguments, hyperparameters, a YAML
-    run's config), nothing fails: mappings get text keys, tuples become lists, and anything
-    but None, a bool, a number or a string is kept as its text.
-
-    Example:
-        >>> import numpy as np
-        >>> plain_state({"lr": np.float64(0.5), "steps": [np.int64(3)]})
-        {'lr': 0.5, 'steps': [3]}
-        >>> from pathlib import Path
-        >>> plain_state({"root_dir": Path("runs"), "betas": (0.9, 0.99)}, as_text=True)
-        {'root_dir': 'runs', 'betas': [0.9, 0.99]}
-    """
-    if as_text:
-        if isinstance(value, dict):
-            return {str(key): plain_state(item, as_text=True) for key, item in value.items()}
-        if isinstance(value, (list, tuple)):
-            return [plain_state(item, as_text=True) for item in value]
-        return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
-    numpy = sys.modules.get("numpy")
-    if numpy is not None and isinstance(value, numpy.generic):  # before the leaves: np.float64 is a float
-        return value.item()
-    if isinstance(value, _PLAIN_LEAVES):
-        return value
-    if not isinstance(value, (dict, list, tuple)):
-        if numpy is not None and isinstance(value, numpy.ndarray):
-            return torch.from_numpy(value.copy())
-        raise CheckpointError(
-            f"Can't write checkpoint {str(target)!r}: {where} is a {type(value).__module__}.{type(value).__qualname__}, "
-            "which torch.load(weights_only=True) would refuse, so the file could never be loaded. Expected "
-            "tensors, numbers, strings, lists and dicts: convert it (e.g. float(x), x.tolist()) in the "
-            "state_dict or on_save_checkpoint that adds it."
-        )
-    seen = {} if _seen is None else _seen
-    if id(value) in seen:
-        return seen[id(value)]
-    result: Any
-    if isinstance(value, dict):
-        items = {key: plain_state(item, target, f"{where}[{key!r}]", seen) for key, item in value.items()}
-        result = collections.OrderedDict(items) if isinstance(value, collections.OrderedDict) else items
-    else:
-        items_list = [plain_state(item, target, f"{where}[{index}]", seen) for index, item in enumerate(value)]
-        result = items_list if isinstance(value, list) else tuple(items_list)
-    seen[id(value)] = result
-    return result
-
-
 def remove_checkpoint(path: str | os.PathLike[str] | RemotePath) -> None:
     """Delete a checkpoint: a file, an object, or an FSDP run's folder of shards (nothing if it is gone)."""
     remove(location(path))
-

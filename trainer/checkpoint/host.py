@@ -1,4 +1,5 @@
-"""What a checkpoint reads and restores of a run, typed: `StateHost` and `ShardHost`.
+"""What a checkpoint reads and restores of a run, typed: `StateHost` and `ShardHost`, and
+`CheckpointHost` with `RunFolder`, the run as the run's `Checkpoints` (io.py) see it.
 
 `collect_state`/`restore_state` (state.py) and `save_sharded` (sharded.py) are handed the
 run's context (`trainer/loops/context.py`), which sits above them, so they name it through
@@ -10,6 +11,7 @@ optimization) appear as small Protocols too, since checkpoint/ never imports tra
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -21,7 +23,7 @@ if TYPE_CHECKING:
     from trainer.precision import Precision
     from trainer.strategies import Strategy
 
-__all__ = ["StateHost", "ShardHost", "module_of"]
+__all__ = ["StateHost", "ShardHost", "CheckpointHost", "RunFolder", "module_of"]
 
 
 class Stateful(Protocol):
@@ -124,6 +126,37 @@ class StateHost(ShardHost, Protocol):
 
     def call(self, hook: str, *args: Any) -> None:
         """Call a hook on the callbacks and the module (`on_save_checkpoint`, `on_load_checkpoint`)."""
+
+
+class RunFolder(Protocol):
+    """The run's folder and loggers (`RunOutput`, `trainer/logging/output.py`), as checkpoints use them."""
+
+    continued_dir: Path | None  # the folder of the run a resume continues (set here, when it is read)
+
+    @property
+    def run_dir(self) -> Path:
+        """The run's folder (chosen, and created, on first read)."""
+
+    @property
+    def chosen_dir(self) -> Path | None:
+        """The run's folder once chosen; None before (nothing created yet)."""
+
+    def planned_dir(self) -> Path | None:
+        """The run's folder when it is named, without creating anything; else None."""
+
+    @property
+    def loggers(self) -> list[Any]: ...
+    @property
+    def in_fit(self) -> bool: ...
+    def flush(self) -> None: ...
+    def release_unused_folder(self) -> None: ...
+
+
+class CheckpointHost(StateHost, Protocol):
+    """The run's context as `Checkpoints` sees it: what a checkpoint holds, and the run's folder."""
+
+    @property
+    def output(self) -> RunFolder: ...
 
 
 def module_of(host: ShardHost) -> torch.nn.Module:

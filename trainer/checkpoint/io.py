@@ -13,7 +13,9 @@ folder imports the other.
 - `read_checkpoint`: `ckpt_path` ('last', 'best' or a path) loaded and checked before anything
   is touched; `restore`/`restore_weights` then apply it;
 - `start_run`: before fit writes anything, the run folder's last.ckpt is checked to be of the
-  kind this run writes, and a named run that starts over is warned about.
+  kind this run writes, and a named run that starts over is warned about (`folder_checks.py`).
+
+What it reads of the run is typed in `host.py` (`CheckpointHost`, `RunFolder`).
 
 A checkpoint location may be a URL (`s3://...`, `storage.py`); with `root_dir` a URL, the run's
 checkpoints live in the bucket (`checkpoint_dir`) while its logs stay local (`output.run_dir`).
@@ -22,15 +24,15 @@ checkpoints live in the bucket (`checkpoint_dir`) while its logs stay local (`ou
 from __future__ import annotations
 
 import logging
-import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from trainer._utils import WeakAttribute
+from trainer.checkpoint.folder_checks import other_kind_in, warn_if_restarting
 from trainer.checkpoint.format import CheckpointError, check_layout, load_checkpoint
-from trainer.checkpoint.host import StateHost
-from trainer.checkpoint.latest import agree_on_last, facts_of_run, note, recorded_step, run_folder_of, user_stacklevel
+from trainer.checkpoint.host import CheckpointHost, RunFolder
+from trainer.checkpoint.latest import agree_on_last, facts_of_run, note, run_folder_of
 from trainer.checkpoint.sharded import is_sharded, read_sharded
 from trainer.checkpoint.sharded_remote import attach_shards
 from trainer.checkpoint.bucket_runs import checkpoint_folder, log_folder
@@ -42,37 +44,6 @@ from trainer.checkpoint.writer import CheckpointWriter
 __all__ = ["Checkpoints", "CheckpointHost", "RunFolder", "other_kind_in", "warn_if_restarting"]
 
 log = logging.getLogger("trainer")
-
-
-class RunFolder(Protocol):
-    """The run's folder and loggers (`RunOutput`, `trainer/logging/output.py`), as checkpoints use them."""
-
-    continued_dir: Path | None  # the folder of the run a resume continues (set here, when it is read)
-
-    @property
-    def run_dir(self) -> Path:
-        """The run's folder (chosen, and created, on first read)."""
-
-    @property
-    def chosen_dir(self) -> Path | None:
-        """The run's folder once chosen; None before (nothing created yet)."""
-
-    def planned_dir(self) -> Path | None:
-        """The run's folder when it is named, without creating anything; else None."""
-
-    @property
-    def loggers(self) -> list[Any]: ...
-    @property
-    def in_fit(self) -> bool: ...
-    def flush(self) -> None: ...
-    def release_unused_folder(self) -> None: ...
-
-
-class CheckpointHost(StateHost, Protocol):
-    """The run's context as `Checkpoints` sees it: what a checkpoint holds, and the run's folder."""
-
-    @property
-    def output(self) -> RunFolder: ...
 
 
 class Checkpoints:
@@ -373,40 +344,3 @@ class Checkpoints:
         path = checkpoint.get("_path")
         source = f"Checkpoint {path!r}" if path else "The checkpoint"
         restore_module(self.context.module, checkpoint, source, self.context.strategy)
-
-
-def other_kind_in(folder: Location, sharded: bool) -> str | None:
-    """Why a run writing sharded folders (`sharded`) or single files can't go on in `folder`:
-    its last.ckpt is of the other kind, and the first save would replace it. None: it can."""
-    last = folder / "last.ckpt"
-    if isinstance(last, RemotePath):  # an object: the commit of a sharded version folder or a single file (S3 knows)
-        if not last.is_file() or last.protocol not in ("s3", "s3a") or (last.shards_folder() is not None) == sharded:
-            return None
-        there, here = ("a sharded checkpoint", "single files") if not sharded else ("a single file", "sharded checkpoints")
-    elif not ((last.is_dir() and not sharded) or (last.is_file() and sharded)):
-        return None
-    else:
-        there, here = ("a sharded folder (strategy='fsdp')", "single files") if last.is_dir() else (
-            "a single file", "sharded folders (strategy='fsdp')")
-    return (
-        f"Run folder {str(folder)!r} holds last.ckpt as {there}, and this run writes {here}: its first save would "
-        "replace that run's checkpoint with one of another kind. Nothing was trained. Expected the strategy and "
-        "number of processes that run used (to continue it), or another run folder (Trainer(run_name=...), "
-        "another root_dir)."
-    )
-
-
-def warn_if_restarting(run_dir: Location) -> None:
-    """A named run's folder that already holds last.ckpt, and a fit that starts from the
-    beginning: say that it overwrites that run, and how to continue it instead."""
-    last = run_dir / "last.ckpt"
-    if not last.exists():
-        return
-    step = recorded_step(last)
-    warnings.warn(
-        f"Run folder {str(run_dir)!r} already holds last.ckpt{f' (optimizer step {step})' if step is not None else ''} "
-        "of an earlier run, and this fit starts from the beginning (no ckpt_path): that run's checkpoints will be "
-        "replaced and its curves continue in the same folder. Pass ckpt_path='last' to continue it, or another "
-        "run_name for a new run.",
-        stacklevel=user_stacklevel(),
-    )

@@ -24,6 +24,9 @@ is used, with a warning naming both; when every checkpoint is damaged, an error 
 all. No checkpoint at all is not an error here: the caller starts the run fresh, with a note,
 so the same command serves the first launch and every rerun.
 
+The candidates, found and peeked at: `candidates.py`; what makes a run the same experiment:
+`run_facts.py`.
+
 Example:
     >>> import tempfile
     >>> checkpoints_in(tempfile.mkdtemp())
@@ -33,21 +36,20 @@ Example:
 """
 
 from __future__ import annotations
-
 import logging
 import os
 import sys
 import types
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-import torch
-
-from trainer.checkpoint.format import FORMAT, CheckpointError, check_layout, load_checkpoint, plain_state
-from trainer.checkpoint.sharded import STATE_FILE, read_sharded
+from trainer.checkpoint.candidates import (Candidate, _peek, checkpoints_in, peek, recorded_step, run_folder_of,
+                                           written_at)
+from trainer.checkpoint.format import CheckpointError, check_layout, load_checkpoint
+from trainer.checkpoint.run_facts import RunOf, differences, facts_of_run, run_facts
+from trainer.checkpoint.sharded import read_sharded
 from trainer.checkpoint.storage import Location, RemotePath, location
 
 __all__ = [
@@ -57,136 +59,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("trainer")
-
-_SUFFIX = ".ckpt"
-
-
-@dataclass
-class Candidate:
-    """A checkpoint a run wrote: where, when, and (once peeked) its step or why it is unusable."""
-
-    path: Location
-    mtime_ns: int
-    step: int | None = None
-    problem: str | None = None  # damaged: why; None: readable so far
-    resumable: bool = True  # False: weights only, or not this trainer's format (skipped quietly)
-    run: dict[str, Any] | None = None  # what the run was (`run_facts`), once peeked
-
-
-def run_facts(state: dict[str, Any], path: Location) -> dict[str, Any]:
-    """What a checkpoint says of the run that wrote it, as far as "the same experiment" goes:
-    the module's class and hyperparameters, a YAML run's data class, the precision, the number
-    of processes and whether it is a sharded folder. Small entries only (no tensor is read)."""
-    experiment = state.get("experiment")
-    data = experiment.get("data") if isinstance(experiment, dict) else None
-    precision = state.get("precision")
-    rng = state.get("rng")
-    sharded = state.get("sharded")
-    world = sharded.get("world_size") if isinstance(sharded, dict) else len(rng) if isinstance(rng, list) else None
-    return {
-        "model class": state.get("module_class"),
-        "hyperparameters": _as_built(state.get("hparams"), state.get("tuned_hparams")),
-        "data class": data.get("class_path") if isinstance(data, dict) else None,
-        "precision": precision.get("name") if isinstance(precision, dict) else None,
-        "processes": world,
-        "checkpoint kind": "sharded folder" if isinstance(sharded, dict) or path.is_dir() else "single file",
-    }
-
-
-def _as_built(hparams: Any, tuned: Any) -> Any:
-    """The hyperparameters the module was built with: a learning-rate sweep's suggestion
-    (`tuned_hparams` holds what it replaced) does not make the run another experiment."""
-    if not isinstance(hparams, dict) or not isinstance(tuned, dict) or not tuned:
-        return hparams
-    return {**hparams, **{k: v for k, v in tuned.items() if k in hparams}}
-
-
-def checkpoints_in(folder: str | os.PathLike[str] | RemotePath) -> list[Location]:
-    """Every checkpoint under `folder` (files and FSDP folders named `*.ckpt`), at any depth
-    (a URL: every object below that prefix, from one listing)."""
-    base = location(folder)
-    if isinstance(base, RemotePath):
-        start = len(base.key) + 1
-        return [p for p in base.walk_files() if p.name.endswith(_SUFFIX)
-                and not any(part.startswith(".") for part in p.key[start:].split("/"))]
-    if not base.is_dir():
-        return []
-    found: list[Location] = []
-    for directory, subdirectories, files in os.walk(base):
-        here = Path(directory)
-        keep = []
-        for name in sorted(subdirectories):
-            if name.startswith("."):
-                continue
-            if name.endswith(_SUFFIX) and (here / name / STATE_FILE).is_file():
-                found.append(here / name)  # a sharded checkpoint: a candidate, not a folder to search
-            else:
-                keep.append(name)
-        subdirectories[:] = keep
-        found.extend(here / name for name in sorted(files) if name.endswith(_SUFFIX) and not name.startswith("."))
-    return found
-
-
-def run_folder_of(checkpoint: str | os.PathLike[str] | RemotePath, root: str | os.PathLike[str] | RemotePath) -> Location:
-    """The run folder a checkpoint belongs to: its `last.ckpt` sits in it, ModelCheckpoint's
-    files in its `checkpoints/` (whatever the folder layout above it)."""
-    folder = location(checkpoint).parent
-    return folder.parent if folder.name == "checkpoints" and folder != location(root) else folder
-
-
-def written_at(path: Location) -> int:
-    """When a checkpoint was written (ns): a file's modification time; a sharded folder's
-    state file's, which is written last. 0 when it can't be read."""
-    where = path / STATE_FILE if path.is_dir() else path
-    try:
-        return where.stat().st_mtime_ns
-    except OSError:
-        return 0
-
-
-def recorded_step(path: str | os.PathLike[str] | RemotePath) -> int | None:
-    """The global step a checkpoint records, read without loading its tensors; None when it
-    can't be read (damaged) or is not a resumable checkpoint of this trainer."""
-    candidate = _peek(Candidate(location(path), 0), facts=False)
-    return candidate.step if candidate.problem is None and candidate.resumable else None
-
-
-def _peek(candidate: Candidate, facts: bool = True) -> Candidate:
-    """Read the candidate's index and small entries (tensors stay memory-mapped, unread).
-    Without `facts` (its step and kind are enough), an object in S3 is not read: its metadata
-    says them (a damaged one is found when it is loaded)."""
-    path = candidate.path
-    hints = path.hints() if not facts and isinstance(path, RemotePath) else None
-    if hints is not None:
-        candidate.step, candidate.resumable = hints
-        return candidate
-    try:
-        if path.is_dir():
-            state = load_checkpoint(path / STATE_FILE)  # small: the tensors are in the shards
-        elif isinstance(path, RemotePath):  # copied here: an object can't be memory-mapped
-            with path.local_copy() as local:
-                state = torch.load(local, map_location="cpu", weights_only=True, mmap=True)
-        else:
-            state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except CheckpointError as error:
-        candidate.problem = str(error)
-        return candidate
-    except Exception as error:  # noqa: BLE001 - any failure to read it means a damaged file
-        candidate.problem = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
-        return candidate
-    if not isinstance(state, dict) or state.get("format") != FORMAT or state.get("weights_only") is True:
-        candidate.resumable = False
-        return candidate
-    loop = state.get("loop")
-    step = loop.get("global_step") if isinstance(loop, dict) else None
-    candidate.step = step if isinstance(step, int) else None
-    candidate.run = run_facts(state, path)
-    return candidate
-
-
-def peek(path: Location) -> Candidate:
-    """A checkpoint's step and `run_facts`, read cheaply; `problem` set when it is damaged."""
-    return _peek(Candidate(path, written_at(path)))
 
 
 def _load(path: Location) -> dict[str, Any]:
@@ -295,35 +167,6 @@ def find_last_of_run(root: str | os.PathLike[str] | RemotePath, planned: Locatio
     return state, folder
 
 
-def differences(saved: Mapping[str, Any], expected: Mapping[str, Any]) -> str:
-    """What differs between a checkpoint's `run_facts` and this run's ('' when nothing does);
-    a fact that either side does not know is not compared."""
-    found = []
-    for name, value in expected.items():
-        there = saved.get(name)
-        if value is None or there is None or there == value or _same_class(name, there, value):
-            continue
-        if isinstance(there, Mapping) and isinstance(value, Mapping):  # hyperparameters: the keys that differ
-            keys = sorted(k for k in set(there) | set(value) if there.get(k, _UNSET) != value.get(k, _UNSET))
-            found.append(f"{name}: " + ", ".join(
-                f"{k} {there.get(k, '(unset)')!r} there, {value.get(k, '(unset)')!r} here" for k in keys))
-        else:
-            found.append(f"{name} {there!r} there, {value!r} here")
-    return "; ".join(found)
-
-
-_UNSET = object()
-
-
-def _same_class(name: str, there: Any, here: Any) -> bool:
-    """A script's class, `__main__.Net` (run as `python train.py`), is the class another script
-    imports from it (`train.Net`): the same qualified name after the module."""
-    if name not in ("model class", "data class") or not (isinstance(there, str) and isinstance(here, str)):
-        return False
-    main, other = (there, here) if there.startswith("__main__.") else (here, there)
-    return main.startswith("__main__.") and other.endswith("." + main[len("__main__."):])
-
-
 def _newest_run_of_experiment(everything: list[Location], root: str | os.PathLike[str] | RemotePath,
                               expected: Mapping[str, Any] | None, evaluating: bool = False) -> Location | None:
     """The folder of the newest run under `root` whose newest readable checkpoint is of this
@@ -365,35 +208,6 @@ def _newest_run_of_experiment(everything: list[Location], root: str | os.PathLik
          "beginning in a new folder (the runs there differ: %s). To continue one of them anyway, pass its "
          "checkpoint's path.", str(root), "; ".join(passed))
     return None
-
-
-class RunOf(Protocol):
-    """What `facts_of_run` reads of a Trainer."""
-
-    @property
-    def strategy(self) -> Any: ...
-    @property
-    def precision(self) -> Any: ...
-
-
-def facts_of_run(trainer: RunOf, module: Any, evaluating: bool) -> dict[str, Any] | None:
-    """This run as `run_facts` describes a checkpoint's (None without a module); what an
-    evaluation reads (the weights) does not depend on the precision, the processes or the kind."""
-    if module is None:
-        return None
-    experiment = getattr(trainer, "experiment_config", None)
-    data = experiment.get("data") if isinstance(experiment, dict) else None
-    facts: dict[str, Any] = {
-        "model class": f"{type(module).__module__}.{type(module).__qualname__}",
-        "hyperparameters": plain_state({**dict(getattr(module, "hparams", {}) or {}),
-                                        **dict(vars(module).get("_tuned_hparams") or {})}, as_text=True),
-        "data class": data.get("class_path") if isinstance(data, dict) else None,
-    }
-    if not evaluating:
-        strategy = trainer.strategy
-        facts.update({"precision": getattr(trainer.precision, "name", None), "processes": strategy.world_size,
-                      "checkpoint kind": "sharded folder" if strategy.sharded_checkpoints else "single file"})
-    return facts
 
 
 def note(level: int, message: str, *args: Any) -> None:

@@ -23,18 +23,20 @@ A metric object (a torchmetrics `Metric`) logged instead of a value follows Ligh
 rules (trainer/logging/metric_objects.py): its last forward per step, `compute()` at the
 epoch's close, `reset()` once the epoch is over (`end_train_epoch`, and the end of an
 evaluation pass).
+
+The reductions themselves and their read to the host: `reduction.py`; `trainer.callback_metrics`:
+`callback_view.py`; `MonitorError`: `monitor_error.py`.
 """
 
 from __future__ import annotations
 
-import difflib
 import logging
-import numbers
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 
+from trainer.logging.callback_view import CallbackView
 from trainer.logging.metric_objects import (
     MetricEntry,
     check_same_on_every_rank,
@@ -45,12 +47,12 @@ from trainer.logging.metric_objects import (
     reset_all,
     step_value,
 )
+from trainer.logging.monitor_error import MonitorError
+from trainer.logging.reduction import _REDUCTIONS, _as_tensor, _Reduction, batch_size_of, to_floats
 
 __all__ = ["MonitorError", "MetricStore", "to_floats", "EPOCH_SUFFIX", "STEP_SUFFIX", "AUTOMATIC", "batch_size_of"]
 
 log = logging.getLogger("trainer")
-_REDUCTIONS = ("mean", "sum", "max", "min")
-_UNSET = object()
 EPOCH_SUFFIX = "_epoch"
 STEP_SUFFIX = "_step"
 # Written by the Trainer at every logging step (plus `train/lr-groupN`, `train/lr-optK-groupN`).
@@ -60,90 +62,7 @@ AUTOMATIC = (
 )
 
 
-class MonitorError(KeyError, ValueError):
-    """A metric that a callback or scheduler monitors was never logged.
-
-    Raised during `fit` (after `last.ckpt` was written, so the finished work is kept); the
-    `trainer` command reports it as a clean error with exit code 2.
-    """
-
-    __module__ = "trainer.callback"  # its public home (also `trainer.MonitorError`)
-
-    def __str__(self) -> str:  # KeyError would quote the message
-        return str(self.args[0]) if self.args else ""
-
-    @staticmethod
-    def describe(owner: str, name: str, logged: Iterable[str]) -> str:
-        """One missing monitor: `owner` (e.g. "EarlyStopping(monitor='val_los')") and the closest
-        of the `logged` names, for a message that lists one or several of them.
-
-        Example:
-            >>> MonitorError.describe("EarlyStopping(monitor='val_los')", "val_los", ["val_loss", "train/loss"])
-            "EarlyStopping(monitor='val_los'): 'val_los' was never logged. Did you mean 'val_loss'?"
-        """
-        close = difflib.get_close_matches(name, sorted(set(logged)), n=1, cutoff=0.6)
-        return f"{owner}: {name!r} was never logged.{f' Did you mean {close[0]!r}?' if close else ''}"
-
-
-def _as_tensor(name: str, value: Any) -> torch.Tensor:
-    if isinstance(value, torch.Tensor):
-        if value.numel() != 1:
-            raise ValueError(
-                f"self.log({name!r}, ...) expected a scalar (one-element) tensor or a number. "
-                f"Received: a tensor of shape {tuple(value.shape)}. Log a reduction such as .mean()."
-            )
-        return value.detach().reshape(())
-    if isinstance(value, numbers.Real) and not isinstance(value, bool):  # int, float, NumPy scalars
-        return torch.tensor(float(value))
-    raise ValueError(
-        f"self.log({name!r}, ...) expected a scalar tensor, int or float. "
-        f"Received: {value!r} of type {type(value).__name__}."
-    )
-
-
-class _Reduction:
-    """A running "mean" (weighted), "sum", "max" or "min" of device tensors.
-
-    `source` is the name the metric was logged under and `window` the optimizer step it
-    belongs to (per-step reductions only).
-    """
-
-    __slots__ = ("reduce", "total", "weight", "source", "window", "alias")
-
-    def __init__(self, reduce: str, source: str, window: int | None = None, alias: bool = False) -> None:
-        self.reduce = reduce
-        self.source = source
-        self.window = window
-        self.alias = alias  # the epoch value also becomes callback_metrics[source]
-        self.total: torch.Tensor | None = None
-        self.weight = 0.0
-
-    def add(self, value: torch.Tensor, weight: float) -> None:
-        converted = value.float()
-        if self.total is None:
-            if self.reduce == "mean" and weight != 1.0:
-                self.total = converted * weight
-            else:  # a copy of the first value: the logged tensor may change in place later, or be
-                # a compiled graph's output whose memory the next replay reuses (CUDA graphs)
-                self.total = converted.clone() if converted is value else converted
-        elif self.reduce == "mean":
-            self.total = self.total + (converted * weight if weight != 1.0 else converted)
-        elif self.reduce == "sum":
-            self.total = self.total + converted
-        elif self.reduce == "max":
-            self.total = torch.maximum(self.total, converted)
-        else:
-            self.total = torch.minimum(self.total, converted)
-        self.weight += weight
-
-    def compute(self) -> torch.Tensor:
-        assert self.total is not None
-        if self.reduce == "mean" and self.weight != 1.0:
-            return self.total / self.weight
-        return self.total
-
-
-class MetricStore:
+class MetricStore(CallbackView):
     """Per-step and epoch reductions of logged metrics, and the latest value of each.
 
     Attributes:
@@ -428,84 +347,3 @@ class MetricStore:
         self.latest.update(values)
         self.latest.update(aliases)  # callback_metrics[name]: the epoch value once the epoch closed
         return values
-
-    def current(self) -> dict[str, torch.Tensor | float | _Reduction]:
-        """`latest`, and while the module's epoch-end hook runs (`epoch_end_reached`) this rank's
-        open epoch values too, as Lightning's `callback_metrics` shows them there: what
-        `validation_step` logged, and what the hook itself just logged."""
-        if not self.epoch_end_reached:
-            return self.latest
-        reductions = self._eval_epoch if self._evaluating else self.epoch
-        open_values = {key: r for key, r in reductions.items() if isinstance(r, _Reduction) and r.total is not None}
-        aliases = {r.source: r for r in open_values.values() if r.alias}
-        return {**self.latest, **open_values, **aliases}
-
-    def callback_view(self) -> dict[str, Any]:
-        """`trainer.callback_metrics`: the values as floats, in one dict updated in place, as
-        Lightning's. A number or tensor a callback set in it since the last read
-        (`trainer.callback_metrics["name"] = value`) is recorded first, so it can be monitored."""
-        for name, value in self.view.items():
-            if self._view_given.get(name, _UNSET) is not value and isinstance(value, (torch.Tensor, numbers.Real)):
-                self.latest[name] = value.detach() if isinstance(value, torch.Tensor) else float(value)
-        fresh = to_floats(self.current())
-        self.view.clear()  # what a read holds mirrors what was logged (the sanity check's values go)
-        self.view.update(fresh)
-        self._view_given = fresh
-        return self.view
-
-    def clear_latest(self) -> None:
-        """Forget every metric: `validate`/`test` start a new, empty `callback_metrics` dict, as
-        Lightning's (a reference to the earlier one keeps the earlier values)."""
-        self.latest = {}
-        self.view = {}
-        self._view_given = {}
-
-    def renew_view(self) -> None:
-        """A run ends: `callback_metrics` becomes a new dict with the same values, as Lightning's
-        (a reference held during the run keeps the final values, and is no longer refreshed)."""
-        try:
-            self.callback_view()  # the final values, in the dict a reference may hold
-        except Exception:  # noqa: BLE001 - a run that failed on the device: keep what the last read gave
-            pass
-        self.view = dict(self.view)
-
-    def update_latest(self, values: Mapping[str, float]) -> None:
-        """Record values the Trainer already read to the host (e.g. the automatic train/ scalars)."""
-        self.latest.update(values)
-
-
-def to_floats(values: Mapping[str, torch.Tensor | float | _Reduction]) -> dict[str, float]:
-    """Read values to Python floats with one host transfer per device (floats pass through)."""
-    out: dict[str, float] = {}
-    by_device: dict[torch.device, list[str]] = {}
-    read: dict[str, torch.Tensor | float] = {
-        name: v.compute() if isinstance(v, _Reduction) else v for name, v in values.items()
-    }
-    for name, value in read.items():
-        if isinstance(value, torch.Tensor):
-            by_device.setdefault(value.device, []).append(name)
-        else:
-            out[name] = float(value)
-    for names in by_device.values():
-        stacked = torch.stack([read[n].detach().float().reshape(()) for n in names])  # type: ignore[union-attr]
-        out.update(zip(names, stacked.tolist()))
-    return {name: out[name] for name in read}
-
-
-def batch_size_of(batch: Any) -> int | None:
-    """Samples in a batch: dim 0 of its first tensor (depth-first), or None when it has none.
-
-    Reads tensor metadata only (no host synchronisation).
-    """
-    if isinstance(batch, torch.Tensor):
-        return int(batch.shape[0]) if batch.dim() else None
-    if isinstance(batch, (list, tuple)):
-        for item in batch:
-            size = batch_size_of(item)
-            if size is not None:
-                return size
-        return None
-    if isinstance(batch, Mapping):
-        return batch_size_of(list(batch.values()))
-    return None
-

@@ -1,53 +1,32 @@
 """`Module`: the user's model and the hooks the Trainer calls on it.
 
 `Module` never imports the Trainer: once attached it holds the Trainer (`self.trainer`) and
-the Trainer's run (the `TrainerLink` protocol below), both weakly: `self.log` writes into the
-run's metrics, `self.optimizers()` and `self.manual_backward` reach its optimizers.
+the Trainer's run (the `TrainerLink` protocol, `link.py`), both weakly: `self.log` writes into the
+run's metrics, `self.optimizers()` and `self.manual_backward` reach its optimizers (`optimization.py`).
+Its layers: `hooks.py` (the hooks), `tools.py` (Lightning's tools), `link.py`, `optimization.py`,
+then `Module` here (hyperparameters, the device, the steps, `self.log`).
 """
 
 from __future__ import annotations
 
 import inspect
 import itertools
-import weakref
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
 from trainer._hparams import AttributeDict, _Captured, _capturing_init
 from trainer._hparams import save_hyperparameters as save_hparams
-from trainer.module.tools import ModuleTools
+from trainer.module.link import TrainerLink
+from trainer.module.optimization import ModuleOptimization
 
 __all__ = ["Module", "Reduce", "AttributeDict"]
 
 Reduce = Literal["mean", "sum", "max", "min"]
 
 
-class TrainerLink(Protocol):
-    """What a module reaches in the Trainer's run (`trainer/loops/context.py`)."""
-
-    @property
-    def optimization(self) -> Any: ...
-    def progress_bar(self) -> Any: ...
-    def optimizer_setup(self) -> Any: ...
-    def manual_optimization(self) -> Any: ...
-    def log_metric(
-        self,
-        name: str,
-        value: torch.Tensor | float | int | Any,
-        *,
-        on_step: bool | None,
-        on_epoch: bool | None,
-        prog_bar: bool,
-        reduce: str,
-        batch_size: int | None,
-        logger: bool = True,
-        add_dataloader_idx: bool = True,
-    ) -> None: ...
-
-
-class Module(ModuleTools):
+class Module(ModuleOptimization):
     """A `torch.nn.Module` with the hooks a Trainer drives.
 
     Subclass it, implement `training_step` and `configure_optimizers`, then hand it to
@@ -138,68 +117,6 @@ class Module(ModuleTools):
         state = super().__getstate__()
         state["_trainer_ref"] = state["_run_ref"] = None
         return state
-
-    # ----------------------------------------------------------------- the Trainer link
-    @property
-    def trainer(self) -> Any:
-        """The Trainer this module is attached to (set by `fit`/`validate`/...)."""
-        ref = self._attached()
-        if ref is None and not self.__dict__.get("_jit_is_scripting"):  # TorchScript reads every attribute
-            raise RuntimeError(
-                f"{type(self).__name__} is not attached to a Trainer (or the Trainer it was attached to no "
-                "longer exists). Expected it to be passed to Trainer.fit/validate/test/predict first."
-            )
-        return ref
-
-    def _attach(self, trainer: object, run: TrainerLink) -> None:
-        # Weak: the Trainer holds the module, so a strong link back would be a reference cycle,
-        # and a finished run's module (its GPU memory) would wait for the garbage collector.
-        object.__setattr__(self, "_trainer_ref", weakref.ref(trainer))
-        object.__setattr__(self, "_run_ref", weakref.ref(run))
-
-    def _running(self) -> TrainerLink | None:
-        """The run of the Trainer this module is attached to, or None (never attached, or gone)."""
-        ref = self.__dict__.get("_run_ref")
-        return ref() if ref is not None else None  # type: ignore[no-any-return]
-
-    def _link(self) -> TrainerLink:
-        """What `self.optimizers()`, `self.manual_backward` and `clip_gradients` reach in the Trainer."""
-        run = self._running()
-        if run is None:
-            self.trainer  # not attached: raises the error that says so  # noqa: B018
-        assert run is not None, "the run lives as long as its Trainer"
-        return run
-
-    def _attached(self) -> Any:
-        """The Trainer this module is attached to, or None (never attached, or gone)."""
-        ref = self.__dict__.get("_trainer_ref")
-        return ref() if ref is not None else None
-
-    # Lightning's read-only views of the Trainer; outside a Trainer they read as Lightning's do.
-    @property
-    def global_step(self) -> int:
-        """Optimizer steps taken by the Trainer (0 outside one)."""
-        ref = self._attached()
-        return int(ref.global_step) if ref is not None else 0
-
-    @property
-    def current_epoch(self) -> int:
-        """The Trainer's epoch (0 outside one)."""
-        ref = self._attached()
-        return int(ref.current_epoch) if ref is not None else 0
-
-    @property
-    def logger(self) -> Any:
-        """The Trainer's (first) logger, None outside a Trainer or without one. For the default
-        TensorBoard logger, `self.logger.experiment` is its `SummaryWriter`."""
-        ref = self._attached()
-        return ref.logger if ref is not None else None
-
-    @property
-    def loggers(self) -> list[Any]:
-        """Every logger of the Trainer (`[]` outside one or without one)."""
-        ref = self._attached()
-        return list(ref.loggers) if ref is not None else []
 
     @property
     def on_gpu(self) -> bool:
@@ -328,77 +245,6 @@ class Module(ModuleTools):
         items = dictionary.items(keep_base=False, copy_state=False) if grouped else dictionary.items()  # type: ignore[call-arg]
         for name, value in items:
             self.log(name, value, **options)
-
-    # -------------------------------------------------------------- manual optimization
-    #: False: `training_step` steps the optimizers itself (`self.optimizers()`,
-    #: `self.manual_backward`, `opt.step()`), as in Lightning; see docs/manual_optimization.md.
-    automatic_optimization: bool = True
-
-    def optimizers(self, use_pl_optimizer: bool = True) -> Any:
-        """The optimizers of `configure_optimizers`, stepping through the Trainer's precision.
-
-        One optimizer is returned as is (wrapped), several as a list in the order given;
-        `use_pl_optimizer=False` (Lightning's) gives the torch optimizers themselves, which
-        step without the precision (no GradScaler) and without the step count.
-        """
-        if not use_pl_optimizer:
-            raw = list(self._link().optimizer_setup().optimizers)
-            return raw[0] if len(raw) == 1 else raw
-        managed = self._link().manual_optimization().managed
-        return managed[0] if len(managed) == 1 else managed
-
-    def lr_schedulers(self) -> Any:
-        """The LR schedulers of `configure_optimizers`: None, one, or a list."""
-        schedulers = [config.scheduler for config in self._link().optimizer_setup().schedulers]
-        if not schedulers:
-            return None
-        return schedulers[0] if len(schedulers) == 1 else schedulers
-
-    def manual_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
-        """`loss.backward()` through the Trainer: scaled under amp, hooks called."""
-        self._link().manual_optimization().backward(loss, *args, **kwargs)
-
-    def clip_gradients(
-        self,
-        optimizer: Any,
-        gradient_clip_val: float | int | None = None,
-        gradient_clip_algorithm: str | None = None,
-    ) -> None:
-        """Unscale (amp) and clip the gradients of `optimizer`'s parameters.
-
-        Defaults come from the Trainer's `gradient_clip_val`/`gradient_clip_algorithm`. In automatic
-        optimization, call it from `configure_gradient_clipping` (Lightning's checks: a value that
-        disagrees with the Trainer's raises).
-        """
-        link = self._link()
-        if self.automatic_optimization:
-            optimization = link.optimization
-            if optimization is None or not hasattr(optimization, "clip_gradients"):
-                raise RuntimeError(
-                    "clip_gradients in automatic optimization clips before an optimizer step: expected it to be "
-                    "called from configure_gradient_clipping (or optimizer_step) during fit."
-                )
-            optimization.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
-            return
-        link.manual_optimization().clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
-
-    def toggle_optimizer(self, optimizer: Any) -> None:
-        """Only `optimizer`'s parameters require grad until `untoggle_optimizer` (GANs)."""
-        own = {id(p) for group in optimizer.param_groups for p in group["params"]}
-        saved: dict[int, tuple[torch.nn.Parameter, bool]] = {}
-        for other in self._link().optimizer_setup().optimizers:
-            for group in other.param_groups:
-                for p in group["params"]:
-                    if id(p) not in own and id(p) not in saved:
-                        saved[id(p)] = (p, p.requires_grad)
-                        p.requires_grad_(False)
-        object.__setattr__(self, "_toggled", saved)
-
-    def untoggle_optimizer(self, optimizer: Any) -> None:
-        """Restore `requires_grad` as it was before `toggle_optimizer`."""
-        for p, flag in self.__dict__.get("_toggled", {}).values():
-            p.requires_grad_(flag)
-        object.__setattr__(self, "_toggled", {})
 
 
 def _reduce_name(name: str, reduce_fx: Any) -> Reduce:

@@ -1,0 +1,119 @@
+"""Running reductions of logged values, kept on their device, and their one read to the host.
+
+`_Reduction` is what `MetricStore` keeps per metric (a weighted "mean", "sum", "max" or "min");
+`to_floats` reads many of them with one transfer per device; `batch_size_of` is the batch size
+that weights an epoch mean, read from tensor metadata only.
+
+Example:
+    >>> import torch
+    >>> to_floats({"loss": torch.tensor(0.5), "lr": 0.1})
+    {'loss': 0.5, 'lr': 0.1}
+    >>> batch_size_of({"x": torch.zeros(4, 3), "y": torch.zeros(4)})
+    4
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+__all__ = ["to_floats", "batch_size_of"]
+
+_REDUCTIONS = ("mean", "sum", "max", "min")
+
+
+def _as_tensor(name: str, value: Any) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(
+                f"self.log({name!r}, ...) expected a scalar (one-element) tensor or a number. "
+                f"Received: a tensor of shape {tuple(value.shape)}. Log a reduction such as .mean()."
+            )
+        return value.detach().reshape(())
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):  # int, float, NumPy scalars
+        return torch.tensor(float(value))
+    raise ValueError(
+        f"self.log({name!r}, ...) expected a scalar tensor, int or float. "
+        f"Received: {value!r} of type {type(value).__name__}."
+    )
+
+
+class _Reduction:
+    """A running "mean" (weighted), "sum", "max" or "min" of device tensors.
+
+    `source` is the name the metric was logged under and `window` the optimizer step it
+    belongs to (per-step reductions only).
+    """
+
+    __slots__ = ("reduce", "total", "weight", "source", "window", "alias")
+
+    def __init__(self, reduce: str, source: str, window: int | None = None, alias: bool = False) -> None:
+        self.reduce = reduce
+        self.source = source
+        self.window = window
+        self.alias = alias  # the epoch value also becomes callback_metrics[source]
+        self.total: torch.Tensor | None = None
+        self.weight = 0.0
+
+    def add(self, value: torch.Tensor, weight: float) -> None:
+        converted = value.float()
+        if self.total is None:
+            if self.reduce == "mean" and weight != 1.0:
+                self.total = converted * weight
+            else:  # a copy of the first value: the logged tensor may change in place later, or be
+                # a compiled graph's output whose memory the next replay reuses (CUDA graphs)
+                self.total = converted.clone() if converted is value else converted
+        elif self.reduce == "mean":
+            self.total = self.total + (converted * weight if weight != 1.0 else converted)
+        elif self.reduce == "sum":
+            self.total = self.total + converted
+        elif self.reduce == "max":
+            self.total = torch.maximum(self.total, converted)
+        else:
+            self.total = torch.minimum(self.total, converted)
+        self.weight += weight
+
+    def compute(self) -> torch.Tensor:
+        assert self.total is not None
+        if self.reduce == "mean" and self.weight != 1.0:
+            return self.total / self.weight
+        return self.total
+
+
+def to_floats(values: Mapping[str, torch.Tensor | float | _Reduction]) -> dict[str, float]:
+    """Read values to Python floats with one host transfer per device (floats pass through)."""
+    out: dict[str, float] = {}
+    by_device: dict[torch.device, list[str]] = {}
+    read: dict[str, torch.Tensor | float] = {
+        name: v.compute() if isinstance(v, _Reduction) else v for name, v in values.items()
+    }
+    for name, value in read.items():
+        if isinstance(value, torch.Tensor):
+            by_device.setdefault(value.device, []).append(name)
+        else:
+            out[name] = float(value)
+    for names in by_device.values():
+        stacked = torch.stack([read[n].detach().float().reshape(()) for n in names])  # type: ignore[union-attr]
+        out.update(zip(names, stacked.tolist()))
+    return {name: out[name] for name in read}
+
+
+def batch_size_of(batch: Any) -> int | None:
+    """Samples in a batch: dim 0 of its first tensor (depth-first), or None when it has none.
+
+    Reads tensor metadata only (no host synchronisation).
+    """
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() else None
+    if isinstance(batch, (list, tuple)):
+        for item in batch:
+            size = batch_size_of(item)
+            if size is not None:
+                return size
+        return None
+    if isinstance(batch, Mapping):
+        return batch_size_of(list(batch.values()))
+    return None
