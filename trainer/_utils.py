@@ -26,6 +26,11 @@ def move_to_device(batch: Any, device: torch.device) -> Any:
     """
     cls = type(batch)
     if cls is tuple or cls is list:  # the common case first: a plain tuple/list of tensors, in one frame
+        for item in batch:
+            if type(item) is not torch.Tensor or item.device != device:
+                break
+        else:
+            return batch  # every tensor already there: the batch itself, as a hand-written loop has it
         moved = []
         for item in batch:
             if type(item) is torch.Tensor:

@@ -44,6 +44,15 @@ def micro_batches(
     warning) instead of waiting for it forever.
     """
     batch_idx = start
+    if total is not None and k == 1:  # no accumulation: every batch is a window of its own
+        while batch_idx < total:
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                return
+            yield batch_idx, 1, True, batch
+            batch_idx += 1
+        return
     if total is not None:
         while batch_idx < total:  # a loader that yields more than its len(): the epoch ends at len()
             try:
