@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import logging
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -35,9 +34,11 @@ import torch
 
 from trainer.loops.batches import extract_loss, module_override, ordered_parameters
 from trainer.loops.context import RunContext, module_of, optimizers_of
+from trainer.loops.device_skips import DeviceSkips
 from trainer.loops.guard import LossSpikes, nonfinite_window
 from trainer.loops.items import HeldWindow, is_item_output, mixed_window_error
 from trainer.loops.overrides import LoopOptimizer, OverrideSteps, check_overrides, step_schedulers
+from trainer.loops.plain import PlainSteps
 from trainer.precision import Precision
 from trainer.strategies.base import Strategy
 
@@ -49,10 +50,9 @@ def copies_kept_losses(compile: Any) -> bool:
     (mode "reduce-overhead", ...) replay into the memory of earlier outputs."""
     return bool(compile)
 
-log = logging.getLogger("trainer")
 
 
-class AutomaticOptimization(OverrideSteps):
+class AutomaticOptimization(PlainSteps, OverrideSteps):
     """Forward, backward and (at a window's end) the optimizer step of one micro-batch."""
 
     def __init__(self, context: RunContext) -> None:
@@ -101,7 +101,6 @@ class AutomaticOptimization(OverrideSteps):
             isinstance(manager, contextlib.nullcontext)
             for manager in (context.precision.autocast(), context.strategy.no_sync(True), context.strategy.no_sync(False))
         )
-        self.pending_skips: torch.Tensor | None = None  # device count of skips not yet read
         # amp with a fused optimizer: the GradScaler's skip stays on the device too, counted by
         # the precision and read with the rest at logging steps (a Precision subclass whose
         # optimizer_step lacks `defer_skips` keeps its own behaviour). Only when nothing needs to
@@ -113,8 +112,7 @@ class AutomaticOptimization(OverrideSteps):
             and not optimizers_of(context).has_step_schedulers()
             and not self.want_step_end
         )
-        self.pending_since = context.state.global_step
-        self.skipped_where: list[str] = []  # counted, not yet reported
+        self.device_skips = DeviceSkips(context, self.defer_skips)  # read at logging steps (device_skips.py)
         self.held: HeldWindow | None = None  # an item-weighted window's micro-batches (items.py)
         io = context.output  # the run's first micro-batch: its FLOPs counted once (logging/throughput.py)
         self.flops = io.throughput.meter(io.writes and io.logging_on and not context.args.compile)
@@ -124,7 +122,7 @@ class AutomaticOptimization(OverrideSteps):
         self.copy_kept_loss = copies_kept_losses(context.args.compile)
         # The plain configuration (decided once per fit): one process in fp32, none of the module's
         # step overrides, no hook around backward or the step, and a guard that reads the loss
-        # alone. Its micro-batches run in `_plain_run`: the same operations in the same order, in
+        # alone. Its micro-batches run in loops/plain.py: the same operations in the same order, in
         # fewer frames and with nothing decided per step (the per-step overhead, docs/performance.md).
         precision = context.precision
         self.plain = (
@@ -163,66 +161,6 @@ class AutomaticOptimization(OverrideSteps):
         if last:
             self.end_window(batch_idx + 1)
         return output
-
-    def _plain_run(self, batch: Any, batch_idx: int, size: int, last: bool) -> Any:
-        """`run` in the plain configuration (`self.plain`): `_micro_batch`, then at the window's
-        end `_plain_step`; a skipped batch or an item-weighted window is handled as `run` does."""
-        context = self.context
-        self.batch_loss = None
-        output = context.train_step(batch, batch_idx)
-        if type(output) is torch.Tensor and output.requires_grad and output.dim() == 0:  # extract_loss's common case
-            loss: torch.Tensor | None = output
-        else:
-            loss = extract_loss(output, batch_idx)
-        if loss is not None:
-            if loss is not output and is_item_output(output):
-                self._hold(output, loss, batch_idx, last)
-            else:
-                if size > 1:
-                    loss = loss / size  # the window's own length: a short last window too
-                loss.backward()
-                self.batch_loss = detached = loss.detach()
-                self.window_loss = detached if self.window_loss is None else self.window_loss + detached
-        context.output.progress_advance(batch)  # counted before the step's logging reads throughput
-        if last:
-            if self.held is None and self.window_loss is not None:
-                self._plain_step(batch_idx + 1)
-            else:
-                self.end_window(batch_idx + 1)
-        return output
-
-    def _plain_step(self, batches_done: int) -> None:
-        """`end_window` in the plain configuration: the guard's one read, the step (through
-        `_apply` when it clips or a norm may be written), the counters, the report."""
-        context = self.context
-        window_loss, self.window_loss = self.window_loss, None
-        assert window_loss is not None
-        if self.host_guard and not self.finite(window_loss):
-            self._nonfinite_loss(batches_done)
-            return
-        self.learning_windows += 1
-        state, args, signals = context.state, context.args, context.signals
-        assert signals is not None, "optimizer steps happen inside fit, under its signal guard"
-        every = args.log_every_n_steps
-        try:
-            if args.gradient_clip_val is not None or (state.global_step + 1) % every == 0:
-                norm, _ = self._apply(None)
-            else:
-                norm = None
-                signals.in_critical = True  # SIGINT now waits for the end of the step (see loops/signals.py)
-                self.optimizer.step()
-            # `_settle` for a step that ran, with no zero-grad hook or override
-            state.global_step += 1
-            state.batches_done = batches_done
-            if self.opt.schedulers:
-                self.step_schedulers("step", state.global_step)
-            self.optimizer.zero_grad(set_to_none=True)
-        finally:
-            signals.exit_critical()
-        if state.global_step % every == 0:
-            self._report(window_loss, norm, True)
-        else:
-            context.output.step_done(window_loss, state.epoch, state.global_step)  # the bar's loss every 0.5 s; the last step's, written at the end
 
     def batch_end_outputs(self, output: Any) -> Any:
         """What `on_train_batch_end` receives, as in Lightning: `{"loss": the micro-batch's loss
@@ -389,34 +327,11 @@ class AutomaticOptimization(OverrideSteps):
 
     def pending(self) -> bool:
         """Whether skips counted on the device (or not yet reported) wait for `reconcile`."""
-        return self.pending_skips is not None or bool(self.skipped_where) or self.defer_skips
+        return self.device_skips.pending()
 
     def reconcile(self, raise_now: bool = True) -> None:
-        """Fold the device-counted skips into `skipped_steps` (one host read; at logging steps,
-        epoch ends and saves only). Under nonfinite_loss="error" a skip of the loss guard then
-        raises (a save counts it and leaves the error to the next logging step or epoch end);
-        amp's skips (fused optimizers) are only counted, as amp always skips such steps."""
-        pending, self.pending_skips = self.pending_skips, None
-        since, self.pending_since = self.pending_since, self.context.state.global_step
-        count = int(pending.item()) if pending is not None else 0
-        state = self.context.state
-        amp_skips = self.context.precision.take_device_skips() if self.defer_skips else None
-        if amp_skips is not None:
-            state.skipped_steps += int(amp_skips.item())
-        if count:
-            state.skipped_steps += count
-            self.skipped_where.append(f"{count} of optimizer steps {since + 1}..{state.global_step}")
-        if not self.skipped_where or not raise_now:
-            return
-        where = "; ".join(self.skipped_where)
-        self.skipped_where = []
-        if self.context.args.nonfinite_loss == "error":
-            raise FloatingPointError(
-                f"training_step returned a non-finite loss (nan or inf) at {where}; the fused optimizer skipped "
-                "those steps on the device, so the weights were not updated by them. Expected finite losses: "
-                "lower the learning rate, check the data, or pass Trainer(nonfinite_loss='skip')."
-            )
-        log.warning("Skipped %s: non-finite loss (nonfinite_loss='skip', counted on the device).", where)
+        """Fold the device-counted skips into `skipped_steps` (loops/device_skips.py)."""
+        self.device_skips.reconcile(raise_now)
 
     def _apply(self, found_inf: torch.Tensor | None) -> tuple[torch.Tensor | None, bool]:
         """on_before_optimizer_step; unscale and clip; the step. Leaves the signal guard in its
@@ -451,7 +366,7 @@ class AutomaticOptimization(OverrideSteps):
                 optimizer.step()
             finally:
                 del optimizer.grad_scale, optimizer.found_inf  # type: ignore[attr-defined]
-            self.pending_skips = found_inf if self.pending_skips is None else self.pending_skips + found_inf
+            self.device_skips.add(found_inf)
             stepped = True
         return norm, stepped
 
