@@ -45,7 +45,7 @@ def micro_batches(
     """
     batch_idx = start
     if total is not None and k == 1:  # no accumulation: every batch is a window of its own
-        while batch_idx < total:
+        while batch_idx < total:  # (`next`, not `for`: an iterator's own __iter__ may start it again)
             try:
                 batch = next(iterator)
             except StopIteration:

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
     from trainer.loops.context import RunContext
     from trainer.loops.optimizers import OptimizerSetup
+    from trainer.loops.signals import SignalGuard
 
 __all__ = ["PlainSteps"]
 
@@ -80,14 +81,14 @@ class PlainSteps:
         """`end_window` in the plain configuration: the guard's one read, the step (through
         `_apply` when it clips or a norm may be written), the counters, the report."""
         context = self.context
-        window_loss, self.window_loss = self.window_loss, None
-        assert window_loss is not None
+        window_loss: torch.Tensor = self.window_loss  # type: ignore[assignment]  # `_plain_run` checked it
+        self.window_loss = None
         if self.host_guard and not self.finite(window_loss):
             self._nonfinite_loss(batches_done)
             return
         self.learning_windows += 1
-        state, args, signals = context.state, context.args, context.signals
-        assert signals is not None, "optimizer steps happen inside fit, under its signal guard"
+        state, args = context.state, context.args
+        signals: SignalGuard = context.signals  # type: ignore[assignment]  # steps happen inside fit, under its guard
         every = args.log_every_n_steps
         try:
             if args.gradient_clip_val is not None or (state.global_step + 1) % every == 0:
