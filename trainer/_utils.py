@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import torch
+from torch import Tensor
 
 __all__ = ["is_url", "move_to_device", "to_host", "seed_everything", "rng_state", "set_rng_state", "length_of", "first_line",
            "WeakAttribute", "check_run_name", "parse_max_time", "profiler_settings", "PROFILER_KEYS"]
@@ -27,13 +28,13 @@ def move_to_device(batch: Any, device: torch.device) -> Any:
     cls = type(batch)
     if cls is tuple or cls is list:  # the common case first: a plain tuple/list of tensors, in one frame
         for item in batch:
-            if type(item) is not torch.Tensor or item.device != device:
+            if type(item) is not Tensor or item.device != device:
                 break
         else:
             return batch  # every tensor already there: the batch itself, as a hand-written loop has it
         moved = []
         for item in batch:
-            if type(item) is torch.Tensor:
+            if type(item) is Tensor:
                 if item.device != device:
                     item = item.to(device, non_blocking=device.type != "cpu")
             else:

@@ -60,21 +60,22 @@ class PlainSteps:
         if self.flops is not None or self.held is not None:  # the first step's FLOP count, an item-weighted window
             return self.general_run(batch, batch_idx, size, last)
         context = self.context
-        self.batch_loss = None
         output = context.train_step(batch, batch_idx)
-        if type(output) is Tensor and output.requires_grad and output.dim() == 0:  # extract_loss's common case
+        if type(output) is Tensor and output.requires_grad and output.ndim == 0:  # extract_loss's common case
             loss: torch.Tensor | None = output
         else:
             loss = extract_loss(output, batch_idx)
-        if loss is not None:
-            if loss is not output and is_item_output(output):
-                self._hold(output, loss, batch_idx, last)
-            else:
-                if size > 1:
-                    loss = loss / size  # the window's own length: a short last window too
-                loss.backward()
-                self.batch_loss = detached = loss.detach()
-                self.window_loss = detached if self.window_loss is None else self.window_loss + detached
+        if loss is None:
+            self.batch_loss = None
+        elif loss is not output and is_item_output(output):
+            self.batch_loss = None
+            self._hold(output, loss, batch_idx, last)
+        else:
+            if size > 1:
+                loss = loss / size  # the window's own length: a short last window too
+            loss.backward()
+            self.batch_loss = detached = loss.detach()
+            self.window_loss = detached if self.window_loss is None else self.window_loss + detached
         context.output.progress_advance(batch)  # counted before the step's logging reads throughput
         if last:
             if self.held is None and self.window_loss is not None:
@@ -96,22 +97,23 @@ class PlainSteps:
         state, args = context.state, context.args
         signals: SignalGuard = context.signals  # type: ignore[assignment]  # steps happen inside fit, under its guard
         every = args.log_every_n_steps
+        step = state.global_step + 1  # this step's number, once it is counted
         try:
-            if args.gradient_clip_val is not None or (state.global_step + 1) % every == 0:
+            if args.gradient_clip_val is not None or step % every == 0:
                 norm, _ = self._apply(None)
             else:
                 norm = None
                 signals.in_critical = True  # SIGINT now waits for the end of the step (see loops/signals.py)
                 self.optimizer.step()
             # `_settle` for a step that ran, with no zero-grad hook or override
-            state.global_step += 1
+            state.global_step = step
             state.batches_done = batches_done
             if self.opt.schedulers:
-                self.step_schedulers("step", state.global_step)
+                self.step_schedulers("step", step)
             self.optimizer.zero_grad(set_to_none=True)
         finally:
             signals.exit_critical()
-        if state.global_step % every == 0:
+        if step % every == 0:
             self._report(window_loss, norm, True)
         else:
-            context.output.step_done(window_loss, state.epoch, state.global_step)  # the bar's loss every 0.5 s; the last step's, written at the end
+            context.output.step_done(window_loss, state.epoch, step)  # the bar's loss every 0.5 s; the last step's, written at the end
