@@ -159,6 +159,16 @@ def test_a_nonfinite_loss_on_one_rank_rolls_back_every_rank(runs):
         assert_equal_weights(result["weights"], skipped)
 
 
+def test_the_loss_spike_mean_is_the_mean_over_every_rank(runs):
+    """loss_spike_factor: each rank trains on other batches, yet both hold the running mean of
+    the ranks' averaged losses, so rank 0's mean in a checkpoint is every rank's."""
+    rank0, rank1 = (r["spike"] for r in runs["main"])
+    assert rank0["count"] == rank1["count"] == len(rank0["losses"]) == len(rank1["losses"]) == 5
+    assert rank0["losses"] != rank1["losses"]
+    expected = sum((a + b) / 2 for a, b in zip(rank0["losses"], rank1["losses"])) / 5
+    assert rank0["mean"] == rank1["mean"] == pytest.approx(expected, rel=1e-6)
+
+
 def test_a_nonfinite_loss_on_one_rank_raises_on_both(runs):
     for result in runs["main"]:
         assert result["error/raised"] is True

@@ -36,13 +36,15 @@ class LossSpikes:
     losses before it counts as non-finite. The mean is kept on the device (a running mean over
     the first `WARMUP` steps, then an exponential one), so the check adds no host read: the
     guard's one read checks the loss, replaced by nan where it spikes. It holds from the
-    `WARMUP`-th step on; the mean is in `LoopState` (and so in checkpoints)."""
+    `WARMUP`-th step on; the mean is in `LoopState` (and so in checkpoints). Each rank checks
+    its own loss against the mean of all ranks' losses."""
 
     WARMUP = 20
     DECAY = 0.98
 
     def __init__(self, context: RunContext, factor: float) -> None:
         self.state, self.factor = context.state, factor
+        self.strategy = context.strategy
 
     def checked(self, loss: torch.Tensor) -> torch.Tensor:
         """What the guard checks for finiteness: `loss`, or nan where it spikes."""
@@ -54,9 +56,14 @@ class LossSpikes:
         return torch.where(loss.float() > self.factor * mean, torch.full_like(mean, float("nan")), loss.float())
 
     def accept(self, loss: torch.Tensor) -> None:
-        """A window that stepped: its loss joins the mean (on the device)."""
+        """A window that stepped: its loss joins the mean (on the device). Under DDP/FSDP the
+        mean is of every rank's loss (one all-reduce of a scalar, no host read), so every rank
+        holds the same mean and a checkpoint's (rank 0's) is every rank's."""
         state = self.state
         value = loss.detach().float()
+        world = self.strategy.world_size
+        if world > 1:  # every rank steps (and so accepts) the same windows: the guard agreed
+            value = self.strategy.sum_over_ranks(value) / world
         state.loss_count += 1
         if state.loss_mean is None:
             state.loss_mean = value.clone()

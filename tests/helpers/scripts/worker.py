@@ -159,6 +159,24 @@ def rollback(results: dict[str, Any], out: Path) -> None:
                            "windows": list(t.state.skipped_windows), "calls": net.calls}
 
 
+class BatchLosses(Callback):
+    """Each step's loss on this rank (one micro-batch per step)."""
+
+    def __init__(self) -> None:
+        self.losses: list[float] = []
+
+    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self.losses.append(float(outputs["loss"]))
+
+
+def spike_mean(results: dict[str, Any]) -> None:
+    """loss_spike_factor under DDP: the ranks see different batches, yet hold one mean."""
+    seen = BatchLosses()
+    t = trainer(max_epochs=1, loss_spike_factor=100.0, callbacks=[seen])
+    t.fit(model(), DataLoader(make_data(40), batch_size=4))
+    results["spike"] = {"mean": float(t.state.loss_mean), "count": t.state.loss_count, "losses": seen.losses}
+
+
 def stop_agreement(results: dict[str, Any]) -> None:
     t = trainer(max_epochs=3, log_every_n_steps=4, callbacks=[StopOnRankZero(at_step=3)])
     t.fit(model(), DataLoader(make_data(36), batch_size=4))
@@ -217,6 +235,7 @@ def main() -> None:
         parity(results)
         nonfinite(results)
         rollback(results, out)
+        spike_mean(results)
         stop_agreement(results)
         rank_zero_io(results, out)
         full = resume_run(out, max_steps=None, root="full")
