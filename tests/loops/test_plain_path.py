@@ -5,6 +5,7 @@ sends the same run down the general path; everything the run produces is compare
 
 from __future__ import annotations
 
+import signal
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ import torch
 
 from tests.helpers.reference import TinyNet, loader, make_data
 from trainer import Callback, Trainer
+from trainer.checkpoint import load_checkpoint
 
 
 class Variant(TinyNet):
@@ -99,3 +101,31 @@ def test_the_plain_path_trains_as_the_general_one(tmp_path, case):
     assert plain == general
     if case == "non-finite skipped":
         assert plain["skipped"] == 2
+
+
+class InterruptedInStep(Variant):
+    """Ctrl-C arrives inside the optimizer step of step 3."""
+
+    def configure_optimizers(self) -> Any:
+        module = self
+
+        class SGD(torch.optim.SGD):
+            def step(self, closure: Any = None) -> Any:
+                out = super().step(closure)
+                if module.trainer.global_step == 2:  # inside step 3, before it is counted
+                    signal.raise_signal(signal.SIGINT)
+                return out
+
+        return SGD(self.parameters(), lr=self.lr)
+
+
+@pytest.mark.parametrize("general", [False, True])
+def test_ctrl_c_inside_the_step_waits_until_it_is_counted(tmp_path, general):
+    run = Trainer(max_epochs=2, root_dir=tmp_path, enable_progress_bar=False, device="cpu",
+                  callbacks=[General()] if general else [])
+    torch.manual_seed(0)
+    with pytest.raises(KeyboardInterrupt):
+        run.fit(InterruptedInStep(), loader(make_data(37)))
+    assert run._run.optimization.plain is not general
+    saved = load_checkpoint(run.log_dir / "last.ckpt")
+    assert saved["loop"]["global_step"] == run.global_step == 3 and saved["cut"]["clean"] is True

@@ -111,8 +111,10 @@ class PlainSteps:
             if self.opt.schedulers:
                 self.step_schedulers("step", step)
             self.optimizer.zero_grad(set_to_none=True)
-        finally:
-            signals.exit_critical()
+        finally:  # `signals.exit_critical()`, inline: it raises only for a SIGINT deferred by the step
+            signals.in_critical = False
+            if signals.interrupt_deferred:
+                signals.exit_critical()
         if step % every == 0:
             self._report(window_loss, norm, True)
         else:

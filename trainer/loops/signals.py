@@ -34,7 +34,7 @@ class SignalGuard:
         self.received: str | None = None  # the name of the signal that asked for the stop
         self._previous: dict[int, Any] = {}
         self.in_critical = False
-        self._deferred_interrupt = False
+        self.interrupt_deferred = False  # a SIGINT arrived inside the critical section: raised at its end
         self._interrupted = False  # a KeyboardInterrupt was raised: fit is saving and stopping
         self.terminated = False
 
@@ -61,7 +61,7 @@ class SignalGuard:
             log.warning("Already stopping after Ctrl-C; writing last.ckpt first (Ctrl-\\ quits at once).")
             return
         if self.in_critical:
-            self._deferred_interrupt = True
+            self.interrupt_deferred = True
             return
         previous = self._previous.get(signal.SIGINT)
         self._interrupted = True
@@ -93,7 +93,7 @@ class SignalGuard:
 
     def exit_critical(self) -> None:
         self.in_critical = False
-        if self._deferred_interrupt:
-            self._deferred_interrupt = False
+        if self.interrupt_deferred:
+            self.interrupt_deferred = False  # a SIGINT arrived inside the critical section: raised at its end
             self._interrupted = True
             raise KeyboardInterrupt
