@@ -31,11 +31,15 @@ def server() -> Iterator[S3Server]:
         yield running
 
 
+def _ranks_of(worker: Path, server: S3Server, tmp_path: Path) -> list[dict[str, Any]]:
+    """Runs `worker` on 2 processes against the bucket's `run` prefix; each rank's results."""
+    done = run_torchrun(worker, f"s3://{server.bucket()}/run", str(tmp_path), cwd=tmp_path, timeout=150)
+    assert done.returncode == 0, f"{worker.name} failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+    return [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(2)]
+
+
 def test_fsdp_saves_to_a_bucket_and_resumes_the_newest_committed_version_exactly(server: S3Server, tmp_path: Path) -> None:
-    root = f"s3://{server.bucket()}/run"
-    done = run_torchrun(WORKER, root, str(tmp_path), cwd=tmp_path, timeout=150)
-    assert done.returncode == 0, f"fsdp_s3_worker failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
-    results: list[dict[str, Any]] = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(2)]
+    results = _ranks_of(WORKER, server, tmp_path)
     zero = results[0]
     for mode in ("sync", "async"):
         assert zero[f"{mode}/stopped_at"] == results[1][f"{mode}/stopped_at"] < zero[f"{mode}/resumed_step"]
@@ -79,10 +83,7 @@ def test_fsdp_saves_to_a_bucket_and_resumes_the_newest_committed_version_exactly
 
 
 def test_ddp_saves_single_files_to_a_bucket_and_resumes_exactly(server: S3Server, tmp_path: Path) -> None:
-    root = f"s3://{server.bucket()}/run"
-    done = run_torchrun(DDP_WORKER, root, str(tmp_path), cwd=tmp_path, timeout=150)
-    assert done.returncode == 0, f"ddp_s3_worker failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
-    results: list[dict[str, Any]] = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(2)]
+    results = _ranks_of(DDP_WORKER, server, tmp_path)
     zero = results[0]
     stopped = zero["stopped_at"]
     assert results[1]["stopped_at"] == stopped < zero["resumed_step"] == results[1]["resumed_step"]
