@@ -136,8 +136,6 @@ class AutomaticOptimization(PlainSteps, OverrideSteps):
         )
         # one process's guard: the loss's one host read, without a call through the strategy
         self.finite = math.isfinite if type(context.strategy).all_finite is Strategy.all_finite else self.all_finite
-        if self.plain:  # the loop calls the plain step itself (it hands the first step and item windows back)
-            self.run = self._plain_run  # type: ignore[method-assign]
 
     def reset(self) -> None:
         self.window_loss = None
@@ -154,6 +152,8 @@ class AutomaticOptimization(PlainSteps, OverrideSteps):
             if last:
                 self.end_window(batch_idx + 1)
             return output
+        if self.plain:
+            return self._plain_run(batch, batch_idx, size, last)
         if last and self.step_hook is not None:
             return self._hooked_end(batch, batch_idx, size)
         output = self._micro_batch(batch, batch_idx, size, last)
@@ -161,8 +161,6 @@ class AutomaticOptimization(PlainSteps, OverrideSteps):
         if last:
             self.end_window(batch_idx + 1)
         return output
-
-    general_run = run  # what the plain step hands back to (loops/plain.py)
 
     def batch_end_outputs(self, output: Any) -> Any:
         """What `on_train_batch_end` receives, as in Lightning: `{"loss": the micro-batch's loss

@@ -38,14 +38,12 @@ class PlainSteps:
         optimizer: torch.optim.Optimizer
         opt: OptimizerSetup
         held: Any
-        flops: Any
         window_loss: torch.Tensor | None
         batch_loss: torch.Tensor | None
         host_guard: bool
         finite: Callable[[torch.Tensor], bool]
         learning_windows: int
 
-        def general_run(self, batch: Any, batch_idx: int, size: int, last: bool) -> Any: ...
         def _hold(self, output: dict[str, Any], loss: torch.Tensor, batch_idx: int, synced: bool) -> None: ...
         def end_window(self, batches_done: int) -> None: ...
         def _apply(self, found_inf: torch.Tensor | None) -> tuple[torch.Tensor | None, bool]: ...
@@ -54,11 +52,8 @@ class PlainSteps:
         def step_schedulers(self, interval: str, count: int) -> None: ...
 
     def _plain_run(self, batch: Any, batch_idx: int, size: int, last: bool) -> Any:
-        """`run` in the plain configuration (the loop calls it as `run`): `_micro_batch`, then at
-        the window's end `_plain_step`. The first step's FLOP count and an item-weighted window go
-        to the general `run`; a skipped batch is handled as there."""
-        if self.flops is not None or self.held is not None:  # the first step's FLOP count, an item-weighted window
-            return self.general_run(batch, batch_idx, size, last)
+        """`run` in the plain configuration (once `run` has handled the first step's FLOP count
+        and an item-weighted window): `_micro_batch`, then at the window's end `_plain_step`."""
         context = self.context
         output = context.train_step(batch, batch_idx)
         if type(output) is Tensor and output.requires_grad and output.ndim == 0:  # extract_loss's common case
