@@ -14,7 +14,8 @@
   `dcp_index.py`: DCP's index read without running code;
 - `latest.py`: `ckpt_path="last"`, the newest complete checkpoint of the run, among the
   `candidates.py` of the run of the same experiment (`run_facts.py`);
-- `storage.py`: a checkpoint's location, a local path or a URL (`s3://...`) with the same guarantees.
+- `storage.py`: a checkpoint's location, a local path or a URL (`s3://...`) with the same guarantees;
+  `remote_path.py`: a URL as a path (`RemotePath`), its uploads committed last, its errors said plainly.
 
 Example:
     >>> from trainer.checkpoint import CheckpointError, load_checkpoint

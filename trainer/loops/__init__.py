@@ -1,7 +1,8 @@
 """The loop, split by what changes together.
 
 - `context.py`: `RunContext`, what every loop works with (public fields the Trainer fills);
-- `fit.py`: epochs and the batches of one epoch (`FitLoop`);
+- `fit.py`: epochs and the batches of one epoch (`FitLoop`); `fit_validation.py`: the sanity
+  check and the validations inside fit;
 - `automatic.py` / `manual.py`: one optimization step, by the Trainer or by the module;
 - `evaluation.py`: validation, test and predict passes (`EvalLoop`);
 - `schedule.py`: when to validate, batch limits, `max_time`;

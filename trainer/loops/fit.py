@@ -16,7 +16,8 @@
         epoch-interval schedulers; last.ckpt
     on_train_end
 
-What one step does lives in the optimization object; this file only says when.
+What one step does lives in the optimization object; this file only says when. The sanity check
+and the validations inside fit run in `fit_validation.py`.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
-from trainer._utils import length_of, move_to_device, rng_state, set_rng_state
+from trainer._utils import length_of, move_to_device
 from trainer.loops.automatic import AutomaticOptimization
 from trainer.loops.batches import batch_mover, empty_loader_message, micro_batches
 from trainer.loops.guard import RollBack, recorded_skips, roll_back, skip_recorded
@@ -38,6 +39,7 @@ from trainer.logging.step_time import clock_of
 from trainer.loops.combined import CombinedLoader, batches_of
 from trainer.loops.mixture import log_samples
 from trainer.loops.evaluation import check_dataloader_idx
+from trainer.loops.fit_validation import FitValidation, isolated_rng  # noqa: F401 - isolated_rng: importable here too
 from trainer.loops.loaders import EvalLoaders
 from trainer.loops.context import Evaluation, ManualSteps, RunContext, manual_of, module_of, optimizers_of
 from trainer.loops.monitors import MonitorCheck
@@ -48,21 +50,7 @@ __all__ = ["FitLoop"]
 log = logging.getLogger("trainer")
 
 
-@contextlib.contextmanager
-def isolated_rng() -> Iterator[None]:
-    """Run a block without touching the training's random streams: the sanity check always,
-    every validation with `isolate_validation_rng=True` (then a run that validates every n
-    steps has the weights of one that never validates, but not those of a hand-written
-    `for epoch: train(); evaluate()` loop, whose evaluation `DataLoader` draws its base seed
-    from torch's generator)."""
-    saved = rng_state()
-    try:
-        yield
-    finally:
-        set_rng_state(saved)
-
-
-class FitLoop:
+class FitLoop(FitValidation):
     def __init__(self, context: RunContext, evaluation: Evaluation, val_loader: Any) -> None:
         self.context, self.evaluation = context, evaluation
         module, args = module_of(context), context.args
@@ -210,67 +198,6 @@ class FitLoop:
             context.output.log_last_step()  # a run ending between logging steps writes its last step too
             context.checkpoints.save_last()
             context.call("on_train_end")
-
-    def sanity_check(self) -> None:
-        """`num_sanity_val_steps` validation batches before training: nothing is logged, no
-        callback acts on them (`trainer.sanity_checking`), no random stream moves."""
-        context, steps = self.context, self.context.args.num_sanity_val_steps
-        if self.val_loader is None or steps == 0:
-            return
-        limit: int | None | list[int | None]
-        if isinstance(self.val_limit, list):
-            limit = [each if steps == -1 else (steps if each is None else min(steps, each)) for each in self.val_limit]
-        else:
-            limit = self.val_limit if steps == -1 else (steps if self.val_limit is None else min(steps, self.val_limit))
-        latest = dict(context.metrics.latest)
-        context.sanity_checking = True
-        try:
-            context.call("on_sanity_check_start")
-            with isolated_rng():
-                self.evaluation.run(self.val_loader, "validation", limit)
-            context.call("on_sanity_check_end")
-            names = set(context.metrics.latest)
-        finally:
-            context.sanity_checking = False
-            context.metrics.clear_latest()  # training starts a new callback_metrics dict, as Lightning's
-            context.metrics.latest = latest
-        self.monitors.after_validation(names, context)
-
-    def validate(self) -> None:
-        """Validation inside fit (epoch end, val_check_interval): it draws from the random
-        streams as the user's own loop would, unless `isolate_validation_rng=True`.
-
-        Until it reaches `on_validation_end` it is pending: a checkpoint written meanwhile (a
-        Ctrl-C, a callback's save) holds the random state it began with, and a resume from
-        that file runs it again, so its draws happen exactly once either way.
-        """
-        context, state = self.context, self.context.state
-        isolate = context.args.isolate_validation_rng
-        self.rng_before_validation = rng_state()
-        state.validation_pending = True
-        module_of(context).on_validation_model_zero_grad()  # Lightning's, before a validation in fit
-
-        def complete() -> None:
-            state.validation_pending = False
-            if not isolate:  # from here on a checkpoint holds the streams as validation left them
-                self.rng_before_validation = None
-
-        self.monitors.due.add("validation_end")
-        try:
-            self.evaluation.run(self.val_loader, "validation", self.val_limit, before_end=complete)
-        except BaseException:
-            if state.validation_pending or isolate:  # the cut is the validation's start
-                set_rng_state(self.rng_before_validation)
-            raise
-        if isolate:
-            set_rng_state(self.rng_before_validation)
-        self.rng_before_validation = None
-        if not self.monitors.done:
-            self.monitors.after_validation((), context)
-
-    def rng_for_checkpoint(self) -> dict[str, Any] | None:
-        """The random state a checkpoint written now must hold (None: the current one)."""
-        return self.rng_before_validation
 
     def reconcile(self, raise_now: bool = True) -> None:
         """Device-counted skips (fused optimizers) made visible: before epoch ends and saves."""

@@ -2,6 +2,7 @@
 
 - `base.py`: the `Strategy` interface and its one-process case, `SingleDevice`;
 - `parallel.py`: the process group and collectives every multi-process strategy shares;
+  `process_group.py`: the group's life (made from the launcher's environment, released at exit);
 - `cluster.py`: who started this process (torchrun, SLURM's srun, nobody): rank, world size, rank 0's address;
 - `collectives.py`: `DDP(timeout=...)`: collectives that fail after the timeout with an error naming the wait;
 - `requeue.py`: SLURM's warning signal and `scontrol requeue` after the stop's checkpoint;

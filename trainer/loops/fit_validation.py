@@ -1,0 +1,106 @@
+"""Validation inside fit: the sanity check before training, and the validations of the
+epochs (`val_check_interval`, epoch ends), with the random streams each leaves as it found them
+or as a hand-written loop's evaluation would (`isolate_validation_rng`).
+
+The part of `FitLoop` (fit.py) that runs them; `FitLoop` decides when.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from trainer._utils import rng_state, set_rng_state
+from trainer.loops.context import Evaluation, RunContext, module_of
+from trainer.loops.monitors import MonitorCheck
+
+__all__ = ["FitValidation", "isolated_rng"]
+
+
+@contextlib.contextmanager
+def isolated_rng() -> Iterator[None]:
+    """Run a block without touching the training's random streams: the sanity check always,
+    every validation with `isolate_validation_rng=True` (then a run that validates every n
+    steps has the weights of one that never validates, but not those of a hand-written
+    `for epoch: train(); evaluate()` loop, whose evaluation `DataLoader` draws its base seed
+    from torch's generator)."""
+    saved = rng_state()
+    try:
+        yield
+    finally:
+        set_rng_state(saved)
+
+
+class FitValidation:
+    """The part of `FitLoop` (fit.py) that runs validation inside fit: the sanity check, a
+    validation of the epochs, and the random state a checkpoint written meanwhile holds."""
+
+    if TYPE_CHECKING:
+        context: RunContext
+        evaluation: Evaluation
+        val_loader: Any
+        val_limit: int | None | list[int | None]
+        rng_before_validation: dict[str, Any] | None
+        monitors: MonitorCheck
+
+    def sanity_check(self) -> None:
+        """`num_sanity_val_steps` validation batches before training: nothing is logged, no
+        callback acts on them (`trainer.sanity_checking`), no random stream moves."""
+        context, steps = self.context, self.context.args.num_sanity_val_steps
+        if self.val_loader is None or steps == 0:
+            return
+        limit: int | None | list[int | None]
+        if isinstance(self.val_limit, list):
+            limit = [each if steps == -1 else (steps if each is None else min(steps, each)) for each in self.val_limit]
+        else:
+            limit = self.val_limit if steps == -1 else (steps if self.val_limit is None else min(steps, self.val_limit))
+        latest = dict(context.metrics.latest)
+        context.sanity_checking = True
+        try:
+            context.call("on_sanity_check_start")
+            with isolated_rng():
+                self.evaluation.run(self.val_loader, "validation", limit)
+            context.call("on_sanity_check_end")
+            names = set(context.metrics.latest)
+        finally:
+            context.sanity_checking = False
+            context.metrics.clear_latest()  # training starts a new callback_metrics dict, as Lightning's
+            context.metrics.latest = latest
+        self.monitors.after_validation(names, context)
+
+    def validate(self) -> None:
+        """Validation inside fit (epoch end, val_check_interval): it draws from the random
+        streams as the user's own loop would, unless `isolate_validation_rng=True`.
+
+        Until it reaches `on_validation_end` it is pending: a checkpoint written meanwhile (a
+        Ctrl-C, a callback's save) holds the random state it began with, and a resume from
+        that file runs it again, so its draws happen exactly once either way.
+        """
+        context, state = self.context, self.context.state
+        isolate = context.args.isolate_validation_rng
+        self.rng_before_validation = rng_state()
+        state.validation_pending = True
+        module_of(context).on_validation_model_zero_grad()  # Lightning's, before a validation in fit
+
+        def complete() -> None:
+            state.validation_pending = False
+            if not isolate:  # from here on a checkpoint holds the streams as validation left them
+                self.rng_before_validation = None
+
+        self.monitors.due.add("validation_end")
+        try:
+            self.evaluation.run(self.val_loader, "validation", self.val_limit, before_end=complete)
+        except BaseException:
+            if state.validation_pending or isolate:  # the cut is the validation's start
+                set_rng_state(self.rng_before_validation)
+            raise
+        if isolate:
+            set_rng_state(self.rng_before_validation)
+        self.rng_before_validation = None
+        if not self.monitors.done:
+            self.monitors.after_validation((), context)
+
+    def rng_for_checkpoint(self) -> dict[str, Any] | None:
+        """The random state a checkpoint written now must hold (None: the current one)."""
+        return self.rng_before_validation
