@@ -1,7 +1,8 @@
 """The plain configuration's step (one process, fp32, no hook around backward or the step)
-runs in fewer frames (`AutomaticOptimization._plain_run`): it must train, count and log
-exactly as the general path does. A callback that only listens to `on_before_zero_grad`
-sends the same run down the general path; everything the run produces is compared."""
+runs in fewer frames (`PlainSteps.plain_run`, which the fit loop calls directly): it must
+train, count and log exactly as the general path does. A callback that only listens to
+`on_before_zero_grad` sends the same run down the general path; everything the run produces
+is compared."""
 
 from __future__ import annotations
 

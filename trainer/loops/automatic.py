@@ -153,7 +153,7 @@ class AutomaticOptimization(PlainSteps, OverrideSteps):
                 self.end_window(batch_idx + 1)
             return output
         if self.plain:
-            return self._plain_run(batch, batch_idx, size, last)
+            return self.plain_run(batch, batch_idx, size, last)
         if last and self.step_hook is not None:
             return self._hooked_end(batch, batch_idx, size)
         output = self._micro_batch(batch, batch_idx, size, last)

@@ -306,6 +306,9 @@ class FitLoop(FitValidation):
             want_start, want_end = self.want_batch_start, self.want_batch_end
             k = args.accumulate_grad_batches if args.accumulate_grad_batches else 1
             optimization.reset()
+            # the plain step directly (loops/plain.py), unless the simple profiler times `run`
+            plain = getattr(optimization, "plain", False) and context.simple_profiler is None
+            run = optimization.plain_run if plain else optimization.run  # type: ignore[union-attr]
             batch_idx = state.batches_done - 1
             schedule, validating, metrics = self.schedule, self.val_loader is not None, context.metrics
             assert schedule is not None
@@ -325,7 +328,7 @@ class FitLoop(FitValidation):
                     if want_start:
                         context.call("on_train_batch_start", batch, batch_idx)
                     metrics.batch = batch  # its size weights epoch means logged without batch_size
-                    output = optimization.run(batch, batch_idx, size, last)  # advances the bar before a step logs
+                    output = run(batch, batch_idx, size, last)  # advances the bar before a step logs
                     if want_end:
                         context.call("on_train_batch_end", optimization.batch_end_outputs(output), batch, batch_idx)
                     if not self.monitors.done:

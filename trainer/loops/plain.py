@@ -38,12 +38,14 @@ class PlainSteps:
         optimizer: torch.optim.Optimizer
         opt: OptimizerSetup
         held: Any
+        flops: Any
         window_loss: torch.Tensor | None
         batch_loss: torch.Tensor | None
         host_guard: bool
         finite: Callable[[torch.Tensor], bool]
         learning_windows: int
 
+        def run(self, batch: Any, batch_idx: int, size: int, last: bool) -> Any: ...
         def _hold(self, output: dict[str, Any], loss: torch.Tensor, batch_idx: int, synced: bool) -> None: ...
         def end_window(self, batches_done: int) -> None: ...
         def _apply(self, found_inf: torch.Tensor | None) -> tuple[torch.Tensor | None, bool]: ...
@@ -51,9 +53,12 @@ class PlainSteps:
         def _nonfinite_loss(self, batches_done: int) -> None: ...
         def step_schedulers(self, interval: str, count: int) -> None: ...
 
-    def _plain_run(self, batch: Any, batch_idx: int, size: int, last: bool) -> Any:
-        """`run` in the plain configuration (once `run` has handled the first step's FLOP count
-        and an item-weighted window): `_micro_batch`, then at the window's end `_plain_step`."""
+    def plain_run(self, batch: Any, batch_idx: int, size: int, last: bool) -> Any:
+        """`run` in the plain configuration, which the fit loop calls directly: `_micro_batch`,
+        then at the window's end `_plain_step`. The first step's FLOP count and an item-weighted
+        window are `run`'s."""
+        if self.flops is not None or self.held is not None:
+            return self.run(batch, batch_idx, size, last)
         context = self.context
         output = context.train_step(batch, batch_idx)
         if type(output) is Tensor and output.requires_grad and output.ndim == 0:  # extract_loss's common case
@@ -83,7 +88,7 @@ class PlainSteps:
         """`end_window` in the plain configuration: the guard's one read, the step (through
         `_apply` when it clips or a norm may be written), the counters, the report."""
         context = self.context
-        window_loss: torch.Tensor = self.window_loss  # type: ignore[assignment]  # `_plain_run` checked it
+        window_loss: torch.Tensor = self.window_loss  # type: ignore[assignment]  # `plain_run` checked it
         self.window_loss = None
         if self.host_guard and not self.finite(window_loss):
             self._nonfinite_loss(batches_done)
