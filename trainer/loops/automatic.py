@@ -51,7 +51,6 @@ def copies_kept_losses(compile: Any) -> bool:
     return bool(compile)
 
 
-
 class AutomaticOptimization(PlainSteps, OverrideSteps):
     """Forward, backward and (at a window's end) the optimizer step of one micro-batch."""
 
