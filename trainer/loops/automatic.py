@@ -91,7 +91,9 @@ class AutomaticOptimization(PlainSteps, OverrideSteps):
         )
         # The host-read guard of the other optimizers (decided once per fit: its step costs one read).
         self.host_guard = not context.precision.handles_nonfinite and context.args.nonfinite_loss != "off"
-        self.all_finite = context.strategy.all_finite
+        # the guard's one host read; on one process `math.isfinite` itself, without a call through the strategy
+        strategy = context.strategy
+        self.all_finite = math.isfinite if type(strategy).all_finite is Strategy.all_finite else strategy.all_finite
         factor = context.args.loss_spike_factor
         self.spikes = LossSpikes(context, factor) if factor is not None and self.host_guard else None
         self.plain_guard = self.spikes is None and not context.args.nonfinite_grad_norm  # the loss alone is read
@@ -133,8 +135,6 @@ class AutomaticOptimization(PlainSteps, OverrideSteps):
             and type(precision).backward is Precision.backward
             and type(precision).optimizer_step is Precision.optimizer_step
         )
-        # one process's guard: the loss's one host read, without a call through the strategy
-        self.finite = math.isfinite if type(context.strategy).all_finite is Strategy.all_finite else self.all_finite
 
     def reset(self) -> None:
         self.window_loss = None

@@ -39,7 +39,7 @@ from trainer.logging.step_time import clock_of
 from trainer.loops.combined import CombinedLoader, batches_of
 from trainer.loops.mixture import log_samples
 from trainer.loops.evaluation import check_dataloader_idx
-from trainer.loops.fit_validation import FitValidation, isolated_rng  # noqa: F401 - isolated_rng: importable here too
+from trainer.loops.fit_validation import FitValidation
 from trainer.loops.loaders import EvalLoaders
 from trainer.loops.context import Evaluation, ManualSteps, RunContext, manual_of, module_of, optimizers_of
 from trainer.loops.monitors import MonitorCheck
@@ -307,8 +307,9 @@ class FitLoop(FitValidation):
             k = args.accumulate_grad_batches if args.accumulate_grad_batches else 1
             optimization.reset()
             # the plain step directly (loops/plain.py), unless the simple profiler times `run`
-            plain = getattr(optimization, "plain", False) and context.simple_profiler is None
-            run = optimization.plain_run if plain else optimization.run  # type: ignore[union-attr]
+            run = optimization.run
+            if isinstance(optimization, AutomaticOptimization) and optimization.plain and context.simple_profiler is None:
+                run = optimization.plain_run
             batch_idx = state.batches_done - 1
             schedule, validating, metrics = self.schedule, self.val_loader is not None, context.metrics
             assert schedule is not None

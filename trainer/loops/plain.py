@@ -42,7 +42,7 @@ class PlainSteps:
         window_loss: torch.Tensor | None
         batch_loss: torch.Tensor | None
         host_guard: bool
-        finite: Callable[[torch.Tensor], bool]
+        all_finite: Callable[[torch.Tensor], bool]
         learning_windows: int
 
         def run(self, batch: Any, batch_idx: int, size: int, last: bool) -> Any: ...
@@ -90,7 +90,7 @@ class PlainSteps:
         context = self.context
         window_loss: torch.Tensor = self.window_loss  # type: ignore[assignment]  # `plain_run` checked it
         self.window_loss = None
-        if self.host_guard and not self.finite(window_loss):
+        if self.host_guard and not self.all_finite(window_loss):
             self._nonfinite_loss(batches_done)
             return
         self.learning_windows += 1
