@@ -60,7 +60,9 @@ class Stalling(TinyNet):
 
     def _stall(self) -> None:
         if self.trainer.strategy.rank == self.stall_rank:
-            (OUT / "stalled").write_text(repr(time.time()))
+            partial = OUT / "stalled.partial"  # renamed when whole: the test reads it as soon as it exists
+            partial.write_text(repr(time.time()))
+            partial.rename(OUT / "stalled")
             time.sleep(120)
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
