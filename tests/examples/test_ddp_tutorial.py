@@ -1,0 +1,73 @@
+"""pytorch/examples' distributed/ddp-tutorial-series (multigpu_torchrun.py, multinode.py on one
+node), ported to a `Module` and run by torchrun with 2 Gloo processes on CPU
+(tests/helpers/scripts/ddp_tutorial_worker.py; the script and the port in
+tests/helpers/examples/ddp_tutorial.py).
+
+The port trains to the weights of the script's hand-written DDP Trainer on both ranks; stopped
+after 2 of 4 epochs and started again, the port continues from its checkpoint to the weights of
+the run that never stopped. The script's snapshot records the epoch it has just finished as the
+one to start from, so its resumed run trains that epoch a second time.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests.helpers.launch import run_torchrun
+
+WORKER = Path(__file__).parents[1] / "helpers" / "scripts" / "ddp_tutorial_worker.py"
+LOSSES = ["cross_entropy", "mse"]
+
+pytestmark = pytest.mark.skipif(not torch.distributed.is_available(), reason="needs torch.distributed")
+
+
+def same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    out = tmp_path_factory.mktemp("ddp_tutorial")
+    done = run_torchrun(WORKER, str(out), cwd=out)
+    assert done.returncode == 0, f"torchrun failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+    return [torch.load(out / f"ddp_tutorial_rank{rank}.pt", weights_only=False) for rank in range(2)]
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+def test_the_port_trains_to_the_scripts_weights_on_both_ranks(ranks: list[dict[str, Any]], loss: str) -> None:
+    for rank in ranks:
+        run = rank[loss]
+        assert same(run["port_whole"]["weights"], run["script_whole"])
+        assert run["port_whole"]["epochs"] == [0, 1, 2, 3] and run["port_whole"]["global_step"] == 4 * 8
+    assert same(ranks[0][loss]["port_whole"]["weights"], ranks[1][loss]["port_whole"]["weights"])
+
+
+def test_the_scripts_loss_leaves_the_weights_where_they_started(ranks: list[dict[str, Any]]) -> None:
+    """cross_entropy over one class: zero gradients. The MSE runs move, so they compare something."""
+    for rank in ranks:
+        assert same(rank["cross_entropy"]["script_whole"], rank["cross_entropy"]["initial"])
+        assert not same(rank["mse"]["script_whole"], rank["mse"]["initial"])
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+def test_the_port_resumes_from_its_checkpoint_to_the_uninterrupted_weights(ranks: list[dict[str, Any]],
+                                                                         loss: str) -> None:
+    for rank in ranks:
+        run = rank[loss]
+        assert run["port_stopped"]["epochs"] == [0, 1] and run["port_resumed"]["epochs"] == [2, 3]
+        assert run["port_resumed"]["global_step"] == 4 * 8
+        assert same(run["port_resumed"]["weights"], run["port_whole"]["weights"])
+
+
+def test_the_scripts_snapshot_trains_its_last_epoch_again(ranks: list[dict[str, Any]]) -> None:
+    """EPOCHS_RUN is the epoch just finished (1 after epochs 0 and 1), and the restarted script
+    runs range(EPOCHS_RUN, total): epochs 0, 1, 1, 2, 3, which is not the uninterrupted run."""
+    for rank in ranks:
+        run = rank["mse"]
+        assert run["snapshot_epochs_run"] == 1
+        assert same(run["script_resumed"], run["script_epoch_again"])
+        assert not same(run["script_resumed"], run["script_whole"])

@@ -1,0 +1,74 @@
+"""pytorch/examples' ddp-tutorial-series under torchrun (2 processes, Gloo): the script's own
+`Trainer` class and the port (tests/helpers/examples/ddp_tutorial.py), each run whole (4 epochs)
+and stopped after 2 epochs then started again from its snapshot / checkpoint, for the script's
+loss and for an MSE loss.
+
+Usage: python -m torch.distributed.run --standalone --nproc_per_node=2 ddp_tutorial_worker.py OUT_DIR
+Each rank saves OUT_DIR/ddp_tutorial_rank{r}.pt; tests/examples/test_ddp_tutorial.py reads them.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from callbacks import ModelCheckpoint
+from tests.helpers.examples.ddp_tutorial import load_train_objs, original, port_objs
+from trainer import Trainer
+
+RANK = int(os.environ["RANK"])
+EPOCHS, STOP = 4, 2
+
+
+class Epochs(ModelCheckpoint):
+    """The script's snapshot every epoch (save_every=1), recording the epochs this run trains."""
+
+    def __init__(self) -> None:
+        super().__init__(every_n_epochs=1)
+        self.run: list[int] = []
+
+    def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
+        self.run.append(trainer.current_epoch)
+
+
+def port(loss: str, root: Path, max_epochs: int) -> dict[str, Any]:
+    model, loader = port_objs(loss)
+    epochs = Epochs()
+    trainer = Trainer(strategy="ddp", device="cpu", max_epochs=max_epochs, root_dir=root, callbacks=[epochs],
+                      logger=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(model, loader, ckpt_path="last")
+    return {"weights": {k: v.clone() for k, v in model.model.state_dict().items()}, "epochs": epochs.run,
+            "global_step": trainer.global_step}
+
+
+def main() -> None:
+    torch.set_num_threads(1)
+    out = Path(sys.argv[1])
+    dist.init_process_group(backend="gloo")  # the script's ddp_setup, on CPU
+    results: dict[str, Any] = {}
+    for loss in ("cross_entropy", "mse"):
+        found: dict[str, Any] = {}
+        found["initial"] = {k: v.clone() for k, v in load_train_objs()[1].state_dict().items()}
+        found["script_whole"] = original(EPOCHS, 1, str(out / f"whole_{loss}.pt"), loss)
+        snapshot = str(out / f"snapshot_{loss}.pt")
+        found["script_stopped"] = original(STOP, 1, snapshot, loss)
+        dist.barrier()  # rank 0's snapshot is on disk before either rank starts again
+        found["snapshot_epochs_run"] = torch.load(snapshot)["EPOCHS_RUN"]
+        found["script_resumed"] = original(EPOCHS, 1, snapshot, loss)
+        epochs = list(range(STOP)) + list(range(STOP - 1, EPOCHS))  # epoch 1 again: what the resume runs
+        found["script_epoch_again"] = original(EPOCHS, 1, str(out / "none.pt"), loss, epochs=epochs)
+        found["port_whole"] = port(loss, out / f"port_whole_{loss}", EPOCHS)
+        found["port_stopped"] = port(loss, out / f"port_{loss}", STOP)
+        found["port_resumed"] = port(loss, out / f"port_{loss}", EPOCHS)
+        results[loss] = found
+    torch.save(results, out / f"ddp_tutorial_rank{RANK}.pt")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
