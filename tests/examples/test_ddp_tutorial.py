@@ -7,6 +7,9 @@ The port trains to the weights of the script's hand-written DDP Trainer on both 
 after 2 of 4 epochs and started again, the port continues from its checkpoint to the weights of
 the run that never stopped. The script's snapshot records the epoch it has just finished as the
 one to start from, so its resumed run trains that epoch a second time.
+
+distributed/ddp/example.py (one DDP step on each rank's own random batch) runs in the same
+worker.
 """
 
 from __future__ import annotations
@@ -71,3 +74,13 @@ def test_the_scripts_snapshot_trains_its_last_epoch_again(ranks: list[dict[str, 
         assert run["snapshot_epochs_run"] == 1
         assert same(run["script_resumed"], run["script_epoch_again"])
         assert not same(run["script_resumed"], run["script_whole"])
+
+
+def test_ddp_example_each_ranks_own_batch_from_rank_zeros_weights(ranks: list[dict[str, Any]]) -> None:
+    """distributed/ddp/example.py (the same worker): the ranks start from different weights and
+    draw different batches; both runs take rank 0's weights and average the two gradients."""
+    first, second = (rank["ddp_example"] for rank in ranks)
+    assert not same(first["initial"], second["initial"])
+    for run in (first, second):
+        assert same(run["port"], run["script"]) and not same(run["port"], first["initial"])
+    assert same(first["port"], second["port"])

@@ -148,3 +148,44 @@ def port_objs(loss: str) -> tuple[TutorialModule, DataLoader]:
     Linear (its initial weights drawn in the same place), inside the Module."""
     dataset, model, _ = load_train_objs()
     return TutorialModule(model, loss), prepare_dataloader(dataset, BATCH)
+
+
+class ToyModel(Module):
+    """distributed/ddp/example.py's model: one SGD step of MSE on data each rank draws itself,
+    after building the model unseeded (so each rank starts elsewhere until DDP broadcasts rank
+    0's weights)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net1, self.relu, self.net2 = torch.nn.Linear(10, 10), torch.nn.ReLU(), torch.nn.Linear(10, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net2(self.relu(self.net1(x)))
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        inputs, labels = batch
+        return torch.nn.MSELoss()(self(inputs), labels)
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=0.001)
+
+
+def toy_objs(rank: int) -> tuple[ToyModel, tuple[torch.Tensor, torch.Tensor]]:
+    """The model and this rank's batch, drawn in the script's order (each rank seeded with its
+    rank, standing in for the script's unseeded start)."""
+    torch.manual_seed(rank)
+    model = ToyModel()
+    return model, (torch.randn(20, 10), torch.randn(20, 5))
+
+
+def demo_basic(rank: int) -> dict[str, torch.Tensor]:
+    """The script's `demo_basic` on CPU."""
+    model, (inputs, labels) = toy_objs(rank)
+    ddp_model = DDP(model)
+    loss_fn = torch.nn.MSELoss()
+    optimizer = torch.optim.SGD(ddp_model.parameters(), lr=0.001)
+    optimizer.zero_grad()
+    outputs = ddp_model(inputs)
+    loss_fn(outputs, labels).backward()
+    optimizer.step()
+    return {k: v.clone() for k, v in model.state_dict().items()}

@@ -1,7 +1,7 @@
 """pytorch/examples' ddp-tutorial-series under torchrun (2 processes, Gloo): the script's own
 `Trainer` class and the port (tests/helpers/examples/ddp_tutorial.py), each run whole (4 epochs)
 and stopped after 2 epochs then started again from its snapshot / checkpoint, for the script's
-loss and for an MSE loss.
+loss and for an MSE loss; then distributed/ddp/example.py's one step.
 
 Usage: python -m torch.distributed.run --standalone --nproc_per_node=2 ddp_tutorial_worker.py OUT_DIR
 Each rank saves OUT_DIR/ddp_tutorial_rank{r}.pt; tests/examples/test_ddp_tutorial.py reads them.
@@ -16,9 +16,10 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.utils.data import DataLoader
 
 from callbacks import ModelCheckpoint
-from tests.helpers.examples.ddp_tutorial import load_train_objs, original, port_objs
+from tests.helpers.examples.ddp_tutorial import demo_basic, load_train_objs, original, port_objs, toy_objs
 from trainer import Trainer
 
 RANK = int(os.environ["RANK"])
@@ -46,6 +47,18 @@ def port(loss: str, root: Path, max_epochs: int) -> dict[str, Any]:
             "global_step": trainer.global_step}
 
 
+def ddp_example() -> dict[str, Any]:
+    """distributed/ddp/example.py: each rank's own batch (no DistributedSampler: the Trainer is
+    told not to add one), one step."""
+    model, batch = toy_objs(RANK)
+    initial = {k: v.clone() for k, v in model.state_dict().items()}
+    trainer = Trainer(strategy="ddp", device="cpu", max_steps=1, use_distributed_sampler=False, logger=False,
+                      enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(model, DataLoader([batch], batch_size=None))
+    return {"initial": initial, "port": {k: v.clone() for k, v in model.state_dict().items()},
+            "script": demo_basic(RANK)}
+
+
 def main() -> None:
     torch.set_num_threads(1)
     out = Path(sys.argv[1])
@@ -66,6 +79,7 @@ def main() -> None:
         found["port_stopped"] = port(loss, out / f"port_{loss}", STOP)
         found["port_resumed"] = port(loss, out / f"port_{loss}", EPOCHS)
         results[loss] = found
+    results["ddp_example"] = ddp_example()
     torch.save(results, out / f"ddp_tutorial_rank{RANK}.pt")
     dist.destroy_process_group()
 
