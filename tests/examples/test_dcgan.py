@@ -18,16 +18,18 @@ from tests.helpers.reference import assert_same_weights
 from trainer import Trainer
 
 
-# --dry-run (one epoch, a `break` after the first batch) is max_epochs=1, limit_train_batches=1.
-@pytest.mark.parametrize(("precision", "dry_run"), [("fp32", False), ("amp", False), ("bf16", False), ("fp32", True)])
-def test_dcgan(precision: str, dry_run: bool, tmp_path: Path) -> None:
+# --dry-run (one epoch, a `break` after the first batch) is max_epochs=1, limit_train_batches=1;
+# --workers 2 is the script's default.
+@pytest.mark.parametrize(("precision", "dry_run", "workers"),
+                         [("fp32", False, 0), ("amp", False, 0), ("bf16", False, 0), ("fp32", True, 0), ("fp32", False, 2)])
+def test_dcgan(precision: str, dry_run: bool, workers: int, tmp_path: Path) -> None:
     (tmp_path / "port").mkdir()
     (tmp_path / "script").mkdir()
-    model, dataloader = make_dcgan(tmp_path / "port")
+    model, dataloader = make_dcgan(tmp_path / "port", workers)
     limits = dict(max_epochs=1, limit_train_batches=1) if dry_run else dict(max_epochs=2)
     trainer = Trainer(precision=precision, **limits, **QUIET)
     trainer.fit(model, dataloader)
-    reference = original_dcgan(precision, dry_run, tmp_path / "script")
+    reference = original_dcgan(precision, dry_run, tmp_path / "script", workers=workers)
     assert_same_weights(model, reference)
     assert model.printed == reference.printed and len(model.printed) == (1 if dry_run else 8)
     assert trainer.global_step == 2 * len(model.printed)  # both optimizers step each batch

@@ -11,7 +11,8 @@ stepped, without freezing it, `optimizerG.step()`); its five numbers printed eve
 in training mode (to save an image: it updates the generator's BatchNorm running statistics,
 and the weights compared include them); both state dicts saved after each epoch. The script
 never calls `eval()`. --dry-run is one epoch of one batch. Sizes are shrunk (nz=8, ngf=ndf=4,
-64x64 images, as the architecture needs), the data is FakeData-shaped (3 channels, in [0, 1]).
+64x64 images, as the architecture needs), the data is FakeData-shaped (3 channels, in [0, 1]);
+the loader reads in the main process unless `workers` (the script's --workers, 2 by default).
 
 Amp/bf16 versions of the original follow PyTorch's recipe for several optimizers: autocast
 around each forward and loss, one GradScaler, `scaler.update()` after the discriminator's step
@@ -137,16 +138,17 @@ def save_epoch(model: DCGAN, epoch: int) -> None:
     torch.save(model.netD.state_dict(), model.outf / f"netD_epoch_{epoch}.pth")
 
 
-def make_dcgan(outf: Path | None = None, **kwargs: Any) -> tuple[DCGAN, DataLoader]:
+def make_dcgan(outf: Path | None = None, workers: int = 0, **kwargs: Any) -> tuple[DCGAN, DataLoader]:
     torch.manual_seed(7)  # --manualSeed
     images = torch.rand(4 * BATCH, NC, IMAGE, IMAGE, generator=torch.Generator().manual_seed(0))
     dataloader = DataLoader(TensorDataset(images, torch.zeros(4 * BATCH, dtype=torch.long)), batch_size=BATCH,
-                            shuffle=True)
+                            shuffle=True, num_workers=workers)
     return DCGAN(outf, **kwargs), dataloader
 
 
-def original_dcgan(precision: str, dry_run: bool = False, outf: Path | None = None, niter: int = 2) -> DCGAN:
-    model, dataloader = make_dcgan(outf)
+def original_dcgan(precision: str, dry_run: bool = False, outf: Path | None = None, niter: int = 2,
+                   workers: int = 0) -> DCGAN:
+    model, dataloader = make_dcgan(outf, workers)
     netG, netD, criterion = model.netG, model.netD, model.criterion
     autocast, scaler = autocast_for(precision), scaler_for(precision)
     optimizerD, optimizerG = model.configure_optimizers()
