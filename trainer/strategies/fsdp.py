@@ -29,6 +29,7 @@ import torch
 
 from trainer.strategies.base import step_caller
 from trainer.strategies.base import _NO_SYNC
+from trainer.strategies.materialize import materialize
 from trainer.strategies.parallel import ProcessGroupStrategy, unequal_counts
 
 __all__ = ["FSDP"]
@@ -155,6 +156,7 @@ class FSDP(ProcessGroupStrategy):
         root = getattr(module, _ROOT_ATTRIBUTE, None)
         if root is None:
             root = self._shard(module)
+            materialize(module, root, self.device)  # a model built on the meta device: its shards made real
             object.__setattr__(module, _ROOT_ATTRIBUTE, root)  # a reference, not a submodule
             if self.options["cpu_offload"]:  # its parameters say cpu; it computes on this rank's GPU
                 object.__setattr__(module, "_compute_device", self.device)
