@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from trainer.strategies._lightning_attributes import LightningAttributes
+from trainer.strategies.materialize import refuse_meta
 
 __all__ = ["Strategy", "SingleDevice", "resolve_device", "launched_by_torchrun"]
 
@@ -87,6 +88,7 @@ class Strategy(LightningAttributes):
         """Move the module to the device (the current one from now on); return the callable
         that runs a training step."""
         use_device(self.device)
+        refuse_meta(module, getattr(self, "name", "single"), self.device)
         module.to(self.device)
         return step_caller(module, "training_step")
 

@@ -14,6 +14,7 @@ import torch
 
 from trainer.strategies.base import step_caller
 from trainer.strategies.base import _NO_SYNC
+from trainer.strategies.materialize import refuse_meta
 from trainer.strategies.parallel import ProcessGroupStrategy
 
 __all__ = ["DDP"]
@@ -101,6 +102,7 @@ class DDP(ProcessGroupStrategy):
         training step is run as the forward of a small module that DDP wraps.
         """
         self._watch_collectives()
+        refuse_meta(module, self.name, self.device)
         module.to(self.device)
         if not any(p.requires_grad for p in module.parameters()):
             self._ddp = None  # nothing to synchronise (e.g. evaluation of a frozen model)

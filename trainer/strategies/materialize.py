@@ -55,3 +55,17 @@ def materialize(module: torch.nn.Module, sharded: torch.nn.Module, device: torch
     with torch.no_grad():
         for _, sub in found:
             sub.reset_parameters()  # type: ignore[operator]
+
+
+def refuse_meta(module: torch.nn.Module, strategy: str, device: torch.device) -> None:
+    """A strategy that moves the whole model to its device: a meta tensor has nothing to move."""
+    found = meta_modules(module)
+    if found:
+        names = ", ".join(f"{name or '(the module itself)'} ({type(sub).__name__})" for name, sub in found[:3])
+        raise ValueError(
+            f"{type(module).__name__} has parameters or buffers on the meta device, in {names}"
+            f"{' and more' if len(found) > 3 else ''}. strategy='{strategy}' moves the whole model to {device}, "
+            "and a meta tensor has no values to move. Expected real tensors: build the model on the CPU (or under "
+            "`with trainer.init_module():`), or use strategy='fsdp', which makes a meta-device model real after "
+            "sharding it (each module's reset_parameters())."
+        )
