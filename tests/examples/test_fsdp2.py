@@ -29,11 +29,16 @@ def ranks(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     return [torch.load(out / f"fsdp2_rank{rank}.pt", weights_only=False) for rank in range(2)]
 
 
-def test_the_meta_device_port_trains_to_the_scripts_weights_on_both_ranks(ranks: list[dict[str, Any]]) -> None:
+@pytest.mark.parametrize("port", ["port", "empty_init"])
+def test_the_meta_device_port_trains_to_the_scripts_weights_on_both_ranks(ranks: list[dict[str, Any]],
+                                                                          port: str) -> None:
+    """`port`: built under `torch.device("meta")`; `empty_init`: under Lightning's
+    `self.trainer.init_module(empty_init=True)`, which is the meta device under FSDP."""
     for rank in ranks:
-        assert rank["global_step"] == 4
-        assert rank["port"].keys() == rank["script"].keys() and len(rank["port"]) > 10
+        assert rank[f"{port}_global_step"] == 4
+        assert rank[port].keys() == rank["script"].keys() and len(rank[port]) > 10
         for key, value in rank["script"].items():
-            assert torch.equal(rank["port"][key], value), key
+            assert torch.equal(rank[port][key], value), key
     first, second = ranks
-    assert all(torch.equal(first["port"][k], second["port"][k]) for k in first["port"])
+    assert all(torch.equal(first[port][k], second[port][k]) for k in first[port])
+    assert first["built_on_meta"] and second["built_on_meta"]

@@ -105,7 +105,10 @@ class TrainerSettings(TrainerProperties):
         """Create a model's tensors directly on the Trainer's device (torch's default-device
         context), as Lightning's does for a mixed precision. The dtype stays float32: every
         precision here autocasts and keeps float32 weights. Under FSDP a plain context (each
-        unit moves to its device as it is sharded); `empty_init` is accepted and ignored.
+        unit moves to its device as it is sharded), and with `empty_init=True` the meta device
+        (as Lightning's FSDP): no memory until FSDP has sharded the model and initialized each
+        rank's shards with every module's `reset_parameters()`. Elsewhere `empty_init` is
+        accepted and ignored.
 
         Example:
             >>> import torch
@@ -116,7 +119,8 @@ class TrainerSettings(TrainerProperties):
             'cpu'
         """
         if getattr(self.strategy, "name", None) == "fsdp":
-            yield
+            with torch.device("meta") if empty_init else contextlib.nullcontext():
+                yield
             return
         with torch.device(self.strategy.device):
             yield

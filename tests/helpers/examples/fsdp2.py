@@ -160,5 +160,14 @@ class FSDP2Example(Module):
         return torch.optim.Adam(self.parameters(), lr=1e-2)
 
 
+class FSDP2ExampleEmptyInit(FSDP2Example):
+    """The same port as Lightning writes it: `self.trainer.init_module(empty_init=True)`."""
+
+    def configure_model(self) -> None:
+        with self.trainer.init_module(empty_init=True):
+            self.model = Transformer(ModelArgs())
+        self.built_on_meta = all(p.is_meta for p in self.model.parameters())
+
+
 def steps_loader(steps: int = STEPS) -> DataLoader:
     return DataLoader(range(steps), batch_size=None, generator=torch.Generator())

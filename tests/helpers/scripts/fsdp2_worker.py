@@ -1,5 +1,6 @@
 """pytorch/examples' distributed/FSDP2 under torchrun (2 processes, Gloo): the port through
-`Trainer(strategy=FSDP(...))`, then the script's own loop (tests/helpers/examples/fsdp2.py).
+`Trainer(strategy=FSDP(...))` (built under `torch.device("meta")`, then under Lightning's
+`trainer.init_module(empty_init=True)`), then the script's own loop (tests/helpers/examples/fsdp2.py).
 
 Usage: python -m torch.distributed.run --standalone --nproc_per_node=2 fsdp2_worker.py OUT_DIR
 Each rank saves OUT_DIR/fsdp2_rank{r}.pt; tests/examples/test_fsdp2.py reads them.
@@ -10,10 +11,11 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from tests.helpers.examples.fsdp2 import STEPS, FSDP2Example, original, steps_loader
+from tests.helpers.examples.fsdp2 import STEPS, FSDP2Example, FSDP2ExampleEmptyInit, original, steps_loader
 from trainer import Trainer
 from trainer.distributed import FSDP
 
@@ -21,16 +23,19 @@ from trainer.distributed import FSDP
 def main() -> None:
     torch.set_num_threads(1)
     out = Path(sys.argv[1])
-    torch.manual_seed(0)
-    model = FSDP2Example()
-    trainer = Trainer(strategy=FSDP(shard_modules=["TransformerBlock"]), device="cpu", max_steps=STEPS,
-                      gradient_clip_val=1.0, use_distributed_sampler=False, logger=False, enable_checkpointing=False,
-                      enable_progress_bar=False, enable_model_summary=False)
-    trainer.fit(model, steps_loader())
-    port = {k.removeprefix("model."): v.full_tensor() for k, v in model.state_dict().items()}
-    script = original()
-    torch.save({"port": port, "script": script, "global_step": trainer.global_step},
-               out / f"fsdp2_rank{os.environ['RANK']}.pt")
+    found: dict[str, Any] = {}
+    for name, cls in (("port", FSDP2Example), ("empty_init", FSDP2ExampleEmptyInit)):
+        torch.manual_seed(0)
+        model = cls()
+        trainer = Trainer(strategy=FSDP(shard_modules=["TransformerBlock"]), device="cpu", max_steps=STEPS,
+                          gradient_clip_val=1.0, use_distributed_sampler=False, logger=False,
+                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+        trainer.fit(model, steps_loader())
+        found[name] = {k.removeprefix("model."): v.full_tensor() for k, v in model.state_dict().items()}
+        found[f"{name}_global_step"] = trainer.global_step
+    found["built_on_meta"] = model.built_on_meta
+    found["script"] = original()
+    torch.save(found, out / f"fsdp2_rank{os.environ['RANK']}.pt")
 
 
 if __name__ == "__main__":
