@@ -29,11 +29,13 @@ def ranks(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     return [torch.load(out / f"fsdp2_rank{rank}.pt", weights_only=False) for rank in range(2)]
 
 
-@pytest.mark.parametrize("port", ["port", "empty_init"])
+@pytest.mark.parametrize("port", ["port", "empty_init", "resumed"])
 def test_the_meta_device_port_trains_to_the_scripts_weights_on_both_ranks(ranks: list[dict[str, Any]],
                                                                           port: str) -> None:
     """`port`: built under `torch.device("meta")`; `empty_init`: under Lightning's
-    `self.trainer.init_module(empty_init=True)`, which is the meta device under FSDP."""
+    `self.trainer.init_module(empty_init=True)`, which is the meta device under FSDP; `resumed`:
+    the first, stopped after 2 steps and resumed from its checkpoint (the new model made real
+    again, then the checkpoint's shards and generator loaded)."""
     for rank in ranks:
         assert rank[f"{port}_global_step"] == 4
         assert rank[port].keys() == rank["script"].keys() and len(rank[port]) > 10
@@ -42,3 +44,5 @@ def test_the_meta_device_port_trains_to_the_scripts_weights_on_both_ranks(ranks:
     first, second = ranks
     assert all(torch.equal(first[port][k], second[port][k]) for k in first[port])
     assert first["built_on_meta"] and second["built_on_meta"]
+    assert first["stopped_global_step"] == 2 and not all(
+        torch.equal(first["stopped"][k], first["port"][k]) for k in first["port"])
