@@ -19,7 +19,9 @@ softmax over a single class: every gradient is exactly zero and the weights neve
 comparison is also made with `F.mse_loss` (`loss="mse"`), which trains.
 
 The port: the model and loss in a `Module`, the script's loader passed to `fit` as it is (the
-Trainer keeps a DistributedSampler it is given and calls its `set_epoch`),
+Trainer keeps a DistributedSampler it is given and calls its `set_epoch`), built after the
+`Trainer`, which makes the process group that `DistributedSampler(dataset)` reads (the script
+calls `init_process_group` itself first; the port does not),
 `ModelCheckpoint(every_n_epochs=save_every)` for the snapshot and `fit(..., ckpt_path="last")`,
 which resumes when the run has a checkpoint and starts afresh when it has none (the script's
 `os.path.exists(snapshot_path)`).

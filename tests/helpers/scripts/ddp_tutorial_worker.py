@@ -38,10 +38,10 @@ class Epochs(ModelCheckpoint):
 
 
 def port(loss: str, root: Path, max_epochs: int) -> dict[str, Any]:
-    model, loader = port_objs(loss)
     epochs = Epochs()
     trainer = Trainer(strategy="ddp", device="cpu", max_epochs=max_epochs, root_dir=root, callbacks=[epochs],
                       logger=False, enable_progress_bar=False, enable_model_summary=False)
+    model, loader = port_objs(loss)  # after the Trainer: its process group is what DistributedSampler reads
     trainer.fit(model, loader, ckpt_path="last")
     return {"weights": {k: v.clone() for k, v in model.model.state_dict().items()}, "epochs": epochs.run,
             "global_step": trainer.global_step}
@@ -55,17 +55,21 @@ def ddp_example() -> dict[str, Any]:
     trainer = Trainer(strategy="ddp", device="cpu", max_steps=1, use_distributed_sampler=False, logger=False,
                       enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
     trainer.fit(model, DataLoader([batch], batch_size=None))
-    return {"initial": initial, "port": {k: v.clone() for k, v in model.state_dict().items()},
-            "script": demo_basic(RANK)}
+    return {"initial": initial, "port": {k: v.clone() for k, v in model.state_dict().items()}}
 
 
 def main() -> None:
     torch.set_num_threads(1)
     out = Path(sys.argv[1])
-    dist.init_process_group(backend="gloo")  # the script's ddp_setup, on CPU
-    results: dict[str, Any] = {}
-    for loss in ("cross_entropy", "mse"):
-        found: dict[str, Any] = {}
+    results: dict[str, Any] = {loss: {} for loss in ("cross_entropy", "mse")}
+    for loss, found in results.items():  # the ports first: the Trainer makes the process group
+        found["port_whole"] = port(loss, out / f"port_whole_{loss}", EPOCHS)
+        found["port_stopped"] = port(loss, out / f"port_{loss}", STOP)
+        found["port_resumed"] = port(loss, out / f"port_{loss}", EPOCHS)
+    toy = ddp_example()
+    if not dist.is_initialized():  # the script's ddp_setup, on CPU (the Trainer's group serves)
+        dist.init_process_group(backend="gloo")
+    for loss, found in results.items():
         found["initial"] = {k: v.clone() for k, v in load_train_objs()[1].state_dict().items()}
         found["script_whole"] = original(EPOCHS, 1, str(out / f"whole_{loss}.pt"), loss)
         snapshot = str(out / f"snapshot_{loss}.pt")
@@ -75,14 +79,9 @@ def main() -> None:
         found["script_resumed"] = original(EPOCHS, 1, snapshot, loss)
         epochs = list(range(STOP)) + list(range(STOP - 1, EPOCHS))  # epoch 1 again: what the resume runs
         found["script_epoch_again"] = original(EPOCHS, 1, str(out / "none.pt"), loss, epochs=epochs)
-        found["port_whole"] = port(loss, out / f"port_whole_{loss}", EPOCHS)
-        found["port_stopped"] = port(loss, out / f"port_{loss}", STOP)
-        found["port_resumed"] = port(loss, out / f"port_{loss}", EPOCHS)
-        results[loss] = found
-    results["ddp_example"] = ddp_example()
+    results["ddp_example"] = dict(toy, script=demo_basic(RANK))
     torch.save(results, out / f"ddp_tutorial_rank{RANK}.pt")
     dist.destroy_process_group()
-
 
 if __name__ == "__main__":
     main()
