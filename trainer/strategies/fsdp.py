@@ -156,7 +156,9 @@ class FSDP(ProcessGroupStrategy):
         root = getattr(module, _ROOT_ATTRIBUTE, None)
         if root is None:
             root = self._shard(module)
-            materialize(module, root, self.device)  # a model built on the meta device: its shards made real
+            # A model built on the meta device: its shards made real where they live (the CPU
+            # under cpu_offload: FSDP2 refuses offloaded shards anywhere else; runs on a GPU only).
+            materialize(module, root, torch.device("cpu") if self.options["cpu_offload"] else self.device)
             object.__setattr__(module, _ROOT_ATTRIBUTE, root)  # a reference, not a submodule
             if self.options["cpu_offload"]:  # its parameters say cpu; it computes on this rank's GPU
                 object.__setattr__(module, "_compute_device", self.device)
