@@ -206,8 +206,8 @@ class FastNeuralStyle(Module):
 
     def training_step(self, batch: Any, batch_id: int) -> torch.Tensor:
         x, _ = batch
-        content_loss, style_loss = losses(self.transformer, self.vgg, self.gram_style, x, self.content_weight,
-                                             self.style_weight)
+        content_loss, style_loss = losses(self.transformer, self.vgg, self.gram_style, x,
+                                          self.content_weight, self.style_weight)
         self.agg_content_loss += content_loss.item()
         self.agg_style_loss += style_loss.item()
         if (batch_id + 1) % LOG_INTERVAL == 0:
@@ -220,7 +220,8 @@ class FastNeuralStyle(Module):
 
     def on_fit_end(self) -> None:
         if self.save_dir is not None:
-            save(self.transformer, self.save_dir, f"epoch_{self.trainer.max_epochs}_{self.content_weight}_{self.style_weight}.model")
+            name = f"epoch_{self.trainer.max_epochs}_{self.content_weight}_{self.style_weight}.model"
+            save(self.transformer, self.save_dir, name)
 
 
 def record(printed: list[tuple[float, float, float]], content: float, style: float, batch_id: int) -> None:
@@ -255,8 +256,8 @@ def original_fast_neural_style(precision: str, save_dir: Path | None = None, epo
         for batch_id, (x, _) in enumerate(train_loader):
             optimizer.zero_grad()
             with autocast():
-                content_loss, style_loss = losses(transformer, vgg, gram_style, x, model.content_weight,
-                                                     model.style_weight)
+                content_loss, style_loss = losses(transformer, vgg, gram_style, x,
+                                                  model.content_weight, model.style_weight)
                 total_loss = content_loss + style_loss
             scaler.scale(total_loss).backward()
             scaler.step(optimizer)
