@@ -8,8 +8,8 @@ after 2 of 4 epochs and started again, the port continues from its checkpoint to
 the run that never stopped. The script's snapshot records the epoch it has just finished as the
 one to start from, so its resumed run trains that epoch a second time.
 
-distributed/ddp/example.py (one DDP step on each rank's own random batch) runs in the same
-worker.
+distributed/ddp/example.py (one DDP step on each rank's own random batch) and
+distributed/minGPT-ddp's Trainer class (its snapshots, on 2 processes) run in the same worker.
 """
 
 from __future__ import annotations
@@ -84,3 +84,21 @@ def test_ddp_example_each_ranks_own_batch_from_rank_zeros_weights(ranks: list[di
     for run in (first, second):
         assert same(run["port"], run["script"]) and not same(run["port"], first["initial"])
     assert same(first["port"], second["port"])
+
+
+def test_mingpt_ddp_on_two_processes_with_its_snapshot(ranks: list[dict[str, Any]]) -> None:
+    """distributed/minGPT-ddp's Trainer class (tests/helpers/examples/mingpt_ddp.py), in the same
+    worker: the port ends at the script's weights with the same losses on each rank, and resumed
+    from its checkpoint after 2 of 3 epochs it ends there too (the script's snapshot holds no
+    random state, so its resumed run's dropout differs: it ends elsewhere)."""
+    for rank in ranks:
+        run = rank["mingpt"]
+        assert same(run["port_whole"]["weights"], run["script_whole"]["weights"])
+        assert run["port_whole"]["train_losses"] == run["script_whole"]["train_losses"]
+        assert run["port_whole"]["eval_losses"] == run["script_whole"]["eval_losses"]
+        assert len(run["port_whole"]["train_losses"]) == 3 * 6 and len(run["port_whole"]["eval_losses"]) == 3 * 2
+        assert same(run["port_resumed"]["weights"], run["port_whole"]["weights"])
+        assert run["port_resumed"]["train_losses"] == run["port_whole"]["train_losses"][2 * 6:]
+        assert run["script_resumed"]["train_losses"] != run["script_whole"]["train_losses"][2 * 6:]
+        assert not same(run["script_resumed"]["weights"], run["script_whole"]["weights"])
+    assert same(ranks[0]["mingpt"]["port_whole"]["weights"], ranks[1]["mingpt"]["port_whole"]["weights"])

@@ -1,7 +1,8 @@
 """pytorch/examples' ddp-tutorial-series under torchrun (2 processes, Gloo): the script's own
 `Trainer` class and the port (tests/helpers/examples/ddp_tutorial.py), each run whole (4 epochs)
 and stopped after 2 epochs then started again from its snapshot / checkpoint, for the script's
-loss and for an MSE loss; then distributed/ddp/example.py's one step.
+loss and for an MSE loss; distributed/ddp/example.py's one step; distributed/minGPT-ddp's
+Trainer class, whole and stopped after 2 of 3 epochs, and its port.
 
 Usage: python -m torch.distributed.run --standalone --nproc_per_node=2 ddp_tutorial_worker.py OUT_DIR
 Each rank saves OUT_DIR/ddp_tutorial_rank{r}.pt; tests/examples/test_ddp_tutorial.py reads them.
@@ -19,6 +20,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader
 
 from callbacks import ModelCheckpoint
+from tests.helpers.examples import mingpt_ddp
 from tests.helpers.examples.ddp_tutorial import demo_basic, load_train_objs, original, port_objs, toy_objs
 from trainer import Trainer
 
@@ -58,6 +60,21 @@ def ddp_example() -> dict[str, Any]:
     return {"initial": initial, "port": {k: v.clone() for k, v in model.state_dict().items()}}
 
 
+def gpt_port(root: Path, max_epochs: int) -> dict[str, Any]:
+    """distributed/minGPT-ddp's port: the snapshot every epoch is ModelCheckpoint's."""
+    trainer = Trainer(strategy="ddp", device="cpu", max_epochs=max_epochs, gradient_clip_val=1.0, root_dir=root,
+                      callbacks=[ModelCheckpoint(every_n_epochs=1)], num_sanity_val_steps=0, logger=False,
+                      enable_progress_bar=False, enable_model_summary=False)
+    model, train_loader, test_loader = mingpt_ddp.port_objs()
+    trainer.fit(model, train_loader, test_loader, ckpt_path="last")
+    return gpt_result(model)
+
+
+def gpt_result(model: Any) -> dict[str, Any]:
+    return {"weights": {k: v.clone() for k, v in model.state_dict().items()}, "train_losses": model.train_losses,
+            "eval_losses": model.eval_losses}
+
+
 def main() -> None:
     torch.set_num_threads(1)
     out = Path(sys.argv[1])
@@ -67,6 +84,8 @@ def main() -> None:
         found["port_stopped"] = port(loss, out / f"port_{loss}", STOP)
         found["port_resumed"] = port(loss, out / f"port_{loss}", EPOCHS)
     toy = ddp_example()
+    gpt: dict[str, Any] = {"port_whole": gpt_port(out / "gpt_whole", 3), "port_stopped": gpt_port(out / "gpt", 2),
+                           "port_resumed": gpt_port(out / "gpt", 3)}
     if not dist.is_initialized():  # the script's ddp_setup, on CPU (the Trainer's group serves)
         dist.init_process_group(backend="gloo")
     for loss, found in results.items():
@@ -80,6 +99,11 @@ def main() -> None:
         epochs = list(range(STOP)) + list(range(STOP - 1, EPOCHS))  # epoch 1 again: what the resume runs
         found["script_epoch_again"] = original(EPOCHS, 1, str(out / "none.pt"), loss, epochs=epochs)
     results["ddp_example"] = dict(toy, script=demo_basic(RANK))
+    gpt["script_whole"] = gpt_result(mingpt_ddp.original(3, str(out / "gpt_whole.pt")))
+    gpt["script_stopped"] = gpt_result(mingpt_ddp.original(2, str(out / "gpt.pt")))
+    dist.barrier()  # rank 0's snapshot is on disk before either rank starts again
+    gpt["script_resumed"] = gpt_result(mingpt_ddp.original(3, str(out / "gpt.pt")))
+    results["mingpt"] = gpt
     torch.save(results, out / f"ddp_tutorial_rank{RANK}.pt")
     dist.destroy_process_group()
 
