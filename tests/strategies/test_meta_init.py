@@ -1,8 +1,8 @@
 """A model built on the meta device (`configure_model` under `torch.device("meta")`).
 
-FSDP makes it real after sharding (tests/examples/test_fsdp2.py trains pytorch/examples' FSDP2
-example that way on 2 processes, to the script's weights); what it cannot initialize is an error
-before anything is allocated. The strategies that move the whole model to a device refuse it
+FSDP makes it real after sharding (tests/examples/test_distributed_examples.py trains
+pytorch/examples' FSDP2 example that way on 2 processes, to the script's weights); what it
+cannot initialize is an error before anything is allocated. The strategies that move the whole model to a device refuse it
 before the first step, saying what to do.
 """
 

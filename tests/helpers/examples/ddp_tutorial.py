@@ -1,7 +1,7 @@
 """pytorch/examples' distributed/ddp-tutorial-series (multigpu_torchrun.py, multinode.py) at toy
 size: the script's hand-written DDP `Trainer` class with its snapshots, and a port to a `Module`.
-tests/helpers/scripts/ddp_tutorial_worker.py runs both under torchrun; tests/examples/
-test_ddp_tutorial.py reads the results.
+tests/helpers/scripts/distributed_examples_worker.py runs both under torchrun; tests/examples/
+test_distributed_examples.py reads the results.
 
 The script as written, on CPU: `MyTrainDataset` (pairs of `torch.rand(20)`, `torch.rand(1)`), a
 `Linear(20, 1)`, SGD(lr=1e-3), a DataLoader with `pin_memory=True`, `shuffle=False` and a

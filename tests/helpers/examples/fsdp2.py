@@ -1,6 +1,6 @@
 """pytorch/examples' distributed/FSDP2 (example.py, model.py) at toy size: its Transformer, the
 script's own loop, and a port to a `Module` under `strategy=FSDP(shard_modules=[...])`.
-tests/helpers/scripts/fsdp2_worker.py runs both under torchrun; tests/examples/test_fsdp2.py
+tests/helpers/scripts/distributed_examples_worker.py runs both under torchrun; tests/examples/test_distributed_examples.py
 reads the results.
 
 The script as written: `torch.manual_seed(0)` on every rank, the Transformer built on the meta

@@ -1,7 +1,7 @@
 """pytorch/examples' distributed/minGPT-ddp on 2 processes: the script's own `Trainer` class
 (mingpt/trainer.py) with its snapshots, and the port (tests/helpers/examples/mingpt.py's `GPT`
-module) under `strategy="ddp"`. tests/helpers/scripts/ddp_tutorial_worker.py runs both under
-torchrun; tests/examples/test_ddp_tutorial.py reads the results.
+module) under `strategy="ddp"`. tests/helpers/scripts/distributed_examples_worker.py runs both under
+torchrun; tests/examples/test_distributed_examples.py reads the results.
 
 The script as written, on CPU in fp32 (use_amp=False): both loaders with `pin_memory=True`,
 `shuffle=False` and a `DistributedSampler` (shuffling, seed 0; the test loader's is never told

@@ -1,15 +1,16 @@
-"""pytorch/examples' distributed/ddp-tutorial-series (multigpu_torchrun.py, multinode.py on one
-node), ported to a `Module` and run by torchrun with 2 Gloo processes on CPU
-(tests/helpers/scripts/ddp_tutorial_worker.py; the script and the port in
-tests/helpers/examples/ddp_tutorial.py).
+"""pytorch/examples' distributed examples, ported to a `Module` and run by torchrun with 2 Gloo
+processes on CPU, next to each script's own loop (tests/helpers/scripts/distributed_examples_worker.py,
+one launch for all; the scripts and the ports in tests/helpers/examples/).
 
-The port trains to the weights of the script's hand-written DDP Trainer on both ranks; stopped
-after 2 of 4 epochs and started again, the port continues from its checkpoint to the weights of
-the run that never stopped. The script's snapshot records the epoch it has just finished as the
-one to start from, so its resumed run trains that epoch a second time.
-
-distributed/ddp/example.py (one DDP step on each rank's own random batch) and
-distributed/minGPT-ddp's Trainer class (its snapshots, on 2 processes) run in the same worker.
+- ddp-tutorial-series (multigpu_torchrun.py, multinode.py on one node): the port trains to the
+  weights of the script's hand-written DDP Trainer on both ranks; stopped after 2 of 4 epochs
+  and started again, it continues from its checkpoint to the weights of the run that never
+  stopped. The script's snapshot records the epoch it has just finished as the one to start
+  from, so its resumed run trains that epoch a second time.
+- distributed/ddp/example.py: one DDP step on each rank's own random batch.
+- distributed/minGPT-ddp: its Trainer class with its snapshots.
+- distributed/FSDP2: a model built on the meta device, which the Trainer makes real after
+  sharding it, as the script does by hand (`to_empty`, then `reset_parameters()`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import torch
 
 from tests.helpers.launch import run_torchrun
 
-WORKER = Path(__file__).parents[1] / "helpers" / "scripts" / "ddp_tutorial_worker.py"
+WORKER = Path(__file__).parents[1] / "helpers" / "scripts" / "distributed_examples_worker.py"
 LOSSES = ["cross_entropy", "mse"]
 
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available(), reason="needs torch.distributed")
@@ -34,10 +35,10 @@ def same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
 
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
-    out = tmp_path_factory.mktemp("ddp_tutorial")
+    out = tmp_path_factory.mktemp("distributed_examples")
     done = run_torchrun(WORKER, str(out), cwd=out)
     assert done.returncode == 0, f"torchrun failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
-    return [torch.load(out / f"ddp_tutorial_rank{rank}.pt", weights_only=False) for rank in range(2)]
+    return [torch.load(out / f"distributed_examples_rank{rank}.pt", weights_only=False) for rank in range(2)]
 
 
 @pytest.mark.parametrize("loss", LOSSES)
@@ -102,3 +103,23 @@ def test_mingpt_ddp_on_two_processes_with_its_snapshot(ranks: list[dict[str, Any
         assert run["script_resumed"]["train_losses"] != run["script_whole"]["train_losses"][2 * 6:]
         assert not same(run["script_resumed"]["weights"], run["script_whole"]["weights"])
     assert same(ranks[0]["mingpt"]["port_whole"]["weights"], ranks[1]["mingpt"]["port_whole"]["weights"])
+
+
+@pytest.mark.parametrize("port", ["port", "empty_init", "resumed"])
+def test_fsdp2_the_meta_device_port_trains_to_the_scripts_weights_on_both_ranks(ranks: list[dict[str, Any]],
+                                                                                port: str) -> None:
+    """`port`: built under `torch.device("meta")`; `empty_init`: under Lightning's
+    `self.trainer.init_module(empty_init=True)`, which is the meta device under FSDP; `resumed`:
+    the first, stopped after 2 steps and resumed from its checkpoint (the new model made real
+    again, then the checkpoint's shards and generator loaded)."""
+    runs = [rank["fsdp2"] for rank in ranks]
+    for rank in runs:
+        assert rank[f"{port}_global_step"] == 4
+        assert rank[port].keys() == rank["script"].keys() and len(rank[port]) > 10
+        for key, value in rank["script"].items():
+            assert torch.equal(rank[port][key], value), key
+    first, second = runs
+    assert all(torch.equal(first[port][k], second[port][k]) for k in first[port])
+    assert first["built_on_meta"] and second["built_on_meta"]
+    assert first["stopped_global_step"] == 2 and not all(
+        torch.equal(first["stopped"][k], first["port"][k]) for k in first["port"])

@@ -1,11 +1,17 @@
-"""pytorch/examples' ddp-tutorial-series under torchrun (2 processes, Gloo): the script's own
-`Trainer` class and the port (tests/helpers/examples/ddp_tutorial.py), each run whole (4 epochs)
-and stopped after 2 epochs then started again from its snapshot / checkpoint, for the script's
-loss and for an MSE loss; distributed/ddp/example.py's one step; distributed/minGPT-ddp's
-Trainer class, whole and stopped after 2 of 3 epochs, and its port.
+"""pytorch/examples' distributed examples under torchrun (2 processes, Gloo), each script's own
+loop next to its port, in one launch:
 
-Usage: python -m torch.distributed.run --standalone --nproc_per_node=2 ddp_tutorial_worker.py OUT_DIR
-Each rank saves OUT_DIR/ddp_tutorial_rank{r}.pt; tests/examples/test_ddp_tutorial.py reads them.
+- ddp-tutorial-series (tests/helpers/examples/ddp_tutorial.py): the script's `Trainer` class and
+  the port, each run whole (4 epochs) and stopped after 2 epochs then started again from its
+  snapshot / checkpoint, for the script's loss and for an MSE loss;
+- distributed/ddp/example.py's one step;
+- distributed/minGPT-ddp's Trainer class (tests/helpers/examples/mingpt_ddp.py), whole and
+  stopped after 2 of 3 epochs, and its port;
+- distributed/FSDP2 (tests/helpers/examples/fsdp2.py): the port built on the meta device.
+
+Usage: python -m torch.distributed.run --standalone --nproc_per_node=2 distributed_examples_worker.py OUT_DIR
+Each rank saves OUT_DIR/distributed_examples_rank{r}.pt; tests/examples/test_distributed_examples.py
+reads them.
 """
 
 from __future__ import annotations
@@ -21,8 +27,11 @@ from torch.utils.data import DataLoader
 
 from callbacks import ModelCheckpoint
 from tests.helpers.examples import mingpt_ddp
+from tests.helpers.examples.fsdp2 import STEPS, FSDP2Example, FSDP2ExampleEmptyInit, steps_loader
+from tests.helpers.examples.fsdp2 import original as fsdp2_original
 from tests.helpers.examples.ddp_tutorial import demo_basic, load_train_objs, original, port_objs, toy_objs
 from trainer import Trainer
+from trainer.distributed import FSDP
 
 RANK = int(os.environ["RANK"])
 EPOCHS, STOP = 4, 2
@@ -75,6 +84,30 @@ def gpt_result(model: Any) -> dict[str, Any]:
             "eval_losses": model.eval_losses}
 
 
+def fsdp2(out: Path) -> dict[str, Any]:
+    """distributed/FSDP2: the port built under `torch.device("meta")`, then under Lightning's
+    `trainer.init_module(empty_init=True)`, then stopped after 2 of the 4 steps with a
+    checkpoint and resumed from it; then the script's own loop."""
+    found: dict[str, Any] = {}
+    runs = (("port", FSDP2Example, STEPS), ("empty_init", FSDP2ExampleEmptyInit, STEPS),
+            ("stopped", FSDP2Example, STEPS // 2), ("resumed", FSDP2Example, STEPS))
+    for name, cls, steps in runs:
+        torch.manual_seed(0)
+        model = cls()
+        saves = dict(callbacks=[ModelCheckpoint(every_n_train_steps=STEPS // 2)], root_dir=out / "fsdp2",
+                     enable_checkpointing=True) if name in ("stopped", "resumed") else dict(enable_checkpointing=False)
+        trainer = Trainer(strategy=FSDP(shard_modules=["TransformerBlock"]), device="cpu", max_steps=steps,
+                          gradient_clip_val=1.0, use_distributed_sampler=False, logger=False,
+                          enable_progress_bar=False, enable_model_summary=False, **saves)
+        trainer.fit(model, steps_loader(), ckpt_path="last" if name == "resumed" else None)
+        found[name] = {k.removeprefix("model."): v.full_tensor() for k, v in model.state_dict().items()}
+        found[f"{name}_global_step"] = trainer.global_step
+        if name == "empty_init":
+            found["built_on_meta"] = model.built_on_meta
+    found["script"] = fsdp2_original()
+    return found
+
+
 def main() -> None:
     torch.set_num_threads(1)
     out = Path(sys.argv[1])
@@ -104,7 +137,8 @@ def main() -> None:
     dist.barrier()  # rank 0's snapshot is on disk before either rank starts again
     gpt["script_resumed"] = gpt_result(mingpt_ddp.original(3, str(out / "gpt.pt")))
     results["mingpt"] = gpt
-    torch.save(results, out / f"ddp_tutorial_rank{RANK}.pt")
+    results["fsdp2"] = fsdp2(out)
+    torch.save(results, out / f"distributed_examples_rank{RANK}.pt")
     dist.destroy_process_group()
 
 if __name__ == "__main__":
