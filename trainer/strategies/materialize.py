@@ -1,11 +1,17 @@
 """A model built on the meta device (`with torch.device("meta"):` in `configure_model`), made real
-after FSDP has sharded it: PyTorch's FSDP2 recipe, `to_empty` then each module's
-`reset_parameters()`, so each rank allocates and initializes its shards only.
+after FSDP has sharded it: `to_empty` (each rank allocates its shards only), then each module's
+`reset_parameters()`.
 
-The modules that hold meta tensors of their own are initialized by their `reset_parameters()`, in
-`modules()` order (outermost first); one that has none is an error before anything is allocated,
-as is a model with some tensors on the meta device and others not (`to_empty` would drop the
-real ones' values).
+Each module's initialization runs on whole tensors (one module's at a time), from the global
+generator, and each rank keeps its shard of them: the weights are the ones `reset_parameters()`
+gives in one process, on every device. (Run on the shards themselves, as PyTorch's recipe does,
+the draws depend on DTensor's random-number support: on a CPU mesh every rank draws the same
+values for its own shard, so the ranks' rows of a weight repeat each other.)
+
+The modules that hold meta tensors of their own are initialized in `modules()` order (outermost
+first); one without `reset_parameters()` is an error before anything is allocated, as is a
+model with some tensors on the meta device and others not (`to_empty` would drop the real
+ones' values).
 """
 
 from __future__ import annotations
@@ -54,8 +60,28 @@ def materialize(module: torch.nn.Module, sharded: torch.nn.Module, device: torch
     sharded.to_empty(device=device)
     with torch.no_grad():
         for _, sub in found:
-            sub.reset_parameters()  # type: ignore[operator]
+            _reset_whole(sub, device)
 
+
+def _reset_whole(module: torch.nn.Module, device: torch.device) -> None:
+    """`module.reset_parameters()` on whole tensors standing in for its sharded parameters, then
+    this rank's shard of each copied into them. Buffers are not sharded: reset in place."""
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    sharded = {name: p for name, p in module.named_parameters(recurse=False) if isinstance(p, DTensor)}
+    for name, p in sharded.items():
+        setattr(module, name, torch.nn.Parameter(torch.empty(p.shape, dtype=p.dtype, device=device),
+                                                 requires_grad=p.requires_grad))
+    try:
+        module.reset_parameters()  # type: ignore[operator]
+        whole: dict[str, torch.Tensor] = {name: getattr(module, name).detach() for name in sharded}
+    finally:
+        for name, p in sharded.items():
+            setattr(module, name, p)
+    for name, p in sharded.items():
+        # Rank 0's whole tensor, each rank keeping its shard: the ranks agree even where their
+        # generators do not (as DDP starts every rank from rank 0's weights).
+        p.copy_(distribute_tensor(whole[name], p.device_mesh, p.placements, src_data_rank=0))
 
 def refuse_meta(module: torch.nn.Module, strategy: str, device: torch.device) -> None:
     """A strategy that moves the whole model to its device: a meta tensor has nothing to move."""

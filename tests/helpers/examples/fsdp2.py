@@ -5,18 +5,22 @@ reads the results.
 
 The script as written: `torch.manual_seed(0)` on every rank, the Transformer built on the meta
 device (dropout_p=0), `fully_shard` on each block and then on the whole model, `to_empty` on the
-rank's device, `reset_parameters()`, Adam(lr=1e-2), and per step a batch of token ids drawn from
+rank's device, `reset_parameters()` (see below), Adam(lr=1e-2), and per step a batch of token ids drawn from
 the global generator (the same on every rank), `model(x).sum()` as the loss, backward,
 `clip_grad_norm_(max_norm=1.0)`, step, zero_grad. Shrunk: 2 layers, dim 16, vocabulary 16,
 batch 4 of 8 tokens, 4 steps. Its checkpointing (a full state dict saved after the steps, loaded
 by the next run, which draws the same batches again from seed 0) and the bf16
 `MixedPrecisionPolicy` option (no autocast) are not compared.
 
-The script calls `model.reset_parameters()` on the Transformer alone, whose method resets the
-embeddings, the final norm and the output layer: every block's parameters keep the
-uninitialized memory `to_empty` left there. The loop here calls `reset_parameters()` on every
-module holding parameters (outermost first), which is what the Trainer does for a model built
-on the meta device.
+The script's initialization is not followed. It calls `model.reset_parameters()` on the
+sharded Transformer alone, whose method resets the embeddings, the final norm and the output
+layer: every block's parameters keep the uninitialized memory `to_empty` left there. And on a
+CPU mesh, `reset_parameters()` run on the shards draws the same values on every rank (DTensor
+has no random-number support there: the ranks' rows of each weight repeat each other). The
+loop here initializes as one process does, `reset_parameters()` on every module holding
+parameters, outermost first, and loads that into the sharded model the way the script's
+Checkpointer loads a full state dict. The Trainer, for a model built on the meta device, gives
+the same weights.
 
 The port builds the Transformer in `configure_model` under `torch.device("meta")` and draws
 each batch in `training_step`; its loader only counts steps, with a generator of its own, so the
@@ -127,6 +131,8 @@ def original(steps: int = STEPS) -> dict[str, torch.Tensor]:
     """The script's main after init_process_group, on CPU; the whole weights at the end."""
     from torch.distributed.fsdp import fully_shard
 
+    from torch.distributed.tensor import distribute_tensor
+
     torch.manual_seed(0)
     args = ModelArgs()
     with torch.device("meta"):
@@ -134,8 +140,19 @@ def original(steps: int = STEPS) -> dict[str, torch.Tensor]:
     for layer in model.layers:
         fully_shard(layer)
     fully_shard(model)
-    model.to_empty(device="cpu")
-    reset_every_module(model)  # the script: model.reset_parameters(), the blocks left uninitialized
+    # The initial weights of one process, loaded as the script's Checkpointer.load_model loads a
+    # full state dict (its DTensor API); see the module's docstring.
+    with torch.device("meta"):
+        whole = Transformer(args)
+    whole.to_empty(device="cpu")
+    reset_every_module(whole)
+    meta_sharded_sd = model.state_dict()
+    sharded_sd = {}
+    for param_name, full_tensor in whole.state_dict().items():
+        sharded_meta_param = meta_sharded_sd[param_name]
+        sharded_tensor = distribute_tensor(full_tensor, sharded_meta_param.device_mesh, sharded_meta_param.placements)
+        sharded_sd[param_name] = nn.Parameter(sharded_tensor)
+    model.load_state_dict(sharded_sd, strict=False, assign=True)
     optim = torch.optim.Adam(model.parameters(), lr=1e-2)
     for _ in range(steps):
         x = torch.randint(0, args.vocab_size, (BATCH, SEQ))
