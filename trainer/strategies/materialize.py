@@ -64,8 +64,11 @@ def materialize(module: torch.nn.Module, sharded: torch.nn.Module, device: torch
 
 
 def _reset_whole(module: torch.nn.Module, device: torch.device) -> None:
-    """`module.reset_parameters()` on whole tensors standing in for its sharded parameters, then
-    this rank's shard of each copied into them. Buffers are not sharded: reset in place."""
+    """`module.reset_parameters()` on whole tensors standing in for its own sharded parameters
+    (one module's at a time: a root module's would otherwise mean the whole model), then this
+    rank's shard of each copied into them. Buffers are not sharded: reset in place. A
+    `reset_parameters()` that also resets the modules inside it draws for their shards there;
+    they are reset again, whole, in their turn."""
     from torch.distributed.tensor import DTensor, distribute_tensor
 
     sharded = {name: p for name, p in module.named_parameters(recurse=False) if isinstance(p, DTensor)}
