@@ -1,0 +1,27 @@
+"""Lightning's own example scripts and tutorials, moved over by their imports, train to
+Lightning's weights: each is a project in tests/helpers/lightning_projects (small data, the
+datasets torchvision would download replaced by synthetic tensors of the same shapes), trained
+under both frameworks in this process and compared: weights (`torch.equal`), `global_step`,
+`current_epoch`, the metrics after fit and the test/validate results."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.csv_compare import as_lightning_writes
+from tests.helpers.lightning_projects import assert_same_metrics, assert_same_run, assert_same_weights, both
+
+pytest.importorskip("lightning")
+
+
+def test_mnist_hello_world(tmp_path: Path) -> None:
+    ours, theirs = both("mnist_hello_world", tmp_path)
+    assert_same_run(ours, theirs, stages=("val", "test"))
+    assert {"val_loss", "val_acc"} <= set(theirs["val"]) and {"test_loss", "test_acc"} <= set(theirs["test"])
+    assert_same_weights(ours["simple"], theirs["simple"])
+    assert ours["simple_step"] == theirs["simple_step"] == 2 * 5
+    assert ours["fitted_step"] == theirs["fitted_step"] == ours["trainer"].global_step == 2 * 4
+    mine, other = as_lightning_writes(ours["metrics_csv"], theirs["metrics_csv"], ours["trainer"].current_epoch)
+    assert mine == other
