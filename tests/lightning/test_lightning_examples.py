@@ -25,3 +25,13 @@ def test_mnist_hello_world(tmp_path: Path) -> None:
     assert ours["fitted_step"] == theirs["fitted_step"] == ours["trainer"].global_step == 2 * 4
     mine, other = as_lightning_writes(ours["metrics_csv"], theirs["metrics_csv"], ours["trainer"].current_epoch)
     assert mine == other
+
+
+def test_barlow_twins(tmp_path: Path) -> None:
+    ours, theirs = both("barlow_twins", tmp_path)
+    assert "online_finetuner.weight" in ours["model"].state_dict()
+    assert_same_run(ours, theirs, stages=("val",))
+    assert {"val_loss", "online_val_acc", "online_train_loss"} <= set(theirs["val"])
+    # ModelCheckpoint's files (the run folders' names differ: `default/` here, `lightning_logs/`
+    # there; the Trainer's own `last.ckpt` beside them is ours only, docs/checkpoints.md)
+    assert ours["checkpoints"] == theirs["checkpoints"] == ["epoch=0-step=4.ckpt", "epoch=1-step=8.ckpt", "last.ckpt"]
