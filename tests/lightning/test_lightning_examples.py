@@ -35,3 +35,19 @@ def test_barlow_twins(tmp_path: Path) -> None:
     # ModelCheckpoint's files (the run folders' names differ: `default/` here, `lightning_logs/`
     # there; the Trainer's own `last.ckpt` beside them is ours only, docs/checkpoints.md)
     assert ours["checkpoints"] == theirs["checkpoints"] == ["epoch=0-step=4.ckpt", "epoch=1-step=8.ckpt", "last.ckpt"]
+
+
+def test_cifar10_baseline_and_its_swa_model(tmp_path: Path) -> None:
+    ours, theirs = both("cifar10_baseline", tmp_path)
+    assert_same_weights(ours["base"], theirs["base"])
+    assert ours["base_step"] == theirs["base_step"] == 2 * 5
+    assert_same_metrics(ours["base_val"], theirs["base_val"])
+    assert_same_metrics(ours["base_test"], theirs["base_test"])
+    mine, other = as_lightning_writes(ours["metrics_csv"], theirs["metrics_csv"], ours["base_epochs"])
+    assert "lr-SGD" in other and mine == other
+    assert_same_run(ours, theirs, stages=("val", "test"))
+    assert "swa_model.n_averaged" in ours["model"].state_dict()
+    # the parent's save_hyperparameters() also collects the subclass's `trained_model` (a module:
+    # each run's own object), in both
+    assert list(ours["hparams"]) == list(theirs["hparams"]) == ["lr", "trained_model"]
+    assert ours["hparams"]["lr"] == theirs["hparams"]["lr"] == 0.01
