@@ -51,3 +51,10 @@ def test_cifar10_baseline_and_its_swa_model(tmp_path: Path) -> None:
     # each run's own object), in both
     assert list(ours["hparams"]) == list(theirs["hparams"]) == ["lr", "trained_model"]
     assert ours["hparams"]["lr"] == theirs["hparams"]["lr"] == 0.01
+
+
+def test_the_basic_transformer_example_on_the_demo_classes(tmp_path: Path) -> None:
+    ours, theirs = both("demo_transformer", tmp_path)
+    assert_same_run(ours, theirs, stages=("val", "test"))
+    assert {"train_loss", "val_loss"} <= set(theirs["val"]) and "test_loss" in theirs["test"]
+    assert ours["trainer"].global_step == 2 * ours["batches"] > 2
