@@ -16,6 +16,36 @@ from tests.helpers.lightning_projects import assert_same_metrics, assert_same_ru
 pytest.importorskip("lightning")
 
 
+def test_the_names_lightnings_example_scripts_import(capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.util
+
+    from lightning.pytorch.utilities import imports as their_imports
+
+    import trainer
+    from trainer import DataModule, Module, cli_lightning_logo
+    from trainer.core import LightningDataModule, LightningModule
+    from trainer.utilities import imports
+
+    assert LightningModule is Module and LightningDataModule is DataModule
+    with pytest.raises(AttributeError, match="no attribute 'Nothing'"):
+        trainer.core.Nothing  # noqa: B018
+    for name in ("_TORCHVISION_AVAILABLE", "_OMEGACONF_AVAILABLE", "_RICH_AVAILABLE"):
+        assert getattr(imports, name) is bool(getattr(their_imports, name))
+    assert imports._TORCHVISION_AVAILABLE is (importlib.util.find_spec("torchvision") is not None)
+    cli_lightning_logo()
+    assert trainer.__version__ in capsys.readouterr().out
+
+
+def test_mnist_gan_template_on_the_demo_datamodule(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The template's imports (`cli_lightning_logo`, `trainer.core.LightningModule`,
+    `trainer.trainer.Trainer`, `_TORCHVISION_AVAILABLE`) resolve; both train alike."""
+    monkeypatch.setenv("PL_USE_MOCKED_MNIST", "1")  # the project sets it; restored after the test
+    ours, theirs = both("mnist_gan", tmp_path)
+    assert_same_run(ours, theirs, stages=("val",))
+    assert {"d_loss", "g_loss"} <= set(theirs["val"])
+    assert ours["trainer"].global_step == theirs["trainer"].global_step == 2 * 2 * 3  # two optimizers' steps
+
+
 def test_mnist_hello_world(tmp_path: Path) -> None:
     ours, theirs = both("mnist_hello_world", tmp_path)
     assert_same_run(ours, theirs, stages=("val", "test"))
