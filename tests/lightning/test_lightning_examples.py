@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.helpers.csv_compare import as_lightning_writes
 from tests.helpers.lightning_projects import assert_same_metrics, assert_same_run, assert_same_weights, both
@@ -88,3 +89,15 @@ def test_the_basic_transformer_example_on_the_demo_classes(tmp_path: Path) -> No
     assert_same_run(ours, theirs, stages=("val", "test"))
     assert {"train_loss", "val_loss"} <= set(theirs["val"]) and "test_loss" in theirs["test"]
     assert ours["trainer"].global_step == 2 * ours["batches"] > 2
+
+
+def test_the_autoencoder_example_through_lightning_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PL_USE_MOCKED_MNIST", "1")  # the project sets it; restored after the test
+    ours, theirs = both("cli_autoencoder", tmp_path)
+    assert_same_run(ours, theirs, stages=("val", "test"))
+    assert {"train_loss", "val_loss_epoch"} <= set(theirs["val"]) and "test_loss_epoch" in theirs["test"]
+    assert ours["trainer"].global_step == 2 * 4
+    assert len(ours["predictions"]) == len(theirs["predictions"]) == 1
+    assert torch.equal(ours["predictions"][0], theirs["predictions"][0])
+    assert len(ours["generated"]) == len(theirs["generated"]) == 2
+    assert all(torch.equal(a, b) for a, b in zip(ours["generated"], theirs["generated"]))
