@@ -44,7 +44,7 @@ def test_mnist_gan_template_on_the_demo_datamodule(tmp_path: Path, monkeypatch: 
     ours, theirs = both("mnist_gan", tmp_path)
     assert_same_run(ours, theirs, stages=("val",))
     assert {"d_loss", "g_loss"} <= set(theirs["val"])
-    assert ours["trainer"].global_step == theirs["trainer"].global_step == 2 * 2 * 3  # two optimizers' steps
+    assert ours["trainer"].global_step == theirs["trainer"].global_step == 2 * 2 * 2  # two optimizers' steps
 
 
 def test_mnist_hello_world(tmp_path: Path) -> None:
@@ -65,7 +65,7 @@ def test_barlow_twins(tmp_path: Path) -> None:
     assert {"val_loss", "online_val_acc", "online_train_loss"} <= set(theirs["val"])
     # ModelCheckpoint's files (the run folders' names differ: `default/` here, `lightning_logs/`
     # there; the Trainer's own `last.ckpt` beside them is ours only, docs/checkpoints.md)
-    assert ours["checkpoints"] == theirs["checkpoints"] == ["epoch=0-step=4.ckpt", "epoch=1-step=8.ckpt", "last.ckpt"]
+    assert ours["checkpoints"] == theirs["checkpoints"] == ["epoch=0-step=2.ckpt", "epoch=1-step=4.ckpt", "last.ckpt"]
 
 
 def test_cifar10_baseline_and_its_swa_model(tmp_path: Path) -> None:
@@ -88,7 +88,7 @@ def test_the_basic_transformer_example_on_the_demo_classes(tmp_path: Path) -> No
     ours, theirs = both("demo_transformer", tmp_path)
     assert_same_run(ours, theirs, stages=("val", "test"))
     assert {"train_loss", "val_loss"} <= set(theirs["val"]) and "test_loss" in theirs["test"]
-    assert ours["trainer"].global_step == 2 * ours["batches"] > 2
+    assert ours["trainer"].global_step == 2 * ours["batches"] > 0
 
 
 def test_the_autoencoder_example_through_lightning_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

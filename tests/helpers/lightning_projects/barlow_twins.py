@@ -11,7 +11,7 @@ torchvision is not used: CIFAR10 is a synthetic stand-in with torchvision's argu
 `maxpool` and `fc` replaced as the tutorial replaces resnet18's), and the augmentations
 torch-only ones of the same kinds (random crop with padding, horizontal flip, colour jitter
 and grayscale, each applied at random) drawing from torch's generator, the same for both
-frameworks. 64 training and 32 validation images, batches of 16, two epochs, one of warm-up.
+frameworks. 32 training and 16 validation images, batches of 16, two epochs, one of warm-up.
 """
 
 from __future__ import annotations
@@ -39,12 +39,12 @@ encoder_out_dim = 16
 
 
 class CIFAR10(Dataset):
-    """Synthetic CIFAR10 with torchvision's constructor: 64 training or 32 test images."""
+    """Synthetic CIFAR10 with torchvision's constructor: 32 training or 16 test images."""
 
     def __init__(self, root: str, train: bool = True, download: bool = False,
                  transform: Callable[[Tensor], Any] | None = None) -> None:
         generator = torch.Generator().manual_seed(3 if train else 4)
-        count = 64 if train else 32
+        count = 32 if train else 16
         self.targets = torch.randint(10, (count,), generator=generator)
         self.data = torch.randint(0, 256, (count, 3, 32, 32), generator=generator, dtype=torch.uint8)
         self.transform = transform

@@ -53,7 +53,7 @@ class LanguageModel(L.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
-def write_text(folder: Path, lines: int = 60) -> None:
+def write_text(folder: Path, lines: int = 45) -> None:
     generator = torch.Generator().manual_seed(7)
     words = torch.randint(20, (lines, 9), generator=generator).tolist()
     folder.mkdir(parents=True, exist_ok=True)

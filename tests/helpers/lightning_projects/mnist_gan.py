@@ -10,7 +10,7 @@ optimization with two Adam optimizers returned as a tuple, `toggle_optimizer`, `
 The MNIST download is replaced by a small folder in the hosted copy's format written first
 (`MNIST/complete/training.pt` and `test.pt`: synthetic uint8 images), which both demos read
 (Lightning's with `PL_USE_MOCKED_MNIST=1`, set here, as it has no torchvision to use); without
-torchvision the samples are logged as one image instead of torchvision's grid. 64 training
+torchvision the samples are logged as one image instead of torchvision's grid. 48 training
 images (16 for validation), batches of 16, `num_workers=0` (the demo's default is 16), two
 epochs, a latent size of 32 (the script's: 100).
 """
@@ -133,7 +133,7 @@ class GAN(LightningModule):
             logger.experiment.add_image("generated_images", grid, self.current_epoch)
 
 
-def write_mnist(root: Path, train: int = 64, test: int = 16) -> None:
+def write_mnist(root: Path, train: int = 48, test: int = 16) -> None:
     folder = root / "MNIST" / "complete"
     folder.mkdir(parents=True, exist_ok=True)
     generator = torch.Generator().manual_seed(8)
