@@ -1,6 +1,6 @@
 """Lightning's basic transformer example (examples/pytorch/basics/transformer.py), small: the
 shipped demo's `Transformer` language model and `WikiText2` text (`trainer.demos`; the twin
-imports Lightning's `lightning.pytorch.demos`), split three ways with `random_split` on torch's
+imports Lightning's demo package), split three ways with `random_split` on torch's
 global generator, SGD, `gradient_clip_val=0.25`, the losses logged with `prog_bar=True`, fit
 then test.
 
