@@ -101,3 +101,13 @@ def test_the_autoencoder_example_through_lightning_cli(tmp_path: Path, monkeypat
     assert torch.equal(ours["predictions"][0], theirs["predictions"][0])
     assert len(ours["generated"]) == len(theirs["generated"]) == 2
     assert all(torch.equal(a, b) for a, b in zip(ours["generated"], theirs["generated"]))
+
+
+def test_the_datamodules_tutorial(tmp_path: Path) -> None:
+    ours, theirs = both("datamodules_tutorial", tmp_path)
+    assert_same_run(ours, theirs, stages=("val",))
+    for (model, step, metrics), (their_model, their_step, their_metrics) in zip(ours["runs"], theirs["runs"]):
+        assert_same_weights(model, their_model)
+        assert step == their_step == 3
+        assert_same_metrics(metrics, their_metrics)
+        assert {"val_loss", "val_acc"} <= set(their_metrics)
