@@ -34,7 +34,7 @@ def _trainer(framework: str, root: Path, **options: Any) -> Any:
         return lightning.pytorch.Trainer(default_root_dir=root / framework, accelerator="cpu", **QUIET, **options)
     from trainer import Trainer
 
-    return Trainer(default_root_dir=root / framework, **QUIET, **options)
+    return Trainer(default_root_dir=root / framework, accelerator="cpu", **QUIET, **options)
 
 
 def _demos(framework: str, name: str) -> Any:
