@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import sys
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -216,3 +217,35 @@ def test_mnist_items_and_missing_data(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="no network"):
         ours.MNISTDataModule(data_dir=str(empty), num_workers=0).prepare_data()
     assert not any(path.is_file() for path in empty.rglob("*"))
+
+
+def test_with_torchvision_installed_mnist_is_torchvisions(tmp_path, monkeypatch):
+    """As in Lightning: torchvision's dataset and transforms when it is installed (here a stand-in
+    package on the path), unless `PL_USE_MOCKED_MNIST` asks for the hosted copy."""
+    package = tmp_path / "site" / "torchvision"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "datasets.py").write_text(
+        "class MNIST:\n    def __init__(self, *args, **kwargs):\n        self.args, self.kwargs = args, kwargs\n")
+    (package / "transforms.py").write_text(
+        "class ToTensor:\n    pass\n"
+        "class Normalize:\n    def __init__(self, mean, std):\n        self.mean, self.std = mean, std\n"
+        "class Compose:\n    def __init__(self, steps):\n        self.steps = steps\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.delenv("PL_USE_MOCKED_MNIST", raising=False)
+    from trainer.demos import mnist_datamodule as ours
+
+    try:
+        dataset = ours.MNIST(str(tmp_path), train=False, download=True)
+        assert type(dataset).__module__ == "torchvision.datasets"
+        assert dataset.args == (str(tmp_path),) and dataset.kwargs == {"train": False, "download": True}
+        plain = ours.MNISTDataModule(num_workers=0).default_transforms
+        assert type(plain).__name__ == "ToTensor"
+        steps = ours.MNISTDataModule(num_workers=0, normalize=True).default_transforms.steps
+        assert [type(step).__name__ for step in steps] == ["ToTensor", "Normalize"] and steps[1].mean == (0.5,)
+        monkeypatch.setenv("PL_USE_MOCKED_MNIST", "1")
+        _write_mnist(tmp_path, train=4, test=2)
+        assert len(ours.MNIST(str(tmp_path), train=False, download=False)) == 2
+    finally:
+        for name in [name for name in sys.modules if name == "torchvision" or name.startswith("torchvision.")]:
+            del sys.modules[name]
