@@ -249,3 +249,20 @@ def test_with_torchvision_installed_mnist_is_torchvisions(tmp_path, monkeypatch)
     finally:
         for name in [name for name in sys.modules if name == "torchvision" or name.startswith("torchvision.")]:
             del sys.modules[name]
+
+
+def test_importing_the_transformer_demo_gives_attention_layers_reset_parameters(tmp_path):
+    """Lightning's demo module does this on import; a project re-initialising every module with
+    `reset_parameters()` then resets attention layers too (checked in a fresh process, since
+    importing Lightning's demo here has already done it)."""
+    import subprocess
+
+    code = ("import torch; had = hasattr(torch.nn.MultiheadAttention, 'reset_parameters')\n"
+            "import trainer.demos.transformer\n"
+            "print(had, torch.nn.MultiheadAttention.reset_parameters is torch.nn.MultiheadAttention._reset_parameters)")
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(root)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    had, patched = done.stdout.split()
+    assert had == "True" or patched == "True"  # torch's own method, where a later torch has one

@@ -34,6 +34,12 @@ from trainer.module import Module
 
 __all__ = ["Transformer", "PositionalEncoding", "WikiText2", "Dictionary", "tokenize", "LightningTransformer"]
 
+# As Lightning's demo does when imported: attention layers answer `reset_parameters()` (torch
+# names it `_reset_parameters`), so code that re-initialises every module that has one (meta-device
+# initialisation, a fresh start of a trained model) resets them too, under both packages alike.
+if not hasattr(nn.MultiheadAttention, "reset_parameters"):
+    nn.MultiheadAttention.reset_parameters = nn.MultiheadAttention._reset_parameters  # type: ignore[attr-defined]
+
 #: Where `WikiText2(download=True)` fetches its file from (PyTorch's example data).
 WIKITEXT2_URL = "https://raw.githubusercontent.com/pytorch/examples/main/word_language_model/data/wikitext-2/train.txt"
 
