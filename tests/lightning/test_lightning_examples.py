@@ -113,3 +113,14 @@ def test_the_datamodules_tutorial(tmp_path: Path) -> None:
         assert step == their_step == 3
         assert_same_metrics(metrics, their_metrics)
         assert {"val_loss", "val_acc"} <= set(their_metrics)
+
+
+def test_the_backbone_classifier_example_through_lightning_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PL_USE_MOCKED_MNIST", "1")  # the project sets it; restored after the test
+    ours, theirs = both("cli_backbone", tmp_path)
+    assert_same_run(ours, theirs, stages=("val", "test"))
+    assert {"train_loss_epoch", "valid_loss_epoch"} <= set(theirs["val"]) and "test_loss" in theirs["test"]
+    # `backbone` ignored; Lightning's CLI adds its own "_instantiator" (a path into its package)
+    assert ours["hparams"] == {k: v for k, v in theirs["hparams"].items() if k != "_instantiator"} == {"learning_rate": 0.0001}
+    assert len(ours["predictions"]) == len(theirs["predictions"]) == 1
+    assert torch.equal(ours["predictions"][0], theirs["predictions"][0])
