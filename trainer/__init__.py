@@ -32,8 +32,15 @@ LightningDataModule = DataModule
 __all__ = [
     "Trainer", "Module", "DataModule", "Callback", "MonitorError", "TensorBoardLogger", "Precision", "FP32", "AMP", "BF16",
     "LightningModule", "LightningDataModule", "seed_everything", "check_resume", "check_accumulation",
+    "cli_lightning_logo",
 ]
 __version__ = "0.1.0"
+
+
+def cli_lightning_logo() -> None:
+    """Print the package's name and version between blank lines (what Lightning's example
+    scripts call first, `from lightning.pytorch import cli_lightning_logo`, prints a logo)."""
+    print(f"\ntrainer {__version__}\n")
 
 
 #: subpackages a Lightning script reads as attributes (`pl.loggers.CSVLogger(...)` after `import

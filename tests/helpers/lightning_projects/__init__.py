@@ -35,7 +35,8 @@ IMPORT_RULES: tuple[tuple[str, str], ...] = (
     (r"^(\s*)from trainer\.cli import LightningCLI\b", r"\1from lightning.pytorch.cli import LightningCLI"),
     (r"^(\s*)from trainer\.utilities import ", r"\1from lightning.pytorch.utilities import "),
     (r"^(\s*)from trainer\.utilities\.combined_loader import ", r"\1from lightning.pytorch.utilities.combined_loader import "),
-    (r"^(\s*)from trainer\.demos\.boring_classes import ", r"\1from lightning.pytorch.demos.boring_classes import "),
+    (r"^(\s*)from trainer\.demos(\.\w+)? import ", r"\1from lightning.pytorch.demos\2 import "),
+    (r"^(\s*)from trainer\.(core|trainer|utilities\.imports) import ", r"\1from lightning.pytorch.\2 import "),
 )
 
 _OURS = re.compile(r"^\s*(import (trainer|callbacks)\b|from (trainer|callbacks)[ .])")
