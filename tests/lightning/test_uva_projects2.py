@@ -1,0 +1,142 @@
+"""The UvA deep-learning course's notebooks 08-13 (Lightning's tutorials, course_UvA-DL), as
+projects in tests/helpers/lightning_projects/uva_*.py with only their imports changed, trained
+under this package and under Lightning in one process and compared with `torch.equal`:
+weights, counters, `callback_metrics`, what `trainer.test` returns, the best checkpoint's
+file name and the weights `load_from_checkpoint` reads from it, and the images and graph the
+runs write to TensorBoard.
+
+Where the layouts differ on purpose (docs/lightning.md): our default logger folder is
+`default/version_N` (Lightning's `lightning_logs/version_N`), we also write `last.ckpt`, and our
+own `train/*` scalars join `callback_metrics`; the comparisons leave those out.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from tests.helpers.lightning_projects import assert_same_run, assert_same_weights, both, lightnings_values
+
+
+def metrics(trainer: Any) -> dict[str, float]:
+    return {key: float(value) for key, value in trainer.callback_metrics.items()}
+
+
+def same_best(ours: Any, theirs: Any, module_class: str) -> None:
+    """The best checkpoint: the same file name, and the same weights loaded from it."""
+    mine, other = Path(ours["trainer"].checkpoint_callback.best_model_path), Path(theirs["trainer"].checkpoint_callback.best_model_path)
+    assert mine.name == other.name
+    assert_same_weights(ours["best"], theirs["best"])
+    assert type(ours["best"]).__name__ == type(theirs["best"]).__name__ == module_class
+
+
+def event_values(folder: Path) -> dict[str, Any]:
+    """Per event file (in order): its image payloads per tag and whether it holds a graph."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    files = []
+    for path in sorted(folder.glob("events.out.tfevents.*"), key=lambda p: int(p.name.rsplit(".", 1)[1])):
+        events = EventAccumulator(str(path), size_guidance={"images": 0})
+        events.Reload()
+        tags = events.Tags()
+        images = {tag: [(e.step, e.encoded_image_string) for e in events.Images(tag)] for tag in tags["images"]}
+        files.append({"images": images, "graph": bool(tags["graph"])})
+    return {"files": files}
+
+
+# ----------------------------------------------------------------------------- 12: meta-learning
+def test_protonet(tmp_path: Path) -> None:
+    ours, theirs = both("uva_meta", tmp_path, model="protonet")
+    assert_same_run(ours, theirs)
+    lightnings_values(metrics(ours["trainer"]), metrics(theirs["trainer"]))
+    same_best(ours, theirs, "ProtoNet")
+
+
+def test_protomaml_steps_its_optimizer_and_finetunes_inside_validation(tmp_path: Path) -> None:
+    """ProtoMAML's training_step steps `self.optimizers()` itself and returns None under automatic
+    optimization (one step per batch counts, as Lightning's loop counts it), and its
+    validation_step turns gradients on to fine-tune a copy: validation inside fit runs under
+    `no_grad`, not `inference_mode`, as Lightning's does (the Trainer keeps its default)."""
+    ours, theirs = both("uva_meta", tmp_path, model="protomaml")
+    assert theirs["trainer"].global_step == 2 * 2  # two task batches per epoch, two epochs
+    assert_same_run(ours, theirs)
+    lightnings_values(metrics(ours["trainer"]), metrics(theirs["trainer"]))
+    same_best(ours, theirs, "ProtoMAML")
+
+
+def test_validation_inside_fit_runs_under_no_grad() -> None:
+    """What a `validation_step` sees: inside fit (sanity check, epoch end) `no_grad` without
+    inference mode, in `trainer.validate` inference mode: Lightning's, with its default
+    `inference_mode=True`."""
+    import lightning as L
+
+    import trainer as ours
+
+    seen: dict[str, list[tuple[str, bool, bool]]] = {}
+    for name, framework in (("ours", ours), ("lightning", L)):
+        record: list[tuple[str, bool, bool]] = seen.setdefault(name, [])
+
+        class Net(framework.LightningModule):  # type: ignore[name-defined,misc]
+            def __init__(self) -> None:
+                super().__init__()
+                self.layer = torch.nn.Linear(2, 1)
+
+            def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+                return self.layer(batch[0]).sum()
+
+            def validation_step(self, batch: Any, batch_idx: int) -> None:
+                stage = "sanity" if self.trainer.sanity_checking else self.phase
+                record.append((stage, torch.is_grad_enabled(), torch.is_inference_mode_enabled()))
+
+            def configure_optimizers(self) -> torch.optim.Optimizer:
+                return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        loader = DataLoader(TensorDataset(torch.randn(4, 2)), batch_size=2)
+        trainer = framework.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                                    enable_model_summary=False, accelerator="cpu", num_sanity_val_steps=1)
+        model = Net()
+        model.phase = "fit"
+        trainer.fit(model, loader, loader)
+        model.phase = "validate"
+        trainer.validate(model, loader, verbose=False)
+    assert seen["ours"] == seen["lightning"]
+    assert ("fit", False, False) in seen["ours"] and seen["ours"][-1][2] is True
+
+
+def test_an_automatic_step_that_steps_the_optimizer_itself_counts_once() -> None:
+    """`self.optimizers().step()` inside a training_step that returns None, under automatic
+    optimization: the weights move once per batch and `global_step` counts the batch once."""
+    import lightning as L
+
+    import trainer as ours
+
+    results = {}
+    for name, framework in (("ours", ours), ("lightning", L)):
+        class Net(framework.LightningModule):  # type: ignore[name-defined,misc]
+            def __init__(self) -> None:
+                super().__init__()
+                self.layer = torch.nn.Linear(2, 1)
+
+            def training_step(self, batch: Any, batch_idx: int) -> None:
+                self.layer(batch[0]).pow(2).sum().backward()
+                opt = self.optimizers()
+                opt.step()
+                opt.zero_grad()
+                return None
+
+            def configure_optimizers(self) -> torch.optim.Optimizer:
+                return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        torch.manual_seed(0)
+        model = Net()
+        trainer = framework.Trainer(max_epochs=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                                    enable_model_summary=False, accelerator="cpu")
+        trainer.fit(model, DataLoader(TensorDataset(torch.arange(12.0).view(6, 2)), batch_size=2))
+        results[name] = (trainer.global_step, copy.deepcopy(model.layer.state_dict()))
+    assert results["ours"][0] == results["lightning"][0] == 6
+    assert_same_weights(results["ours"][1], results["lightning"][1])
