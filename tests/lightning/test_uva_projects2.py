@@ -140,3 +140,93 @@ def test_an_automatic_step_that_steps_the_optimizer_itself_counts_once() -> None
         results[name] = (trainer.global_step, copy.deepcopy(model.layer.state_dict()))
     assert results["ours"][0] == results["lightning"][0] == 6
     assert_same_weights(results["ours"][1], results["lightning"][1])
+
+
+# ------------------------------------------------------------------------ 08: autoencoder
+def test_autoencoder(tmp_path: Path) -> None:
+    """The GenerateCallback's images, and the graph `trainer.logger._log_graph = True` asks for in
+    every event file (fit and both tests), as Lightning writes them; ReduceLROnPlateau on
+    `val_loss` given beside the optimizer; `trainer.test` on the validation loader."""
+    ours, theirs = both("uva_autoencoder", tmp_path, latent_dims=(8,))
+    assert_same_run(ours, theirs, stages=("val", "test"))
+    lightnings_values(metrics(ours["trainer"]), metrics(theirs["trainer"]))
+    mine, other = Path(ours["trainer"].checkpoint_callback.best_model_path), Path(theirs["trainer"].checkpoint_callback.best_model_path)
+    assert mine.name == other.name == "epoch=2-step=12.ckpt"
+    written, expected = event_values(Path(ours["trainer"].log_dir)), event_values(Path(theirs["trainer"].log_dir))
+    assert [f["graph"] for f in expected["files"]] == [True, True, True]
+    assert written == expected
+
+
+# ------------------------------------------------------------------------ 09: normalizing flows
+def test_normalizing_flow(tmp_path: Path) -> None:
+    """The flow's forward draws dequantization noise: the model summary's pass over
+    `example_input_array` and the graph's trace (at fit and at each test) draw it as Lightning's
+    do, so the weights and the importance-sampled test values are Lightning's."""
+    ours, theirs = both("uva_flows", tmp_path)
+    assert_same_run(ours, theirs, stages=("val", "test"))
+    assert ours["val"] == theirs["val"] and ours["test"] == theirs["test"]
+    lightnings_values(metrics(ours["trainer"]), metrics(theirs["trainer"]))
+    assert Path(ours["trainer"].checkpoint_callback.best_model_path).name == Path(theirs["trainer"].checkpoint_callback.best_model_path).name
+
+
+def _noisy(framework: Any) -> Any:
+    class Noisy(framework.LightningModule):  # type: ignore[name-defined,misc]
+        """A forward that draws (as a flow's dequantization), with an example input."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(3, 1)
+            self.example_input_array = torch.zeros(2, 3)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.layer(x + torch.rand_like(x))
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            return self(batch[0]).pow(2).mean()
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    return Noisy
+
+
+@pytest.mark.parametrize("summary", ["default", "depth0", "depth2", "off"])
+def test_model_summary_runs_the_example_input(summary: str, caplog: pytest.LogCaptureFixture) -> None:
+    """The model summary runs `example_input_array` through the module (for its in/out sizes)
+    as Lightning's does, unless it is off (`enable_model_summary=False`, `ModelSummary(max_depth=0)`):
+    a forward that draws moves the random streams alike, so the weights are Lightning's."""
+    import logging
+
+    import lightning as L
+
+    import trainer as ours
+    from callbacks import ModelSummary
+
+    weights = {}
+    for name, framework in (("ours", ours), ("lightning", L)):
+        options: dict[str, Any] = {"enable_model_summary": summary != "off"}
+        if summary.startswith("depth"):
+            depth = int(summary[-1])
+            options["callbacks"] = [ModelSummary(max_depth=depth) if name == "ours" else L.pytorch.callbacks.ModelSummary(max_depth=depth)]
+        torch.manual_seed(0)
+        model = _noisy(framework)()
+        trainer = framework.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                                    accelerator="cpu", **options)
+        with caplog.at_level(logging.INFO, logger="trainer"):
+            trainer.fit(model, DataLoader(TensorDataset(torch.randn(4, 3)), batch_size=2))
+        weights[name] = copy.deepcopy(model.state_dict())
+    assert_same_weights(weights["ours"], weights["lightning"])
+    if summary in ("default", "depth2"):
+        assert "In sizes" in caplog.text and "[2, 3]" in caplog.text and "[2, 1]" in caplog.text
+
+
+def test_private_log_graph_names_of_lightning(tmp_path: Path) -> None:
+    """`trainer.logger._log_graph = True` and `trainer.logger._default_hp_metric = None`, as
+    Lightning's tutorials write them, set the logger's `log_graph` and `default_hp_metric`."""
+    from trainer.loggers import TensorBoardLogger
+
+    logger = TensorBoardLogger(tmp_path)
+    logger._log_graph = True
+    logger._default_hp_metric = None
+    assert logger.log_graph_on_start is True and logger._log_graph is True
+    assert logger.default_hp_metric is False and logger._default_hp_metric is False

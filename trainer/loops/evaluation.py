@@ -36,7 +36,7 @@ class EvalLoop:
 
     def run(
         self, loader: Any, stage: str, limit: int | None | list[int | None] = None,
-        before_end: Callable[[], None] | None = None, keep: bool = True, during_fit: bool = False,
+        before_end: Callable[[], None] | None = None, keep: bool = True, *, during_fit: bool = False,
     ) -> Any:
         """One pass: on_<stage>_start, the epoch (its batch hooks), on_<stage>_end.
 
