@@ -151,7 +151,7 @@ def test_autoencoder(tmp_path: Path) -> None:
     assert_same_run(ours, theirs, stages=("val", "test"))
     lightnings_values(metrics(ours["trainer"]), metrics(theirs["trainer"]))
     mine, other = Path(ours["trainer"].checkpoint_callback.best_model_path), Path(theirs["trainer"].checkpoint_callback.best_model_path)
-    assert mine.name == other.name == "epoch=2-step=12.ckpt"
+    assert mine.name == other.name == "epoch=1-step=4.ckpt"
     written, expected = event_values(Path(ours["trainer"].log_dir)), event_values(Path(theirs["trainer"].log_dir))
     assert [f["graph"] for f in expected["files"]] == [True, True, True]
     assert written == expected
@@ -230,3 +230,44 @@ def test_private_log_graph_names_of_lightning(tmp_path: Path) -> None:
     logger._default_hp_metric = None
     assert logger.log_graph_on_start is True and logger._log_graph is True
     assert logger.default_hp_metric is False and logger._default_hp_metric is False
+
+
+# ------------------------------------------------------------------------ 10: PixelCNN
+def test_pixelcnn(tmp_path: Path) -> None:
+    """Masked convolutions that mask their weights in place in every forward (the summary's
+    pass over the example input included), and samples drawn after `seed_everything(1)`."""
+    ours, theirs = both("uva_pixelcnn", tmp_path)
+    assert_same_run(ours, theirs, stages=("val", "test"))
+    lightnings_values(metrics(ours["trainer"]), metrics(theirs["trainer"]))
+    assert torch.equal(ours["samples"], theirs["samples"])
+    assert Path(ours["trainer"].checkpoint_callback.best_model_path).name == Path(theirs["trainer"].checkpoint_callback.best_model_path).name
+
+
+# ------------------------------------------------------------------------ 11: vision transformer
+def test_vision_transformer(tmp_path: Path) -> None:
+    """Dropout, AdamW with MultiStepLR, the graph traced at fit and at both tests, and the best
+    checkpoint (on `val_acc`, mode max) loaded and tested."""
+    ours, theirs = both("uva_vit", tmp_path)
+    assert_same_run(ours, theirs, stages=("val", "test"))
+    lightnings_values(metrics(ours["trainer"]), metrics(theirs["trainer"]))
+    same_best(ours, theirs, "ViT")
+    assert ours["result"] == theirs["result"]
+    written, expected = event_values(Path(ours["trainer"].log_dir)), event_values(Path(theirs["trainer"].log_dir))
+    assert [f["graph"] for f in written["files"]] == [f["graph"] for f in expected["files"]] == [True, True, True]
+
+
+# ------------------------------------------------------------------------ 13: SimCLR
+def test_simclr_then_logistic_regression(tmp_path: Path) -> None:
+    """SimCLR's two views per image (a list in the batch), its best checkpoint's backbone as the
+    features, then a logistic regression validated every 2nd epoch (its checkpoint saved after
+    those validations) and tested on the shuffled train loader and the test loader."""
+    ours, theirs = both("uva_simclr", tmp_path)
+    assert_same_run(ours["simclr"], theirs["simclr"])
+    lightnings_values(metrics(ours["simclr"]["trainer"]), metrics(theirs["simclr"]["trainer"]))
+    same_best(ours["simclr"], theirs["simclr"], "SimCLR")
+    for mine, other in zip(ours["features"], theirs["features"]):
+        assert all(torch.equal(a, b) for a, b in zip(mine.tensors, other.tensors))
+    assert_same_run(ours, theirs, stages=("test",))
+    assert ours["train_test"] == theirs["train_test"] and ours["test"] == theirs["test"]
+    same_best(ours, theirs, "LogisticRegression")
+    assert Path(theirs["trainer"].checkpoint_callback.best_model_path).name.startswith("epoch=1-")
