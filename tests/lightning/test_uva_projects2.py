@@ -108,9 +108,11 @@ def test_validation_inside_fit_runs_under_no_grad() -> None:
     assert ("fit", False, False) in seen["ours"] and seen["ours"][-1][2] is True
 
 
-def test_an_automatic_step_that_steps_the_optimizer_itself_counts_once() -> None:
+@pytest.mark.parametrize("clip", [None, 0.01])
+def test_an_automatic_step_that_steps_the_optimizer_itself_counts_once(clip: float | None) -> None:
     """`self.optimizers().step()` inside a training_step that returns None, under automatic
-    optimization: the weights move once per batch and `global_step` counts the batch once."""
+    optimization: the weights move once per batch, `global_step` counts the batch once, and
+    the Trainer's `gradient_clip_val` clips that step, as Lightning's precision clips it."""
     import lightning as L
 
     import trainer as ours
@@ -135,7 +137,7 @@ def test_an_automatic_step_that_steps_the_optimizer_itself_counts_once() -> None
         torch.manual_seed(0)
         model = Net()
         trainer = framework.Trainer(max_epochs=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                                    enable_model_summary=False, accelerator="cpu")
+                                    enable_model_summary=False, accelerator="cpu", gradient_clip_val=clip)
         trainer.fit(model, DataLoader(TensorDataset(torch.arange(12.0).view(6, 2)), batch_size=2))
         results[name] = (trainer.global_step, copy.deepcopy(model.layer.state_dict()))
     assert results["ours"][0] == results["lightning"][0] == 6

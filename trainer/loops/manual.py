@@ -191,6 +191,8 @@ class ManualOptimization:
         # returns None, as ProtoMAML's outer loop does) the automatic loop counts its one step per
         # batch, as Lightning's does: this step is not counted again, and settles its amp update now.
         manual = not module_of(context).automatic_optimization
+        if not manual and closure is None:
+            self._clip_as_automatic(optimizer)
         try:
             stepped = context.precision.optimizer_step(optimizer, update=not manual, closure=closure)
             if manual:
@@ -206,6 +208,18 @@ class ManualOptimization:
                 signals.exit_critical()
         _recast_after_step(self.device_type)
         return stepped
+
+    def _clip_as_automatic(self, optimizer: torch.optim.Optimizer) -> None:
+        """Under automatic optimization every step is clipped, one the module takes itself too (as
+        Lightning clips every step its precision takes): the module's `configure_gradient_clipping`,
+        else the Trainer's `gradient_clip_val`."""
+        args = self.context.args
+        clip = args.gradient_clip_val
+        hook = module_override(module_of(self.context), "configure_gradient_clipping")
+        if hook is not None:
+            hook(optimizer, clip, args.gradient_clip_algorithm if clip is not None else None)
+        elif clip is not None and clip != 0:
+            self.context.precision.clip_gradients(optimizer, clip, args.gradient_clip_algorithm, self.parameters[id(optimizer)])
 
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """`Module.manual_backward`: hooks around the strategy's (scaled) backward."""
