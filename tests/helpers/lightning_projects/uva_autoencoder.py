@@ -4,7 +4,9 @@ the Autoencoder LightningModule (`save_hyperparameters`, `example_input_array`, 
 ReduceLROnPlateau monitoring `val_loss` from a dict), the GenerateCallback that writes
 reconstructions with `trainer.logger.experiment.add_image`, `ModelCheckpoint(save_weights_only=True)`,
 `LearningRateMonitor("epoch")`, the private `trainer.logger._log_graph`/`_default_hp_metric`
-settings, and `trainer.test` on the validation and the test loader.
+settings, `trainer.test` on the validation and the test loader, and the notebook's
+`Autoencoder.load_from_checkpoint(file)` (there for a downloaded model) on the run's checkpoint
+with `load_back=True` (Lightning 2.6 refuses its own file there: it holds the Encoder class).
 
 Shrunk or substituted: CIFAR10 is 96/32 synthetic 3x32x32 images in [-1, 1] (torchvision is
 not installed), `base_channel_size=2`, latent sizes (8, 16) by default (the notebook: 64 to
@@ -180,7 +182,9 @@ class GenerateCallback(Callback):
 
 
 def main(root_dir: str | Path, precision: str = "32-true", latent_dims: tuple[int, ...] = (8, 16),
-         max_epochs: int = 2) -> dict[str, Any]:
+         max_epochs: int = 2, load_back: bool = False) -> dict[str, Any]:
+    """`load_back`: also rebuild the model from the best checkpoint (the notebook's
+    `Autoencoder.load_from_checkpoint`), returned as "best"."""
     CHECKPOINT_PATH = str(root_dir)
     pl.seed_everything(42)
     train_dataset = synthetic_cifar(96, seed=0)
@@ -215,6 +219,10 @@ def main(root_dir: str | Path, precision: str = "32-true", latent_dims: tuple[in
         val_result = trainer.test(model, dataloaders=val_loader, verbose=False)
         test_result = trainer.test(model, dataloaders=test_loader, verbose=False)
         result = {"test": test_result, "val": val_result}
+        # The notebook's path for a saved model, on this run's checkpoint: the classes given as
+        # hyperparameters (encoder_class, decoder_class) come back as the defaults they were.
+        if load_back:  # Lightning 2.6 refuses its own file here (a class in it: torch.load's weights_only)
+            result["loaded"] = Autoencoder.load_from_checkpoint(trainer.checkpoint_callback.best_model_path)
         return model, result, trainer
 
     runs = {}
@@ -222,5 +230,5 @@ def main(root_dir: str | Path, precision: str = "32-true", latent_dims: tuple[in
         model, result, trainer = train_cifar(latent_dim)
         runs[latent_dim] = {"model": model, "result": result, "trainer": trainer}
     last = runs[latent_dims[-1]]
-    return {"model": last["model"], "trainer": last["trainer"], "val": last["result"]["val"][0],
+    return {"model": last["model"], "trainer": last["trainer"], "best": last["result"].get("loaded"), "val": last["result"]["val"][0],
             "test": last["result"]["test"][0], "runs": runs}
