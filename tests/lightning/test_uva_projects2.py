@@ -313,3 +313,25 @@ def test_a_class_given_as_a_hyperparameter_loads_back(tmp_path: Path) -> None:
                 Net.load_from_checkpoint(path)
             loaded = Net.load_from_checkpoint(path, **{expected: built.hparams[expected]})
             assert_same_weights(loaded, built)
+
+
+def test_a_step_that_needs_gradients_under_inference_mode_says_what_to_write(tmp_path: Path) -> None:
+    """ProtoMAML's validation_step fine-tunes: in `trainer.validate` with the default
+    `inference_mode=True` it fails under Lightning too; here the error says to write
+    `Trainer(inference_mode=False)`, and with it the values are Lightning's."""
+    import lightning as L
+
+    from tests.helpers.lightning_projects import load_project
+
+    values = {}
+    for name, framework in (("ours", "ours"), ("lightning", "lightning")):
+        project = load_project("uva_meta", framework)
+        result = project.main(tmp_path / f"{name}_fit", model="protomaml", max_epochs=1)
+        model, trainer = result["model"], result["trainer"]
+        loader = trainer.val_dataloaders
+        with pytest.raises(RuntimeError, match="Trainer\\(inference_mode=False\\)" if name == "ours" else "grad"):
+            trainer.validate(model, loader, verbose=False)
+        other = (project.pl.Trainer if name == "ours" else L.Trainer)(
+            inference_mode=False, accelerator="cpu", logger=False, enable_progress_bar=False, default_root_dir=tmp_path / name)
+        values[name] = other.validate(model, loader, verbose=False)[0]
+    assert values["ours"] == values["lightning"]

@@ -90,8 +90,20 @@ class EvalLoop:
         with context.uninterruptible():
             context.output.progress_start_eval(stage, None if None in totals else sum(totals))  # type: ignore[arg-type]
         try:
-            with grad_mode(context, during_fit):
-                results = self._run(loaders, several, stage, step, keep, before_end, names)
+            autograd = grad_mode(context, during_fit)
+            try:
+                with autograd:
+                    results = self._run(loaders, several, stage, step, keep, before_end, names)
+            except RuntimeError as error:
+                if isinstance(autograd, torch.inference_mode) and _needs_gradients(error):
+                    raise RuntimeError(
+                        f"{error}\n{_STEP[stage]} needs gradients (a backward, a fine-tuned copy of the model), but "
+                        f"this {stage} pass runs under torch.inference_mode (Trainer(inference_mode=True), the "
+                        "default), where torch.set_grad_enabled(True) can't turn them on. Expected "
+                        "Trainer(inference_mode=False): the pass then runs under torch.no_grad, which the step "
+                        "can leave (the validation inside fit always does)."
+                    ) from error
+                raise
             completed = True
             return results
         finally:
@@ -214,6 +226,12 @@ def check_dataloader_idx(module: Any, stage: str, several: bool) -> None:
                     f"{name} declares `{argument}` without a default, but there is one {prefix} loader, which "
                     f"passes none. Expected `{argument}={default}` (or no such argument): give it a default."
                 )
+
+
+def _needs_gradients(error: RuntimeError) -> bool:
+    """Whether `error` is autograd's complaint about a backward through inference tensors."""
+    text = str(error)
+    return "does not require grad" in text or "Inference tensors cannot be saved for backward" in text
 
 
 def grad_mode(context: RunContext, during_fit: bool = False) -> contextlib.AbstractContextManager[Any]:
