@@ -12,7 +12,8 @@ Shrunk or substituted: CIFAR10 is 64/32/32 synthetic 3x8x8 images (torchvision i
 installed; the random flip of the training transform is drawn from torch's stream in the
 dataset, the resized crop left out); embed_dim 8, hidden_dim 16, 2 heads, 1 layer, patches of 4
 (the notebook: 256, 512, 8, 6, 4 on 32x32); 2 epochs instead of 180 and the milestones scaled
-with them; batches of 32, no worker processes; `accelerator="cpu"`.
+with them; batches of 32, no worker processes unless `num_workers` is given (the notebook: 4);
+`accelerator="cpu"`.
 """
 
 from __future__ import annotations
@@ -182,7 +183,8 @@ class ViT(pl.LightningModule):
         self._calculate_loss(batch, mode="test")
 
 
-def main(root_dir: str | Path, precision: str = "32-true", max_epochs: int = 2) -> dict[str, Any]:
+def main(root_dir: str | Path, precision: str = "32-true", max_epochs: int = 2, num_workers: int = 0) -> dict[str, Any]:
+    """`num_workers`: the loaders' worker processes (the notebook's 4; none by default here)."""
     global train_loader
     CHECKPOINT_PATH = str(root_dir)
     pl.seed_everything(42)
@@ -193,9 +195,9 @@ def main(root_dir: str | Path, precision: str = "32-true", max_epochs: int = 2) 
     pl.seed_everything(42)
     _, val_set = torch.utils.data.random_split(val_dataset, [64, 32])
     test_set = SyntheticCIFAR(32, seed=1, train=False)
-    train_loader = data.DataLoader(train_set, batch_size=32, shuffle=True, drop_last=True, pin_memory=True, num_workers=0)
-    val_loader = data.DataLoader(val_set, batch_size=32, shuffle=False, drop_last=False, num_workers=0)
-    test_loader = data.DataLoader(test_set, batch_size=32, shuffle=False, drop_last=False, num_workers=0)
+    train_loader = data.DataLoader(train_set, batch_size=32, shuffle=True, drop_last=True, pin_memory=True, num_workers=num_workers)
+    val_loader = data.DataLoader(val_set, batch_size=32, shuffle=False, drop_last=False, num_workers=num_workers)
+    test_loader = data.DataLoader(test_set, batch_size=32, shuffle=False, drop_last=False, num_workers=num_workers)
 
     def train_model(**kwargs):
         trainer = pl.Trainer(
