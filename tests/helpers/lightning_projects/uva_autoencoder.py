@@ -8,9 +8,9 @@ settings, `trainer.test` on the validation and the test loader, and the notebook
 `Autoencoder.load_from_checkpoint(file)` (there for a downloaded model) on the run's checkpoint
 with `load_back=True` (Lightning 2.6 refuses its own file there: it holds the Encoder class).
 
-Shrunk or substituted: CIFAR10 is 96/32 synthetic 3x32x32 images in [-1, 1] (torchvision is
+Shrunk or substituted: CIFAR10 is 32/16/16 synthetic 3x32x32 images in [-1, 1] (torchvision is
 not installed), `base_channel_size=2`, latent sizes (8, 16) by default (the notebook: 64 to
-384), 2 epochs instead of 500, the callback every epoch instead of every 10, batches of 32
+384), 2 epochs instead of 500, the callback every epoch instead of every 10, batches of 16
 and no worker processes; `accelerator="cpu"`; `make_grid` is a small stand-in for torchvision's.
 """
 
@@ -187,13 +187,13 @@ def main(root_dir: str | Path, precision: str = "32-true", latent_dims: tuple[in
     `Autoencoder.load_from_checkpoint`), returned as "best"."""
     CHECKPOINT_PATH = str(root_dir)
     pl.seed_everything(42)
-    train_dataset = synthetic_cifar(96, seed=0)
+    train_dataset = synthetic_cifar(48, seed=0)
     pl.seed_everything(42)
-    train_set, val_set = torch.utils.data.random_split(train_dataset, [64, 32])
-    test_set = synthetic_cifar(32, seed=1)
-    train_loader = data.DataLoader(train_set, batch_size=32, shuffle=True, drop_last=True, pin_memory=True, num_workers=0)
-    val_loader = data.DataLoader(val_set, batch_size=32, shuffle=False, drop_last=False, num_workers=0)
-    test_loader = data.DataLoader(test_set, batch_size=32, shuffle=False, drop_last=False, num_workers=0)
+    train_set, val_set = torch.utils.data.random_split(train_dataset, [32, 16])
+    test_set = synthetic_cifar(16, seed=1)
+    train_loader = data.DataLoader(train_set, batch_size=16, shuffle=True, drop_last=True, pin_memory=True, num_workers=0)
+    val_loader = data.DataLoader(val_set, batch_size=16, shuffle=False, drop_last=False, num_workers=0)
+    test_loader = data.DataLoader(test_set, batch_size=16, shuffle=False, drop_last=False, num_workers=0)
 
     def get_train_images(num):
         return torch.stack([train_dataset[i][0] for i in range(num)], dim=0)

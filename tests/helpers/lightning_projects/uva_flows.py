@@ -7,7 +7,7 @@ the notebook's `train_flow` (`gradient_clip_val=1.0`, ModelCheckpoint on `val_bp
 `save_weights_only=True`, `LearningRateMonitor("epoch")`, `trainer.logger._log_graph = True`
 and `_default_hp_metric = None`) and `trainer.test` on the validation and the test loader.
 
-Shrunk or substituted: MNIST is 96/32/32 synthetic 1x8x8 int32 images (torchvision is not
+Shrunk or substituted: MNIST is 64/32/32 synthetic 1x8x8 int32 images (torchvision is not
 installed; 8x8 masks instead of 28x28); the flow has 2 variational-dequantization and 2
 coupling layers with 1-block gated conv nets of 4 and 8 channels (the notebook: 4 and 8
 layers, 3 blocks of 16 and 32 channels); 2 epochs instead of 200, 2 importance samples
@@ -347,9 +347,9 @@ def main(root_dir: str | Path, precision: str = "32-true", max_epochs: int = 2) 
     global train_set
     CHECKPOINT_PATH = str(root_dir)
     pl.seed_everything(42)
-    train_dataset = synthetic_mnist(128, seed=0)
+    train_dataset = synthetic_mnist(96, seed=0)
     pl.seed_everything(42)
-    train_set, val_set = torch.utils.data.random_split(train_dataset, [96, 32])
+    train_set, val_set = torch.utils.data.random_split(train_dataset, [64, 32])
     test_set = synthetic_mnist(32, seed=1)
     val_loader = data.DataLoader(val_set, batch_size=32, shuffle=False, drop_last=False, num_workers=0)
     test_loader = data.DataLoader(test_set, batch_size=32, shuffle=False, drop_last=False, num_workers=0)
