@@ -6,7 +6,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from trainer import Callback
-from trainer.logging.summary import summarize
+from trainer.logging.summary import example_sizes, summarize
 
 if TYPE_CHECKING:
     from trainer import Trainer
@@ -39,7 +39,12 @@ class ModelSummary(Callback):
         self.summary: str | None = None  # the last table logged
 
     def on_fit_start(self, trainer: Trainer, module: Any) -> None:
+        if self.max_depth == 0:  # Lightning's: nothing, not even the example input's forward
+            return
+        # On every rank, as Lightning's: the example input's forward (its in/out sizes) may draw
+        # from the random streams, and each rank's streams must move alike.
+        sizes = example_sizes(module, trainer.precision.autocast())
         if not trainer.is_global_zero:
             return
-        self.summary = summarize(module, self.max_depth)
+        self.summary = summarize(module, self.max_depth, sizes=sizes)
         log.info("\n%s", self.summary)

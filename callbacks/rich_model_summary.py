@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from callbacks.model_summary import ModelSummary
-from trainer.logging.summary import human_count, summarize
+from trainer.logging.summary import example_sizes, human_count, summarize
 
 if TYPE_CHECKING:
     from trainer import Trainer
@@ -61,9 +61,12 @@ class RichModelSummary(ModelSummary):
         self.header_style: str = summarize_kwargs.get("header_style", "bold magenta")
 
     def on_fit_start(self, trainer: Trainer, module: Any) -> None:
+        if self.max_depth == 0:
+            return
+        sizes = example_sizes(module, trainer.precision.autocast())  # every rank, as ModelSummary's
         if not trainer.is_global_zero:
             return
-        self.summary = summarize(module, self.max_depth)
+        self.summary = summarize(module, self.max_depth, sizes=sizes)
         self.print_table(module)
 
     def print_table(self, module: torch.nn.Module) -> None:

@@ -30,7 +30,7 @@ from trainer.logging.output_folder import OutputFolder
 from trainer.logging.progress import ProgressBar
 from trainer.logging.live import LineProgress, LiveNumbers, fresh_values, line_settings, ordered, run_progress, wants_lines
 from trainer.logging.throughput import Throughput
-from trainer.logging.summary import fit_summary, run_hyperparameters, summarize
+from trainer.logging.summary import example_sizes, fit_summary, run_hyperparameters, summarize
 from trainer._utils import WeakAttribute
 
 __all__ = ["RunOutput", "RunHost"]
@@ -99,25 +99,38 @@ class RunOutput(OutputFolder):
         if strategy.world_size > 1 and (args.logger is not False or args.enable_checkpointing):
             # Every rank uses rank 0's folder (for last.ckpt paths); only rank 0 creates it.
             self._run_dir = Path(strategy.broadcast_object(str(self.run_dir) if self.writes else None))
+        default_summary = args.enable_model_summary and not any(
+            any(c.__name__ == "ModelSummary" for c in type(cb).__mro__) for cb in self.context.callbacks
+        )
+        # Every rank, every fit: Lightning's summary runs `example_input_array` through the module
+        # (for the in/out sizes), which moves the random streams of a forward that draws.
+        sizes = example_sizes(module, self.context.precision.autocast()) if default_summary else None
         if self.writes and not self._summary_logged:
             log.info("%s", fit_summary(self.context, module))
-            if args.enable_model_summary and not any(
-                any(c.__name__ == "ModelSummary" for c in type(cb).__mro__) for cb in self.context.callbacks
-            ):  # Lightning's default ModelSummary(max_depth=1), unless a ModelSummary callback prints its own
-                log.info("\n%s", summarize(module, max_depth=1))
+            if default_summary:  # Lightning's default ModelSummary(max_depth=1), unless a ModelSummary callback prints its own
+                log.info("\n%s", summarize(module, max_depth=1, sizes=sizes))
             self._summary_logged = True
         if self.writes and args.enable_progress_bar:
             self._progress = self._new_bar()
         logger = self.logger
         if logger is not None and not self._hparams_logged:
             logger.log_hyperparams(run_hyperparameters(module, args, self.context.precision, self.context.experiment_config))
-            for each in getattr(logger, "loggers", [logger]):  # TensorBoardLogger(log_graph=True), as Lightning
-                if callable(getattr(each, "log_graph", None)):
-                    each.log_graph(module)
             self._hparams_logged = True
+        self.log_graph(module)
         self._last_log_time = time.perf_counter()
         self._last_log_step = self.context.state.global_step
         self._samples, self._samples_known = 0, True
+
+    def log_graph(self, module: Any) -> None:
+        """Each logger's `log_graph(module)` (TensorBoardLogger(log_graph=True) traces the module on
+        its `example_input_array`), when fit, validate, test or predict starts, as Lightning does:
+        the trace runs the forward, so a forward that draws random numbers draws them here too."""
+        logger = self.logger
+        if logger is None:
+            return
+        for each in getattr(logger, "loggers", [logger]):
+            if callable(getattr(each, "log_graph", None)):
+                each.log_graph(module)
 
     def end_run(self) -> None:
         """Close the bars and the logger; runs in `fit`'s finally, so also after an error

@@ -1,7 +1,8 @@
 """What a run logs of its model when fit starts: the one-line `fit_summary` (parameters,
 precision, device, effective batch size), and the model summary `Trainer(enable_model_summary=True)`
 logs as Lightning's `ModelSummary` prints it: the layers to `max_depth`, their parameter counts
-and train/eval mode, then trainable, frozen and total parameters and their size in MB.
+and train/eval mode (and, for a module with an `example_input_array`, the in and out sizes
+`example_sizes` records), then trainable, frozen and total parameters and their size in MB.
 
 Example:
     >>> import torch
@@ -22,6 +23,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -32,7 +34,10 @@ if TYPE_CHECKING:
     from trainer.precision import Precision
     from trainer.strategies import Strategy
 
-__all__ = ["summarize", "human_count", "fit_summary", "run_hyperparameters", "SummaryHost"]
+__all__ = ["summarize", "example_sizes", "human_count", "fit_summary", "run_hyperparameters", "SummaryHost"]
+
+#: Lightning's mark for a size the example input did not reach (or that is not a tensor's).
+UNKNOWN_SIZE = "?"
 
 
 def human_count(number: float) -> str:
@@ -48,17 +53,75 @@ def human_count(number: float) -> str:
     return f"{number:,.1f} {labels[groups - 1]}"
 
 
-def summarize(module: torch.nn.Module, max_depth: int = 1) -> str:
-    """The summary table of `module`: layers down to `max_depth` (0: none, -1: all)."""
+def _size_of(value: Any) -> Any:
+    """Lightning's size notation: a tensor's shape as a list, nested for lists and tuples."""
+    if hasattr(value, "shape"):
+        return list(value.shape)
+    if isinstance(value, (list, tuple)):
+        return [_size_of(each) for each in value]
+    return UNKNOWN_SIZE
+
+
+def example_sizes(module: torch.nn.Module, autocast: contextlib.AbstractContextManager[Any]) -> dict[str, tuple[Any, Any]] | None:
+    """Run the module's `example_input_array` through it once, as Lightning's model summary does,
+    and return each submodule's first input and output sizes (None: no example input).
+
+    Like Lightning's: in eval mode (every submodule's mode restored after), under `no_grad` and
+    `autocast`, the example moved to the module's device; a tuple or list is passed as
+    positional arguments, a dict as keyword arguments. It is a real forward: what the forward
+    draws from the random streams or changes in place happens, as under Lightning.
+    """
+    example = getattr(module, "example_input_array", None)
+    if example is None:
+        return None
+    sizes: dict[str, tuple[Any, Any]] = {}
+    handles = []
+    for name, sub in module.named_modules():
+        if not name or isinstance(sub, torch.jit.ScriptModule):
+            continue
+
+        def record(_: Any, args: Any, kwargs: Any, out: Any, name: str = name) -> None:
+            if name not in sizes:  # a module called twice keeps its first sizes (Lightning's)
+                inputs = (*args, *kwargs.values()) if kwargs else args
+                sizes[name] = (_size_of(inputs[0] if len(inputs) == 1 else inputs), _size_of(out))
+
+        handles.append(sub.register_forward_hook(record, with_kwargs=True))
+    device = next((p.device for p in module.parameters()), torch.device("cpu"))
+    example = torch.utils._pytree.tree_map(lambda t: t.to(device) if isinstance(t, torch.Tensor) else t, example)
+    modes = {sub: sub.training for sub in module.modules()}
+    module.eval()
+    try:
+        with torch.no_grad(), autocast:
+            if isinstance(example, (list, tuple)):
+                module(*example)
+            elif isinstance(example, dict):
+                module(**example)
+            else:
+                module(example)
+    finally:
+        for handle in handles:
+            handle.remove()
+        for sub, mode in modes.items():
+            sub.training = mode
+    return sizes
+
+
+def summarize(module: torch.nn.Module, max_depth: int = 1, sizes: dict[str, tuple[Any, Any]] | None = None) -> str:
+    """The summary table of `module`: layers down to `max_depth` (0: none, -1: all); with
+    `sizes` (`example_sizes`), Lightning's "In sizes" and "Out sizes" columns."""
     if not isinstance(max_depth, int) or isinstance(max_depth, bool) or max_depth < -1:
         raise ValueError(f"ModelSummary(max_depth=...) expected an int >= -1 (-1: every layer). Received: {max_depth!r}.")
-    rows: list[tuple[str, str, str, str]] = []
+    rows: list[tuple[str, ...]] = []
     for name, layer in module.named_modules():
         depth = name.count(".") + 1
         if not name or (max_depth != -1 and depth > max_depth):
             continue
         count = sum(p.numel() for p in layer.parameters())
-        rows.append((name, type(layer).__name__, human_count(count), "train" if layer.training else "eval"))
+        row: tuple[str, ...] = (name, type(layer).__name__, human_count(count), "train" if layer.training else "eval")
+        if sizes is not None:
+            size_in, size_out = sizes.get(name, (UNKNOWN_SIZE, UNKNOWN_SIZE))
+            row += (str(size_in), str(size_out))
+        rows.append(row)
     parameters = list(module.parameters())
     total = sum(p.numel() for p in parameters)
     trainable = sum(p.numel() for p in parameters if p.requires_grad)
@@ -66,7 +129,9 @@ def summarize(module: torch.nn.Module, max_depth: int = 1) -> str:
     modes = [m.training for m in module.modules()]
     lines: list[str] = []
     if rows:
-        header = ("Name", "Type", "Params", "Mode")
+        header: tuple[str, ...] = ("Name", "Type", "Params", "Mode")
+        if sizes is not None:
+            header += ("In sizes", "Out sizes")
         index_width = len(str(len(rows) - 1))
         widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
         rule = "-" * (index_width + sum(widths) + 3 * len(widths) + 3)

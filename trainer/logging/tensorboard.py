@@ -133,6 +133,25 @@ class TensorBoardLogger(RunFolder):
         self._continued: tuple[str, int | None] | None = None  # the run a resume continues, and after which step
 
     @property
+    def _log_graph(self) -> bool:
+        """Lightning's private name of `log_graph`: `trainer.logger._log_graph = True` (a habit of
+        Lightning's tutorials) turns the graph on here too."""
+        return self.log_graph_on_start
+
+    @_log_graph.setter
+    def _log_graph(self, value: bool) -> None:
+        self.log_graph_on_start = bool(value)
+
+    @property
+    def _default_hp_metric(self) -> bool:
+        """Lightning's private name of `default_hp_metric` (`trainer.logger._default_hp_metric = None`: off)."""
+        return self.default_hp_metric
+
+    @_default_hp_metric.setter
+    def _default_hp_metric(self, value: bool) -> None:
+        self.default_hp_metric = bool(value)
+
+    @property
     def save_dir(self) -> Path:
         """Lightning's name of `root_dir`."""
         return self.root_dir

@@ -50,7 +50,7 @@ class Evaluation(Protocol):
 
     def run(
         self, loader: Any, stage: str, limit: int | None | list[int | None] = None,
-        before_end: Callable[[], None] | None = None,
+        before_end: Callable[[], None] | None = None, *, during_fit: bool = False,
     ) -> Any: ...
 
 

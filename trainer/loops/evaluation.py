@@ -36,7 +36,7 @@ class EvalLoop:
 
     def run(
         self, loader: Any, stage: str, limit: int | None | list[int | None] = None,
-        before_end: Callable[[], None] | None = None, keep: bool = True,
+        before_end: Callable[[], None] | None = None, keep: bool = True, *, during_fit: bool = False,
     ) -> Any:
         """One pass: on_<stage>_start, the epoch (its batch hooks), on_<stage>_end.
 
@@ -47,7 +47,10 @@ class EvalLoop:
         result is a list with one entry per loader.
 
         `before_end` runs once the pass's results are in, just before `on_<stage>_end`
-        (the fit loop marks the validation complete there).
+        (the fit loop marks the validation complete there). `during_fit`: a validation inside
+        fit (the sanity check, an epoch's or an interval's), which runs under `torch.no_grad`
+        whatever `inference_mode` says, as Lightning's does: a `validation_step` may turn
+        gradients on (`torch.set_grad_enabled(True)`) to fine-tune a copy of the model.
 
         The module's `on_<stage>_epoch_end` runs before the callbacks' (see docs/hooks.md):
         what it logs joins the epoch's results, which every callback then sees.
@@ -87,8 +90,20 @@ class EvalLoop:
         with context.uninterruptible():
             context.output.progress_start_eval(stage, None if None in totals else sum(totals))  # type: ignore[arg-type]
         try:
-            with grad_mode(context):
-                results = self._run(loaders, several, stage, step, keep, before_end, names)
+            autograd = grad_mode(context, during_fit)
+            try:
+                with autograd:
+                    results = self._run(loaders, several, stage, step, keep, before_end, names)
+            except RuntimeError as error:
+                if isinstance(autograd, torch.inference_mode) and _needs_gradients(error):
+                    raise RuntimeError(
+                        f"{error}\n{_STEP[stage]} needs gradients (a backward, a fine-tuned copy of the model), but "
+                        f"this {stage} pass runs under torch.inference_mode (Trainer(inference_mode=True), the "
+                        "default), where torch.set_grad_enabled(True) can't turn them on. Expected "
+                        "Trainer(inference_mode=False): the pass then runs under torch.no_grad, which the step "
+                        "can leave (the validation inside fit always does)."
+                    ) from error
+                raise
             completed = True
             return results
         finally:
@@ -213,15 +228,22 @@ def check_dataloader_idx(module: Any, stage: str, several: bool) -> None:
                 )
 
 
-def grad_mode(context: RunContext) -> contextlib.AbstractContextManager[Any]:
+def _needs_gradients(error: RuntimeError) -> bool:
+    """Whether `error` is autograd's complaint about a backward through inference tensors."""
+    text = str(error)
+    return "does not require grad" in text or "Inference tensors cannot be saved for backward" in text
+
+
+def grad_mode(context: RunContext, during_fit: bool = False) -> contextlib.AbstractContextManager[Any]:
     """`torch.inference_mode` for a whole pass (`Trainer(inference_mode=True)`, Lightning's default),
-    else `torch.no_grad`; also `no_grad` where inference tensors are not supported: FSDP, and
-    collectives over Gloo (as Lightning decides)."""
+    else `torch.no_grad`; also `no_grad` for a validation inside fit (`during_fit`) and where
+    inference tensors are not supported: FSDP, and collectives over Gloo (as Lightning decides)."""
     from trainer.strategies.fsdp import FSDP
 
     distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
     if (
         not context.args.inference_mode
+        or during_fit
         or isinstance(context.strategy, FSDP)
         or (distributed and torch.distributed.get_backend() == "gloo")
     ):

@@ -60,7 +60,7 @@ class FitValidation:
         try:
             context.call("on_sanity_check_start")
             with isolated_rng():
-                self.evaluation.run(self.val_loader, "validation", limit)
+                self.evaluation.run(self.val_loader, "validation", limit, during_fit=True)
             context.call("on_sanity_check_end")
             names = set(context.metrics.latest)
         finally:
@@ -90,7 +90,7 @@ class FitValidation:
 
         self.monitors.due.add("validation_end")
         try:
-            self.evaluation.run(self.val_loader, "validation", self.val_limit, before_end=complete)
+            self.evaluation.run(self.val_loader, "validation", self.val_limit, before_end=complete, during_fit=True)
         except BaseException:
             if state.validation_pending or isolate:  # the cut is the validation's start
                 set_rng_state(self.rng_before_validation)

@@ -20,7 +20,8 @@ if a step or an unscale (`clip_gradients` without a step) is still pending. This
 PyTorch's recipes: backward-all-then-step-all with one update per iteration, and an update
 after each step when backward and step alternate (n_critic loops, the DCGAN order).
 `global_step` counts every `opt.step()` call (skipped ones too), as Lightning does in
-manual mode. The Trainer never steps LR schedulers in manual mode: `self.lr_schedulers()`
+manual mode (under automatic optimization a `training_step` that steps `self.optimizers()`
+itself leaves the count to the automatic loop: one per batch, as Lightning's). The Trainer never steps LR schedulers in manual mode: `self.lr_schedulers()`
 gives them to the module, which steps them where its loop would.
 
 A checkpoint between two training_steps is a cut unless the module is accumulating:
@@ -186,11 +187,18 @@ class ManualOptimization:
         signals = context.signals
         if signals is not None:
             signals.in_critical = True  # the step and its count happen together
+        # Under automatic optimization (a `training_step` that steps `self.optimizers()` itself and
+        # returns None, as ProtoMAML's outer loop does) the automatic loop counts its one step per
+        # batch, as Lightning's does: this step is not counted again, and settles its amp update now.
+        manual = not module_of(context).automatic_optimization
+        if not manual and closure is None:
+            self._clip_as_automatic(optimizer)
         try:
-            stepped = context.precision.optimizer_step(optimizer, update=False, closure=closure)
-            context.state.global_step += 1
-            if not stepped:
-                context.state.skipped_steps += 1
+            stepped = context.precision.optimizer_step(optimizer, update=not manual, closure=closure)
+            if manual:
+                context.state.global_step += 1
+                if not stepped:
+                    context.state.skipped_steps += 1
             self.steps_in_batch += 1
             self.stepped_in_batch.add(id(optimizer))
             self.backward_after_step = False
@@ -200,6 +208,18 @@ class ManualOptimization:
                 signals.exit_critical()
         _recast_after_step(self.device_type)
         return stepped
+
+    def _clip_as_automatic(self, optimizer: torch.optim.Optimizer) -> None:
+        """Under automatic optimization every step is clipped, one the module takes itself too (as
+        Lightning clips every step its precision takes): the module's `configure_gradient_clipping`,
+        else the Trainer's `gradient_clip_val`."""
+        args = self.context.args
+        clip = args.gradient_clip_val
+        hook = module_override(module_of(self.context), "configure_gradient_clipping")
+        if hook is not None:
+            hook(optimizer, clip, args.gradient_clip_algorithm if clip is not None else None)
+        elif clip is not None and clip != 0:
+            self.context.precision.clip_gradients(optimizer, clip, args.gradient_clip_algorithm, self.parameters[id(optimizer)])
 
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """`Module.manual_backward`: hooks around the strategy's (scaled) backward."""

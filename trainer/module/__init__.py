@@ -131,7 +131,8 @@ class Module(ModuleOptimization):
         with the saved hyperparameters, `overrides` winning, then `on_load_checkpoint` and the weights.
 
         Only plain data is read (nothing in the file is executed). An argument that is not plain
-        data (a module, a tensor) is saved as its text: pass it again as an override. The module
+        data (a module, a class, a function) is saved as its text: when that text is `__init__`'s
+        default's, the default is used; otherwise pass it again as an override. The module
         is on the device the weights were loaded to (`map_location`, default: where they were saved,
         or the CPU when that device is missing).
         """

@@ -5,6 +5,7 @@ executes code."""
 from __future__ import annotations
 
 import inspect
+import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,45 @@ import torch
 from trainer._hparams import AttributeDict
 
 __all__ = ["load_module", "strictness"]
+
+_PLAIN = (type(None), bool, int, float, complex, str, bytes, list, tuple, dict, set, frozenset)
+
+
+def _as_saved(value: Any) -> str:
+    """The text a non-plain hyperparameter is saved as, without the object's address
+    (`<function f at 0x7f...>` differs from process to process)."""
+    return re.sub(r" at 0x[0-9a-fA-F]+", "", str(value))
+
+
+def _defaults_for_text(cls: type, path: Any, hparams: dict[str, Any], overrides: dict[str, Any],
+                       parameters: Any) -> dict[str, Any]:
+    """`hparams` with each argument that was saved as the text of a class, function or other
+    object (a checkpoint holds no code) given back as `__init__`'s own default when the text is
+    that default's: `encoder_class: object = Encoder` saved by `save_hyperparameters()` rebuilds
+    with `Encoder`, as Lightning's pickled checkpoint does.
+
+    Raises:
+        ValueError: the text is not the default's and the default is such an object (a string
+            would not do in its place): the argument must be passed again, as an override.
+    """
+    result = dict(hparams)
+    for name, value in hparams.items():
+        parameter = parameters.get(name)
+        if name in overrides or not isinstance(value, str) or parameter is None or parameter.default is parameter.empty:
+            continue
+        default = parameter.default
+        if isinstance(default, _PLAIN) or isinstance(default, torch.Tensor):
+            continue
+        if _as_saved(value) == _as_saved(default):
+            result[name] = default
+        elif callable(default):
+            raise ValueError(
+                f"{cls.__name__}.load_from_checkpoint({str(path)!r}): the hyperparameter {name!r} was saved as the "
+                f"text {value!r} (a checkpoint holds plain data, never a class or function), and it is not "
+                f"{cls.__name__}.__init__'s default ({_as_saved(default)}). Expected it again as an override: "
+                f"{cls.__name__}.load_from_checkpoint(path, {name}=...)."
+            )
+    return result
 
 
 def _where(map_location: Any) -> Any:
@@ -92,6 +132,7 @@ def load_module(cls: type, path: Any, map_location: Any, strict: bool | None, ov
         if hparams and not taken and len(required) == 1:  # `__init__(self, hparams)` + save_hyperparameters(hparams)
             taken = {required[0]: AttributeDict(hparams)}  # Lightning passes the saved dict under its name
         hparams = taken
+    hparams = _defaults_for_text(cls, path, hparams, overrides, parameters)
     module = cls(**hparams)
     strict = strictness(module, strict, f"{cls.__name__}.load_from_checkpoint")
     module.on_load_checkpoint(checkpoint)
