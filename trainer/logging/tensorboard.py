@@ -154,6 +154,24 @@ class TensorBoardLogger(RunFolder):
                                          **self.writer_kwargs)
         return self._writer
 
+    # Lightning's attribute names, which notebooks set after construction
+    # (`trainer.logger._log_graph = True`, `trainer.logger._default_hp_metric = None`).
+    @property
+    def _log_graph(self) -> bool:
+        return self.log_graph_on_start
+
+    @_log_graph.setter
+    def _log_graph(self, value: Any) -> None:
+        self.log_graph_on_start = bool(value)
+
+    @property
+    def _default_hp_metric(self) -> bool:
+        return self.default_hp_metric
+
+    @_default_hp_metric.setter
+    def _default_hp_metric(self, value: Any) -> None:
+        self.default_hp_metric = bool(value)
+
     def log_graph(self, model: Any, input_array: Any = None) -> None:
         """With `log_graph=True`: the module's graph, traced on `input_array` (default: its
         `example_input_array`, moved to its device); without an input, a warning says so."""

@@ -1,0 +1,166 @@
+"""The UvA deep-learning course's notebooks (Lightning-AI/tutorials, course_UvA-DL 04, 05, 06
+and 07), written by others for Lightning, trained here with only their imports changed and
+compared with Lightning 2.6 in one process (tests/helpers/lightning_projects/uva_*.py, each
+saying what was shrunk): the weights, steps and epochs, what `trainer.test` returns, the
+metrics Lightning reports, the best checkpoint's name and the module `load_from_checkpoint`
+rebuilds from it, the event files the notebooks ask for, and what each notebook computes with
+the trained model afterwards. All equal with `torch.equal` or `==`.
+
+Next to them, the two behaviours these notebooks found different before, checked on their own:
+Lightning's logger attributes set after construction (`trainer.logger._log_graph = True`,
+`trainer.logger._default_hp_metric = None`), and a tuple hyperparameter (`img_shape=(1, 28, 28)`),
+which `load_from_checkpoint` must give back as a tuple.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+import trainer as L
+from tests.helpers.lightning_projects import assert_same_run, assert_same_weights, both, lightnings_values
+from trainer.checkpoint.run_facts import differences
+
+EventAccumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator").EventAccumulator
+pytest.importorskip("lightning")
+
+
+def floats(metrics: dict[str, Any]) -> dict[str, float]:
+    return {key: float(value) for key, value in metrics.items()}
+
+
+def event_tags(run_dir: Path) -> list[dict[str, Any]]:
+    """The tags of each event file of a run's folder, oldest first."""
+    files = sorted(run_dir.glob("events.out.tfevents.*"), key=lambda p: int(p.name.rsplit(".", 1)[1]))
+    return [EventAccumulator(str(f)).Reload().Tags() for f in files]
+
+
+def assert_same_best(ours: dict[str, Any], theirs: dict[str, Any]) -> None:
+    """The same best checkpoint file name, and the module rebuilt from it has the same weights."""
+    ours_path = Path(ours["trainer"].checkpoint_callback.best_model_path)
+    theirs_path = Path(theirs["trainer"].checkpoint_callback.best_model_path)
+    assert ours_path.name == theirs_path.name and ours_path.is_file()
+    assert_same_weights(ours["best"], theirs["best"])
+
+
+# =================================================================== 04: GoogleNet, ResNet, DenseNet
+@pytest.mark.parametrize("run", ["ResNet", "GoogleNet"])
+def test_inception_resnet_densenet_notebook(run: str, tmp_path: Path) -> None:
+    """CIFARModule: [AdamW or SGD], [MultiStepLR], ModelCheckpoint(mode="max", save_weights_only),
+    LearningRateMonitor("epoch"), the graph through `trainer.logger._log_graph = True`."""
+    ours, theirs = both("uva_convnets", tmp_path, run=run)
+    assert_same_run(ours, theirs, stages=("val", "test"))
+    assert ours["result"] == theirs["result"]
+    lightnings_values(floats(ours["fit_metrics"]), floats(theirs["fit_metrics"]))
+    assert_same_best(ours, theirs)
+    assert ours["best"].hparams == theirs["best"].hparams
+    fit_ours = event_tags(Path(ours["trainer"].logger.log_dir))[0]
+    fit_theirs = event_tags(Path(theirs["trainer"].logger.log_dir))[0]
+    assert fit_ours["graph"] and fit_theirs["graph"]  # the notebook's trainer.logger._log_graph = True
+    assert "hp_metric" not in fit_ours["scalars"] and "hp_metric" not in fit_theirs["scalars"]
+    assert set(fit_theirs["scalars"]) <= set(fit_ours["scalars"])
+
+
+def test_densenet_weights_as_lightning(tmp_path: Path) -> None:
+    ours, theirs = both("uva_convnets", tmp_path, run="DenseNet", max_epochs=2)
+    assert_same_run(ours, theirs, stages=("val", "test"))
+    assert_same_best(ours, theirs)
+
+
+# ======================================================== 05: transformers and multi-head attention
+def test_reverse_task_notebook(tmp_path: Path) -> None:
+    """A scheduler kept on the module and stepped in an `optimizer_step` override, gradient
+    clipping, `max_iters` from `trainer.max_epochs`; the trained module tested on two loaders."""
+    ours, theirs = both("uva_transformers", tmp_path, task="reverse")
+    assert_same_run(ours, theirs, stages=("val",))
+    assert (ours["test_acc"], ours["val_acc"]) == (theirs["test_acc"], theirs["val_acc"])
+    assert ours["model"].lr_scheduler.last_epoch == theirs["model"].lr_scheduler.last_epoch == ours["trainer"].global_step
+    assert ours["model"].lr_scheduler.get_last_lr() == theirs["model"].lr_scheduler.get_last_lr()
+    assert Path(ours["trainer"].checkpoint_callback.best_model_path).name == Path(theirs["trainer"].checkpoint_callback.best_model_path).name
+
+
+def test_set_anomaly_task_notebook(tmp_path: Path) -> None:
+    """Sets sampled from NumPy's global stream in `__getitem__`, dropout, a three-part batch,
+    the best checkpoint loaded and tested on the train, validation and test loaders."""
+    ours, theirs = both("uva_transformers", tmp_path, task="anomaly")
+    assert_same_run(ours, theirs, stages=("val",))
+    assert [ours[k] for k in ("train_acc", "val_acc", "test_acc")] == [theirs[k] for k in ("train_acc", "val_acc", "test_acc")]
+    assert_same_best(ours, theirs)
+
+
+# ============================================================ 07: deep energy-based generative models
+def test_energy_model_notebook(tmp_path: Path) -> None:
+    """MCMC inside `training_step` (eval mode, parameters frozen, grad re-enabled) drawing from
+    NumPy, Python and torch; the batch changed in place; StepLR with LearningRateMonitor;
+    callbacks whose `on_epoch_end` neither calls; then the notebook's look at the best module."""
+    ours, theirs = both("uva_energy", tmp_path)
+    assert_same_run(ours, theirs)
+    lightnings_values(floats(ours["val"]), floats(theirs["val"]))
+    assert_same_best(ours, theirs)
+    assert ours["best"].hparams.img_shape == theirs["best"].hparams.img_shape == (1, 28, 28)
+    assert type(ours["best"].hparams.img_shape) is type(theirs["best"].hparams.img_shape) is tuple
+    for key in ("generated", "rand_out", "buffer"):
+        assert torch.equal(ours[key], theirs[key]), key
+    assert not any("rand_out" in tags["scalars"] or tags.get("images") for tags in event_tags(Path(ours["trainer"].logger.log_dir)))
+
+
+# ======================================================================= the differences found, alone
+class Shaped(L.LightningModule):
+    def __init__(self, shape: tuple[int, ...] = (1, 2), dtype: torch.dtype = torch.float64, pair: tuple[Any, ...] = ("a", (1, 2.0))) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.layer = torch.nn.Linear(shape[-1], 1)
+        self.example_input_array = torch.zeros(shape)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layer(x)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        return self(batch[0]).square().mean()
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def fit_shaped(tmp_path: Path, **logger_flags: Any) -> L.Trainer:
+    trainer = L.Trainer(default_root_dir=tmp_path, max_steps=2, enable_progress_bar=False, enable_model_summary=False)
+    for name, value in logger_flags.items():
+        setattr(trainer.logger, name, value)
+    trainer.fit(Shaped(shape=(3, 2), dtype=torch.float16, pair=("b", (3, 4.0))), DataLoader(TensorDataset(torch.randn(8, 2)), batch_size=4))
+    return trainer
+
+
+def test_tuple_hyperparameters_come_back_as_tuples(tmp_path: Path) -> None:
+    """Lightning's `load_from_checkpoint` gives a module the tuple (and the dtype) it was built
+    with; a tuple turned into a list broke the energy notebook's `(1,) + img_shape`."""
+    trainer = fit_shaped(tmp_path)
+    path = tmp_path / "shaped.ckpt"
+    trainer.save_checkpoint(path)
+    loaded = Shaped.load_from_checkpoint(path)
+    assert loaded.hparams.shape == (3, 2) and type(loaded.hparams.shape) is tuple
+    assert loaded.hparams.dtype is torch.float16
+    assert loaded.hparams.pair == ("b", (3, 4.0)) and type(loaded.hparams.pair[1]) is tuple
+    assert torch.load(path, weights_only=True)["hyper_parameters"]["shape"] == (3, 2)  # still a weights-only file
+
+
+def test_a_checkpoint_with_a_tuple_saved_as_a_list_is_the_same_experiment() -> None:
+    """Older checkpoints hold such a tuple as a list: `ckpt_path="last"` still continues them."""
+    assert differences({"hyperparameters": {"shape": [3, 2], "pair": ["b", [3, 4.0]]}},
+                       {"hyperparameters": {"shape": (3, 2), "pair": ("b", (3, 4.0))}}) == ""
+    assert "shape" in differences({"hyperparameters": {"shape": [3, 2]}}, {"hyperparameters": {"shape": (2, 3)}})
+
+
+def test_lightnings_logger_attributes_set_after_construction(tmp_path: Path) -> None:
+    """`trainer.logger._log_graph = True` adds the graph, `_default_hp_metric = True` the
+    placeholder `hp_metric` (the names Lightning's TensorBoardLogger keeps its flags under)."""
+    trainer = fit_shaped(tmp_path / "on", _log_graph=True, _default_hp_metric=True)
+    assert trainer.logger._log_graph is True and trainer.logger._default_hp_metric is True
+    (tags,) = event_tags(Path(trainer.logger.log_dir))
+    assert tags["graph"] and "hp_metric" in tags["scalars"]
+    trainer = fit_shaped(tmp_path / "off", _log_graph=False, _default_hp_metric=None)
+    (tags,) = event_tags(Path(trainer.logger.log_dir))
+    assert not tags["graph"] and "hp_metric" not in tags["scalars"]
