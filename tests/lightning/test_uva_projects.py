@@ -1,5 +1,5 @@
 """The UvA deep-learning course's notebooks (Lightning-AI/tutorials, course_UvA-DL 04, 05, 06
-and 07), written by others for Lightning, trained here with only their imports changed and
+and 07; 02 and 03 train by hand, without Lightning), written by others for Lightning, trained here with only their imports changed and
 compared with Lightning 2.6 in one process (tests/helpers/lightning_projects/uva_*.py, each
 saying what was shrunk): the weights, steps and epochs, what `trainer.test` returns, the
 metrics Lightning reports, the best checkpoint's name and the module `load_from_checkpoint`
@@ -85,6 +85,18 @@ def test_set_anomaly_task_notebook(tmp_path: Path) -> None:
     assert_same_run(ours, theirs, stages=("val",))
     assert [ours[k] for k in ("train_acc", "val_acc", "test_acc")] == [theirs[k] for k in ("train_acc", "val_acc", "test_acc")]
     assert_same_best(ours, theirs)
+
+
+# ============================================================== 06: graph neural networks (the MLP)
+def test_node_classifier_notebook(tmp_path: Path) -> None:
+    """One whole graph per batch (an object with `.to()`, not a tensor or a collection of them),
+    used for training, validation and test; `seed_everything()` without a seed takes the one
+    set before; the best of 20 epochs loaded and tested, then its `forward` on a batch."""
+    ours, theirs = both("uva_gnn", tmp_path)
+    assert_same_run(ours, theirs, stages=("test",))
+    lightnings_values(floats(ours["fit_metrics"]), floats(theirs["fit_metrics"]))
+    assert_same_best(ours, theirs)
+    assert ours["result"] == theirs["result"]
 
 
 # ============================================================ 07: deep energy-based generative models
