@@ -107,10 +107,10 @@ def plain_state(
         if isinstance(value, dict):
             return {str(key): plain_state(item, as_text=True) for key, item in value.items()}
         if isinstance(value, (list, tuple)):
-            items = [plain_state(item, as_text=True) for item in value]
+            texts = [plain_state(item, as_text=True) for item in value]
             if isinstance(value, list):
-                return items
-            return torch.Size(items) if isinstance(value, torch.Size) else tuple(items)  # a named tuple: a plain one
+                return texts
+            return torch.Size(texts) if isinstance(value, torch.Size) else tuple(texts)  # a named tuple: a plain one
         return value if value is None or isinstance(value, _TEXT_LEAVES) else str(value)
     numpy = sys.modules.get("numpy")
     if numpy is not None and isinstance(value, numpy.generic):  # before the leaves: np.float64 is a float
