@@ -104,7 +104,8 @@ def test_energy_model_notebook(tmp_path: Path) -> None:
     """MCMC inside `training_step` (eval mode, parameters frozen, grad re-enabled) drawing from
     NumPy, Python and torch; the batch changed in place; StepLR with LearningRateMonitor;
     callbacks whose `on_epoch_end` neither calls; then the notebook's look at the best module."""
-    ours, theirs = both("uva_energy", tmp_path)
+    with pytest.warns(UserWarning, match=r"GenerateCallback defines `on_epoch_end`, a hook of Lightning 1 .* on_train_epoch_end"):
+        ours, theirs = both("uva_energy", tmp_path)
     assert_same_run(ours, theirs)
     lightnings_values(floats(ours["val"]), floats(theirs["val"]))
     assert_same_best(ours, theirs)
@@ -159,6 +160,33 @@ def test_a_checkpoint_with_a_tuple_saved_as_a_list_is_the_same_experiment() -> N
     assert differences({"hyperparameters": {"shape": [3, 2], "pair": ["b", [3, 4.0]]}},
                        {"hyperparameters": {"shape": (3, 2), "pair": ("b", (3, 4.0))}}) == ""
     assert "shape" in differences({"hyperparameters": {"shape": [3, 2]}}, {"hyperparameters": {"shape": (2, 3)}})
+
+
+@pytest.mark.parametrize("hook", ["on_epoch_end", "on_batch_start", "on_pretrain_routine_start"])
+def test_a_lightning_1_hook_is_named_with_its_replacement_before_work(hook: str, tmp_path: Path) -> None:
+    """Neither Lightning 2 nor this package calls a hook Lightning 2 removed (the energy
+    notebook's callbacks define `on_epoch_end`); here a warning says so when the run starts,
+    naming the hook to write instead, for a callback and for a module alike."""
+    calls: list[str] = []
+
+    class Legacy(L.Callback):
+        pass
+
+    setattr(Legacy, hook, lambda self, *args: calls.append(hook))
+    with pytest.warns(UserWarning, match=f"Legacy defines `{hook}`, a hook of Lightning 1") as record:
+        trainer = L.Trainer(default_root_dir=tmp_path, max_steps=1, logger=False, enable_checkpointing=False,
+                            enable_progress_bar=False, enable_model_summary=False, callbacks=[Legacy()])
+        trainer.fit(Shaped(), DataLoader(TensorDataset(torch.randn(4, 2)), batch_size=2))
+    assert calls == [] and "Expected on_" in str(record[0].message)
+    module = Shaped()
+    setattr(type(module), hook, lambda self, *args: calls.append(hook))
+    try:
+        with pytest.warns(UserWarning, match=f"Shaped defines `{hook}`"):
+            L.Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                      enable_model_summary=False).fit(module, DataLoader(TensorDataset(torch.randn(4, 2)), batch_size=2))
+    finally:
+        delattr(type(module), hook)
+    assert calls == []
 
 
 def test_lightnings_logger_attributes_set_after_construction(tmp_path: Path) -> None:
