@@ -14,6 +14,8 @@ which `load_from_checkpoint` must give back as a tuple.
 
 from __future__ import annotations
 
+import dataclasses
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +24,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import trainer as L
-from tests.helpers.lightning_projects import assert_same_run, assert_same_weights, both, lightnings_values
+from tests.helpers.lightning_projects import assert_same_run, assert_same_weights, both, lightnings_values, load_project
 from trainer.checkpoint.run_facts import differences
 
 EventAccumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator").EventAccumulator
@@ -97,6 +99,44 @@ def test_node_classifier_notebook(tmp_path: Path) -> None:
     lightnings_values(floats(ours["fit_metrics"]), floats(theirs["fit_metrics"]))
     assert_same_best(ours, theirs)
     assert ours["result"] == theirs["result"]
+
+
+@dataclasses.dataclass
+class Pair:
+    ids: list[str]
+    x: torch.Tensor
+
+
+def eval_batches(kind: str, graph_class: type) -> list[Any]:
+    sizes = (2, 9, 4)
+    if kind == "graph":  # torch_geometric's Batch: iterates over (name, tensor), the node features first
+        return [graph_class(x=torch.full((n, 3), float(n)), edge_index=torch.zeros(2, 7, dtype=torch.long)) for n in sizes]
+    if kind == "dataclass":
+        return [Pair(ids=["a"] * n, x=torch.full((n, 3), float(n))) for n in sizes]
+    return [(torch.tensor(float(n)), torch.full((n, 3), float(n))) for n in sizes]  # a 0-dim tensor first
+
+
+@pytest.mark.parametrize("kind", ["graph", "dataclass", "scalar_first"])
+def test_epoch_means_weigh_a_batch_object_as_lightning(kind: str) -> None:
+    """`self.log` in `validation_step` weighs each batch by its inferred size: for a batch that
+    is an object (a graph library's batch, a dataclass) or starts with a 0-dim tensor, the
+    size is found by Lightning's rule, so the epoch mean is Lightning's."""
+    results = {}
+    for framework in ("ours", "lightning"):
+        project = load_project("uva_gnn", framework)
+
+        class Logs(project.pl.LightningModule):  # type: ignore[name-defined, misc]
+            def validation_step(self, batch: Any, batch_idx: int) -> None:
+                x = batch.x if kind != "scalar_first" else batch[1]
+                self.log("v", x[0, 0])
+
+        trainer = project.pl.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False, accelerator="cpu")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # Lightning's "ambiguous collection" warning
+            loader = DataLoader(eval_batches(kind, project.Graph), batch_size=None)
+            results[framework] = dict(trainer.validate(Logs(), loader, verbose=False)[0])
+    assert results["ours"] == results["lightning"]
+    assert results["ours"]["v"] != sum((2.0, 9.0, 4.0)) / 3 or kind == "scalar_first"  # weighted, not a plain mean
 
 
 # ============================================================ 07: deep energy-based generative models
