@@ -48,8 +48,7 @@ REMOVED_HOOKS: dict[str, str] = {
     "on_epoch_end": "on_train_epoch_end (or on_validation_epoch_end, on_test_epoch_end)",
     "on_batch_start": "on_train_batch_start", "on_batch_end": "on_train_batch_end",
     "on_pretrain_routine_start": "on_fit_start", "on_pretrain_routine_end": "on_train_start",
-    "on_keyboard_interrupt": "on_exception", "on_init_start": "the callback's __init__",
-    "on_init_end": "the callback's __init__",
+    "on_keyboard_interrupt": "on_exception", "on_init_start": "__init__", "on_init_end": "__init__",
 }
 # Hooks whose module implementation runs before the callbacks' (everything else: callbacks
 # first, as Lightning calls them). Epoch ends: see docs/hooks.md for why.
