@@ -6,10 +6,13 @@ metrics Lightning reports, the best checkpoint's name and the module `load_from_
 rebuilds from it, the event files the notebooks ask for, and what each notebook computes with
 the trained model afterwards. All equal with `torch.equal` or `==`.
 
-Next to them, the two behaviours these notebooks found different before, checked on their own:
-Lightning's logger attributes set after construction (`trainer.logger._log_graph = True`,
-`trainer.logger._default_hp_metric = None`), and a tuple hyperparameter (`img_shape=(1, 28, 28)`),
-which `load_from_checkpoint` must give back as a tuple.
+Next to them, what these notebooks found different before, checked on its own: Lightning's
+logger attributes set after construction (`trainer.logger._log_graph = True`,
+`trainer.logger._default_hp_metric = None`); a tuple hyperparameter (`img_shape=(1, 28, 28)`),
+which `load_from_checkpoint` must give back as a tuple; the size of a batch that is an object
+(a graph library's batch), which weighs epoch means; and callbacks written for Lightning 1
+(`on_epoch_end`), which neither framework calls and which now get a warning naming the hook
+to write instead (tests/lightning/test_removed_hooks.py: the module's `*_epoch_end(outputs)`).
 """
 
 from __future__ import annotations
