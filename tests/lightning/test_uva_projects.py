@@ -96,7 +96,7 @@ def test_set_anomaly_task_notebook(tmp_path: Path) -> None:
 def test_node_classifier_notebook(tmp_path: Path) -> None:
     """One whole graph per batch (an object with `.to()`, not a tensor or a collection of them),
     used for training, validation and test; `seed_everything()` without a seed takes the one
-    set before; the best of 20 epochs loaded and tested, then its `forward` on a batch."""
+    set before; the best of 10 epochs loaded and tested, then its `forward` on a batch."""
     ours, theirs = both("uva_gnn", tmp_path)
     assert_same_run(ours, theirs, stages=("test",))
     lightnings_values(floats(ours["fit_metrics"]), floats(theirs["fit_metrics"]))

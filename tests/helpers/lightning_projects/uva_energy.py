@@ -10,9 +10,9 @@ values logged per step, validation drawing `torch.rand_like`); the notebook's ca
 `ModelCheckpoint(save_weights_only=True, mode="min", monitor="val_contrastive_divergence")`,
 `LearningRateMonitor("epoch")`, `load_from_checkpoint(best_model_path)`.
 
-Shrunk or substituted: MNIST is seeded random 1x28x28 images in [-1, 1] (64 train, 32
-validation; the loader's label is a zero); batches of 16; the CNN's `hidden_features` 8
-instead of 32; 5 MCMC steps per training step instead of 60, and 8 in the callback's
+Shrunk or substituted: MNIST is seeded random 1x28x28 images in [-1, 1] (32 train, 16
+validation; the loader's label is a zero); batches of 8; the CNN's `hidden_features` 8
+instead of 32; 4 MCMC steps per training step instead of 60, and 8 in the callback's
 generation; 2 epochs instead of 60; `accelerator="cpu"`, no loader workers; images go
 through `torch.utils.tensorboard` directly instead of `torchvision.utils.make_grid`.
 """
@@ -34,7 +34,7 @@ import trainer as pl
 from callbacks import Callback, LearningRateMonitor, ModelCheckpoint
 
 device = torch.device("cpu")
-MCMC_STEPS = 5
+MCMC_STEPS = 4
 
 
 class CNNModel(nn.Module):
@@ -196,10 +196,10 @@ class OutlierCallback(Callback):
 
 def loaders() -> tuple[data.DataLoader, data.DataLoader]:
     g = torch.Generator().manual_seed(0)
-    train_set = data.TensorDataset(torch.rand(64, 1, 28, 28, generator=g) * 2 - 1, torch.zeros(64, dtype=torch.long))
-    test_set = data.TensorDataset(torch.rand(32, 1, 28, 28, generator=g) * 2 - 1, torch.zeros(32, dtype=torch.long))
-    train_loader = data.DataLoader(train_set, batch_size=16, shuffle=True, drop_last=True, num_workers=0, pin_memory=True)
-    test_loader = data.DataLoader(test_set, batch_size=16, shuffle=False, drop_last=False, num_workers=0)
+    train_set = data.TensorDataset(torch.rand(32, 1, 28, 28, generator=g) * 2 - 1, torch.zeros(32, dtype=torch.long))
+    test_set = data.TensorDataset(torch.rand(16, 1, 28, 28, generator=g) * 2 - 1, torch.zeros(16, dtype=torch.long))
+    train_loader = data.DataLoader(train_set, batch_size=8, shuffle=True, drop_last=True, num_workers=0, pin_memory=True)
+    test_loader = data.DataLoader(test_set, batch_size=8, shuffle=False, drop_last=False, num_workers=0)
     return train_loader, test_loader
 
 

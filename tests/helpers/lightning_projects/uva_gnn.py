@@ -13,7 +13,7 @@ without a seed before the model is built, `load_from_checkpoint(best_model_path)
 Shrunk or substituted: the Cora graph is a seeded random graph of 60 nodes with 12 features
 and 4 classes; torch_geometric's `Data`/`Batch` and its loader are a small `Graph` class (its
 attributes, `.to()`, iteration over `(name, value)` pairs and `num_graphs`, as `Batch` has)
-and a plain `DataLoader` whose `collate_fn` hands the one graph over; 20 epochs instead of 200;
+and a plain `DataLoader` whose `collate_fn` hands the one graph over; 10 epochs instead of 200;
 `accelerator="cpu", devices=1` instead of `devices=AVAIL_GPUS` (0 without a GPU, which both
 Lightning and this package refuse).
 """
@@ -147,7 +147,7 @@ class NodeLevelGNN(pl.LightningModule):
         self.log("test_acc", acc)
 
 
-def main(root_dir: str | Path, precision: str = "32-true", max_epochs: int = 20) -> dict[str, Any]:
+def main(root_dir: str | Path, precision: str = "32-true", max_epochs: int = 10) -> dict[str, Any]:
     """The notebook's `train_node_classifier(model_name="MLP", dataset=cora_dataset, c_hidden=16,
     num_layers=2, dp_rate=0.1)`, after its first cell's `pl.seed_everything(42)`."""
     pl.seed_everything(42)
