@@ -6,7 +6,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from trainer import Callback
-from trainer.logging.summary import summarize
+from trainer.logging.summary import example_forward, summarize
 
 if TYPE_CHECKING:
     from trainer import Trainer
@@ -39,6 +39,8 @@ class ModelSummary(Callback):
         self.summary: str | None = None  # the last table logged
 
     def on_fit_start(self, trainer: Trainer, module: Any) -> None:
+        if self.max_depth != 0:  # Lightning's summary runs the example input on every rank (none at depth 0)
+            example_forward(module, trainer.strategy.root_device, trainer.precision.autocast())
         if not trainer.is_global_zero:
             return
         self.summary = summarize(module, self.max_depth)

@@ -27,7 +27,14 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import trainer as L
-from tests.helpers.lightning_projects import assert_same_run, assert_same_weights, both, lightnings_values, load_project
+from tests.helpers.lightning_projects import (
+    assert_same_run,
+    assert_same_weights,
+    both,
+    lightnings_values,
+    load_project,
+    load_source,
+)
 from trainer.checkpoint.run_facts import differences
 
 EventAccumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator").EventAccumulator
@@ -230,6 +237,52 @@ def test_a_lightning_1_hook_is_named_with_its_replacement_before_work(hook: str,
     finally:
         delattr(type(module), hook)
     assert calls == []
+
+
+NOISY = """
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+import trainer as pl
+from callbacks import ModelSummary
+
+
+class Noisy(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5), torch.nn.Linear(4, 1))
+        self.example_input_array = torch.zeros(2, 4)
+
+    def forward(self, x):
+        return self.layer(x + torch.randn_like(x))  # noise in every mode, as a denoising model adds it
+
+    def training_step(self, batch, batch_idx):
+        return self(batch[0]).square().mean()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def main(root_dir, summary):
+    pl.seed_everything(1)
+    callbacks = [ModelSummary(max_depth=2)] if summary == "callback" else []
+    trainer = pl.Trainer(default_root_dir=root_dir, max_epochs=2, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=summary != "off", callbacks=callbacks)
+    model = Noisy()
+    trainer.fit(model, DataLoader(TensorDataset(torch.randn(16, 4)), batch_size=4, shuffle=True))
+    return model
+"""
+
+
+@pytest.mark.parametrize("summary", ["default", "callback", "off"])
+def test_the_model_summary_runs_the_example_input_as_lightnings(summary: str, tmp_path: Path) -> None:
+    """Lightning's model summary runs `example_input_array` through the module when fit starts
+    (eval mode, no gradients); a forward that draws noise moves torch's stream there. The
+    notebooks set an example input with the summary on: the weights after it are Lightning's."""
+    ours = load_source(NOISY, "ours", "noisy").main(tmp_path / "ours", summary)
+    theirs = load_source(NOISY, "lightning", "noisy").main(tmp_path / "lightning", summary)
+    assert_same_weights(ours, theirs)
+    assert ours.training and all(m.training for m in ours.modules())
 
 
 def test_lightnings_logger_attributes_set_after_construction(tmp_path: Path) -> None:

@@ -30,7 +30,7 @@ from trainer.logging.output_folder import OutputFolder
 from trainer.logging.progress import ProgressBar
 from trainer.logging.live import LineProgress, LiveNumbers, fresh_values, line_settings, ordered, run_progress, wants_lines
 from trainer.logging.throughput import Throughput
-from trainer.logging.summary import fit_summary, run_hyperparameters, summarize
+from trainer.logging.summary import example_forward, fit_summary, run_hyperparameters, summarize
 from trainer._utils import WeakAttribute
 
 __all__ = ["RunOutput", "RunHost"]
@@ -99,11 +99,14 @@ class RunOutput(OutputFolder):
         if strategy.world_size > 1 and (args.logger is not False or args.enable_checkpointing):
             # Every rank uses rank 0's folder (for last.ckpt paths); only rank 0 creates it.
             self._run_dir = Path(strategy.broadcast_object(str(self.run_dir) if self.writes else None))
+        default_summary = args.enable_model_summary and not any(
+            any(c.__name__ == "ModelSummary" for c in type(cb).__mro__) for cb in self.context.callbacks
+        )  # Lightning's default ModelSummary(max_depth=1), unless a ModelSummary callback prints its own
+        if default_summary:  # on every rank, at every fit, as Lightning's summary runs the example input
+            example_forward(module, strategy.device, self.context.precision.autocast())
         if self.writes and not self._summary_logged:
             log.info("%s", fit_summary(self.context, module))
-            if args.enable_model_summary and not any(
-                any(c.__name__ == "ModelSummary" for c in type(cb).__mro__) for cb in self.context.callbacks
-            ):  # Lightning's default ModelSummary(max_depth=1), unless a ModelSummary callback prints its own
+            if default_summary:
                 log.info("\n%s", summarize(module, max_depth=1))
             self._summary_logged = True
         if self.writes and args.enable_progress_bar:

@@ -22,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from trainer.precision import Precision
     from trainer.strategies import Strategy
 
-__all__ = ["summarize", "human_count", "fit_summary", "run_hyperparameters", "SummaryHost"]
+__all__ = ["summarize", "example_forward", "human_count", "fit_summary", "run_hyperparameters", "SummaryHost"]
 
 
 def human_count(number: float) -> str:
@@ -46,6 +47,35 @@ def human_count(number: float) -> str:
     if number >= 100:
         return f"{int(number):,d} {labels[groups - 1]}"
     return f"{number:,.1f} {labels[groups - 1]}"
+
+
+def example_forward(module: torch.nn.Module, device: torch.device, autocast: Any = None) -> None:
+    """Run the module's `example_input_array` through it once, as Lightning's `ModelSummary`
+    does when fit starts (on every rank) to read its layers' input and output sizes: in eval
+    mode, without gradients, under the precision's autocast (`autocast`, a context manager),
+    then each submodule back in its mode. A forward that draws random numbers (noise added to
+    the input, say) moves torch's stream there, so the run after it draws what Lightning's draws.
+    Nothing happens without an example input.
+    """
+    example = getattr(module, "example_input_array", None)
+    if example is None:
+        return
+    from trainer._utils import move_to_device
+
+    example = move_to_device(example, device)
+    modes = [(each, each.training) for each in module.modules()]
+    module.eval()
+    try:
+        with torch.no_grad(), autocast if autocast is not None else contextlib.nullcontext():
+            if isinstance(example, (list, tuple)):
+                module(*example)
+            elif isinstance(example, dict):
+                module(**example)
+            else:
+                module(example)
+    finally:
+        for each, training in modes:
+            each.training = training
 
 
 def summarize(module: torch.nn.Module, max_depth: int = 1) -> str:
