@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from callbacks.model_summary import ModelSummary
-from trainer.logging.summary import human_count, summarize
+from trainer.logging.summary import example_forward, human_count, summarize
 
 if TYPE_CHECKING:
     from trainer import Trainer
@@ -61,6 +61,8 @@ class RichModelSummary(ModelSummary):
         self.header_style: str = summarize_kwargs.get("header_style", "bold magenta")
 
     def on_fit_start(self, trainer: Trainer, module: Any) -> None:
+        if self.max_depth != 0:  # Lightning's summary runs the example input on every rank (none at depth 0)
+            example_forward(module, trainer.strategy.root_device, trainer.precision.autocast())
         if not trainer.is_global_zero:
             return
         self.summary = summarize(module, self.max_depth)
