@@ -71,9 +71,10 @@ def test_inception_resnet_densenet_notebook(tmp_path: Path) -> None:
     lightnings_values(floats(ours["fit_metrics"]), floats(theirs["fit_metrics"]))
     assert_same_best(ours, theirs)
     assert ours["best"].hparams == theirs["best"].hparams
-    fit_ours = event_tags(Path(ours["trainer"].logger.log_dir))[0]
-    fit_theirs = event_tags(Path(theirs["trainer"].logger.log_dir))[0]
-    assert fit_ours["graph"] and fit_theirs["graph"]  # the notebook's trainer.logger._log_graph = True
+    runs_ours, runs_theirs = event_tags(Path(ours["trainer"].logger.log_dir)), event_tags(Path(theirs["trainer"].logger.log_dir))
+    assert len(runs_ours) == len(runs_theirs) == 3  # fit, then the two tests
+    assert all(tags["graph"] for tags in runs_ours + runs_theirs)  # the notebook's trainer.logger._log_graph = True
+    fit_ours, fit_theirs = runs_ours[0], runs_theirs[0]
     assert "hp_metric" not in fit_ours["scalars"] and "hp_metric" not in fit_theirs["scalars"]
     assert set(fit_theirs["scalars"]) <= set(fit_ours["scalars"])
 

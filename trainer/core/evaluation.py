@@ -166,6 +166,7 @@ class TrainerEvaluation:
                 self._run.checkpoints.restore_weights(checkpoint)
             self._eval = EvalLoop(self._run)
             self._run.output.run_start_actions()
+            self._run.output.log_graph(model)  # TensorBoardLogger(log_graph=True): in each stage's events, as Lightning
 
             def prepare(one: Any) -> Any:
                 return self.strategy.setup_loader(one, train=False)

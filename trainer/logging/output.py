@@ -114,13 +114,20 @@ class RunOutput(OutputFolder):
         logger = self.logger
         if logger is not None and not self._hparams_logged:
             logger.log_hyperparams(run_hyperparameters(module, args, self.context.precision, self.context.experiment_config))
-            for each in getattr(logger, "loggers", [logger]):  # TensorBoardLogger(log_graph=True), as Lightning
-                if callable(getattr(each, "log_graph", None)):
-                    each.log_graph(module)
+            self.log_graph(module)
             self._hparams_logged = True
         self._last_log_time = time.perf_counter()
         self._last_log_step = self.context.state.global_step
         self._samples, self._samples_known = 0, True
+
+    def log_graph(self, module: Any) -> None:
+        """The module's graph, by each logger that draws it (`TensorBoardLogger(log_graph=True)`):
+        when fit starts, and when validate, test or predict start, as Lightning draws it."""
+        if self._logger is None and self._logger_arg is True:
+            return  # the default logger, not made yet, has log_graph off (a URL root_dir: no listing for nothing)
+        for each in self.loggers:
+            if callable(getattr(each, "log_graph", None)):
+                each.log_graph(module)
 
     def end_run(self) -> None:
         """Close the bars and the logger; runs in `fit`'s finally, so also after an error
