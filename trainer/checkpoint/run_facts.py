@@ -53,10 +53,10 @@ def differences(saved: Mapping[str, Any], expected: Mapping[str, Any]) -> str:
     found = []
     for name, value in expected.items():
         there = saved.get(name)
-        if value is None or there is None or there == value or _same_class(name, there, value):
+        if value is None or there is None or _lists(there) == _lists(value) or _same_class(name, there, value):
             continue
         if isinstance(there, Mapping) and isinstance(value, Mapping):  # hyperparameters: the keys that differ
-            keys = sorted(k for k in set(there) | set(value) if there.get(k, _UNSET) != value.get(k, _UNSET))
+            keys = sorted(k for k in set(there) | set(value) if _lists(there.get(k, _UNSET)) != _lists(value.get(k, _UNSET)))
             found.append(f"{name}: " + ", ".join(
                 f"{k} {there.get(k, '(unset)')!r} there, {value.get(k, '(unset)')!r} here" for k in keys))
         else:
@@ -65,6 +65,16 @@ def differences(saved: Mapping[str, Any], expected: Mapping[str, Any]) -> str:
 
 
 _UNSET = object()
+
+
+def _lists(value: Any) -> Any:
+    """`value` with its tuples as lists: a checkpoint of an older version saved a tuple
+    hyperparameter as a list, which is the same experiment."""
+    if isinstance(value, Mapping):
+        return {key: _lists(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_lists(item) for item in value]
+    return value
 
 
 def _same_class(name: str, there: Any, here: Any) -> bool:

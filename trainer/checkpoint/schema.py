@@ -76,6 +76,7 @@ def check_layout(state: dict[str, Any], *, weights_only: bool = False) -> None:
         )
 
 
+_TEXT_LEAVES = (bool, int, float, str, torch.dtype, torch.device)  # what torch.load(weights_only=True) rebuilds as given
 _PLAIN_LEAVES = (bool, int, float, complex, str, bytes, type(None), torch.Tensor, torch.dtype, torch.device, torch.Size)
 
 
@@ -89,8 +90,10 @@ def plain_state(
     `module`) stays one object, which the file stores once.
 
     With `as_text=True`, for what describes a run (its arguments, hyperparameters, a YAML
-    run's config), nothing fails: mappings get text keys, tuples become lists, and anything
-    but None, a bool, a number or a string is kept as its text.
+    run's config), nothing fails: mappings get text keys, lists and tuples stay lists and
+    tuples (a module rebuilt from its hyperparameters gets the tuple it was given), and
+    anything but None, a bool, a number, a string, a `torch.dtype` or a `torch.device` is kept
+    as its text.
 
     Example:
         >>> import numpy as np
@@ -98,14 +101,17 @@ def plain_state(
         {'lr': 0.5, 'steps': [3]}
         >>> from pathlib import Path
         >>> plain_state({"root_dir": Path("runs"), "betas": (0.9, 0.99)}, as_text=True)
-        {'root_dir': 'runs', 'betas': [0.9, 0.99]}
+        {'root_dir': 'runs', 'betas': (0.9, 0.99)}
     """
     if as_text:
         if isinstance(value, dict):
             return {str(key): plain_state(item, as_text=True) for key, item in value.items()}
         if isinstance(value, (list, tuple)):
-            return [plain_state(item, as_text=True) for item in value]
-        return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
+            texts = [plain_state(item, as_text=True) for item in value]
+            if isinstance(value, list):
+                return texts
+            return torch.Size(texts) if isinstance(value, torch.Size) else tuple(texts)  # a named tuple: a plain one
+        return value if value is None or isinstance(value, _TEXT_LEAVES) else str(value)
     numpy = sys.modules.get("numpy")
     if numpy is not None and isinstance(value, numpy.generic):  # before the leaves: np.float64 is a float
         return value.item()

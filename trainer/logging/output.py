@@ -125,10 +125,9 @@ class RunOutput(OutputFolder):
         """Each logger's `log_graph(module)` (TensorBoardLogger(log_graph=True) traces the module on
         its `example_input_array`), when fit, validate, test or predict starts, as Lightning does:
         the trace runs the forward, so a forward that draws random numbers draws them here too."""
-        logger = self.logger
-        if logger is None:
-            return
-        for each in getattr(logger, "loggers", [logger]):
+        if self._logger is None and self._logger_arg is True:
+            return  # the default logger, not made yet, has log_graph off (a URL root_dir: no listing for nothing)
+        for each in self.loggers:
             if callable(getattr(each, "log_graph", None)):
                 each.log_graph(module)
 

@@ -14,8 +14,9 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
@@ -102,18 +103,34 @@ def to_floats(values: Mapping[str, torch.Tensor | float | _Reduction]) -> dict[s
 
 
 def batch_size_of(batch: Any) -> int | None:
-    """Samples in a batch: dim 0 of its first tensor (depth-first), or None when it has none.
+    """Samples in a batch, by Lightning's rule: the first tensor met depth-first gives its
+    dim 0 (1 for a 0-dim tensor), looking into mappings (their values), dataclasses (their
+    fields) and any other iterable but a string (a graph library's batch object yields its
+    `(name, tensor)` pairs); None when there is no tensor.
 
     Reads tensor metadata only (no host synchronisation).
     """
+    try:
+        return _first_size(batch)
+    except RecursionError:  # an object whose items are objects like it, without end
+        return None
+
+
+def _first_size(batch: Any) -> int | None:
     if isinstance(batch, torch.Tensor):
-        return int(batch.shape[0]) if batch.dim() else None
-    if isinstance(batch, (list, tuple)):
-        for item in batch:
-            size = batch_size_of(item)
-            if size is not None:
-                return size
+        return int(batch.shape[0]) if batch.dim() else 1
+    if isinstance(batch, (str, bytes)) or hasattr(batch, "__array__"):  # text; NumPy arrays hold no tensor
         return None
     if isinstance(batch, Mapping):
-        return batch_size_of(list(batch.values()))
+        items: Any = batch.values()
+    elif dataclasses.is_dataclass(batch) and not isinstance(batch, type):
+        items = (getattr(batch, field.name) for field in dataclasses.fields(batch))
+    elif isinstance(batch, Iterable):
+        items = batch
+    else:
+        return None
+    for item in items:
+        size = _first_size(item)
+        if size is not None:
+            return size
     return None

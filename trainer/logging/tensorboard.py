@@ -73,7 +73,7 @@ class TensorBoardLogger(RunFolder):
         save_dir: Lightning's name of `root_dir` (`TensorBoardLogger(save_dir=..., name=..., version=...)`);
             `name=None` or `""` puts the runs directly in it, as Lightning does.
         log_graph: Lightning's: add the module's graph (traced on its `example_input_array`)
-            when fit starts.
+            when fit, validate, test or predict start.
         default_hp_metric: Lightning's: with the hyperparameters, write an `hp_metric` scalar
             of -1 at step 0 (the HParams dashboard's placeholder). False by default here.
         prefix: Lightning's: written names become `<prefix>-<name>`.

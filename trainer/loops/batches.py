@@ -131,12 +131,36 @@ def batch_mover(module: Any, datamodule: Any, device: torch.device, dataloader_i
     return move
 
 
-def check_module(model: Any) -> None:
+#: Lightning 1's epoch-end hooks with outputs, which Lightning 2 removed, and what each stage checks.
+_REMOVED_HOOKS = {
+    "fit": ("training_epoch_end", "validation_epoch_end"),
+    "validate": ("validation_epoch_end",),
+    "test": ("test_epoch_end",),
+    "predict": (),
+}
+
+
+def check_module(model: Any, stage: str = "fit") -> None:
+    """A `Module`, without a hook of Lightning 1 that `stage` would silently skip.
+
+    Raises:
+        TypeError: `model` is not a `trainer.Module`.
+        NotImplementedError: `model` defines `training_epoch_end`, `validation_epoch_end` or
+            `test_epoch_end`, which `stage` runs no more (Lightning 2 raises the same).
+    """
     if not isinstance(model, Module):
         raise TypeError(
             f"Expected a trainer.Module (a torch.nn.Module with training_step and configure_optimizers). "
             f"Received: {type(model).__name__}. Subclass trainer.Module instead of torch.nn.Module."
         )
+    for hook in _REMOVED_HOOKS.get(stage, ()):
+        if callable(getattr(model, hook, None)):
+            raise NotImplementedError(
+                f"{type(model).__name__} defines `{hook}(self, outputs)`, a hook of Lightning 1 that Lightning 2 "
+                f"removed and that is never called. Expected `on_{hook.replace('training', 'train')}(self)` (no "
+                "outputs argument): keep what the steps return on the module (append to a list in the step), "
+                "read it there and clear it."
+            )
 
 
 def one_loader(loader: Any) -> Any:

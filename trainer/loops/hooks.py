@@ -22,10 +22,11 @@ Example:
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-__all__ = ["HOOKS", "CallbackBase", "Dispatcher", "checkpoint_callbacks_last", "with_module_callbacks"]
+__all__ = ["HOOKS", "REMOVED_HOOKS", "CallbackBase", "Dispatcher", "checkpoint_callbacks_last", "with_module_callbacks"]
 
 log = logging.getLogger("trainer")
 
@@ -41,6 +42,14 @@ HOOKS: tuple[str, ...] = (
     "on_predict_epoch_end", "on_predict_batch_start", "on_predict_batch_end", "on_save_checkpoint",
     "on_load_checkpoint",
 )
+#: Hooks of Lightning 1 that Lightning 2 removed and calls no more (silently), with what to write instead.
+REMOVED_HOOKS: dict[str, str] = {
+    "on_epoch_start": "on_train_epoch_start (or on_validation_epoch_start, on_test_epoch_start)",
+    "on_epoch_end": "on_train_epoch_end (or on_validation_epoch_end, on_test_epoch_end)",
+    "on_batch_start": "on_train_batch_start", "on_batch_end": "on_train_batch_end",
+    "on_pretrain_routine_start": "on_fit_start", "on_pretrain_routine_end": "on_train_start",
+    "on_keyboard_interrupt": "on_exception", "on_init_start": "__init__", "on_init_end": "__init__",
+}
 # Hooks whose module implementation runs before the callbacks' (everything else: callbacks
 # first, as Lightning calls them). Epoch ends: see docs/hooks.md for why.
 _MODULE_FIRST = frozenset({"on_load_checkpoint", "on_train_epoch_end"})
@@ -109,6 +118,7 @@ class Dispatcher:
             if timer is not None:  # profiler="simple": every call is timed (wrapped once, here)
                 bound = [timer.wrap(fn, f"[Callback]{type(fn.__self__).__name__}.{hook}") for fn in bound]
             self._targets[hook] = bound
+        _warn_removed_hooks([module, *self.callbacks])
         self._module_hooks: dict[str, Any] = {}
         for hook in HOOKS:
             module_hook = getattr(type(module), hook, None) if module is not None else None
@@ -143,6 +153,17 @@ class Dispatcher:
 
     def module_defines(self, hook: str) -> bool:
         return hook in self._module_hooks
+
+
+def _warn_removed_hooks(objects: Sequence[Any]) -> None:
+    """A warning for each Lightning 1 hook a module or callback still defines: the run would
+    silently never call it (as Lightning 2 does), so a notebook's images or metrics never appear."""
+    for each in objects:
+        for hook in REMOVED_HOOKS:
+            if callable(getattr(type(each), hook, None)):
+                warnings.warn(
+                    f"{type(each).__name__} defines `{hook}`, a hook of Lightning 1 that Lightning 2 removed: it is never "
+                    f"called, here as in Lightning 2. Expected {REMOVED_HOOKS[hook]}: rename the method.", UserWarning, stacklevel=4)
 
 
 def _overrides(callback: CallbackBase, hook: str) -> bool:

@@ -84,7 +84,8 @@ def _reset_whole(module: torch.nn.Module, device: torch.device) -> None:
     for name, p in sharded.items():
         # Rank 0's whole tensor, each rank keeping its shard: the ranks agree even where their
         # generators do not (as DDP starts every rank from rank 0's weights).
-        p.copy_(distribute_tensor(whole[name], p.device_mesh, p.placements, src_data_rank=0))
+        p.copy_(distribute_tensor(whole[name], p.device_mesh, p.placements))  # scattered from rank 0
+
 
 def refuse_meta(module: torch.nn.Module, strategy: str, device: torch.device) -> None:
     """A strategy that moves the whole model to its device: a meta tensor has nothing to move."""
