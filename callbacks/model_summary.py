@@ -43,7 +43,7 @@ class ModelSummary(Callback):
             return
         # On every rank, as Lightning's: the example input's forward (its in/out sizes) may draw
         # from the random streams, and each rank's streams must move alike.
-        sizes = example_sizes(module, trainer.precision.autocast())
+        sizes = example_sizes(module, trainer.strategy.root_device, trainer.precision.autocast())
         if not trainer.is_global_zero:
             return
         self.summary = summarize(module, self.max_depth, sizes=sizes)

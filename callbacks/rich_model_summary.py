@@ -63,7 +63,7 @@ class RichModelSummary(ModelSummary):
     def on_fit_start(self, trainer: Trainer, module: Any) -> None:
         if self.max_depth == 0:
             return
-        sizes = example_sizes(module, trainer.precision.autocast())  # every rank, as ModelSummary's
+        sizes = example_sizes(module, trainer.strategy.root_device, trainer.precision.autocast())  # every rank, as ModelSummary's
         if not trainer.is_global_zero:
             return
         self.summary = summarize(module, self.max_depth, sizes=sizes)

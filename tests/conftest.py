@@ -19,6 +19,17 @@ for _name in list(os.environ):
 import pytest  # noqa: E402
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist each worker takes its share of the cores for torch's intra-op threads:
+    with every worker on every core, OpenMP's spinning threads contend and a test takes up to
+    ten times as long. Results do not depend on it (a comparison runs both sides in one process)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        import torch
+
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+
+
 @pytest.fixture(autouse=True)
 def _the_cpu_suite_means_the_cpu(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """Tests not marked `gpu` compare with CPU references: on a machine with a GPU,

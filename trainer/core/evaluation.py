@@ -131,7 +131,7 @@ class TrainerEvaluation:
                 ckpt_path = "best"
                 log.warning("%s(ckpt_path=None) was called without a model: the best checkpoint of the previous fit "
                             "is used (Lightning's rule). Pass ckpt_path='best' or 'last' to choose.", verb)
-        check_module(model)
+        check_module(model, verb)
         self._running, self._interrupted = verb, False
         try:
             (loader,) = self._loaders(verb, model, datamodule, loader if loader is not None else dataloaders)

@@ -104,7 +104,7 @@ class RunOutput(OutputFolder):
         )
         # Every rank, every fit: Lightning's summary runs `example_input_array` through the module
         # (for the in/out sizes), which moves the random streams of a forward that draws.
-        sizes = example_sizes(module, self.context.precision.autocast()) if default_summary else None
+        sizes = example_sizes(module, strategy.device, self.context.precision.autocast()) if default_summary else None
         if self.writes and not self._summary_logged:
             log.info("%s", fit_summary(self.context, module))
             if default_summary:  # Lightning's default ModelSummary(max_depth=1), unless a ModelSummary callback prints its own

@@ -62,12 +62,13 @@ def _size_of(value: Any) -> Any:
     return UNKNOWN_SIZE
 
 
-def example_sizes(module: torch.nn.Module, autocast: contextlib.AbstractContextManager[Any]) -> dict[str, tuple[Any, Any]] | None:
+def example_sizes(module: torch.nn.Module, device: torch.device,
+                  autocast: contextlib.AbstractContextManager[Any]) -> dict[str, tuple[Any, Any]] | None:
     """Run the module's `example_input_array` through it once, as Lightning's model summary does,
     and return each submodule's first input and output sizes (None: no example input).
 
     Like Lightning's: in eval mode (every submodule's mode restored after), under `no_grad` and
-    `autocast`, the example moved to the module's device; a tuple or list is passed as
+    `autocast`, the example moved to `device` (where the module computes); a tuple or list is passed as
     positional arguments, a dict as keyword arguments. It is a real forward: what the forward
     draws from the random streams or changes in place happens, as under Lightning.
     """
@@ -86,8 +87,9 @@ def example_sizes(module: torch.nn.Module, autocast: contextlib.AbstractContextM
                 sizes[name] = (_size_of(inputs[0] if len(inputs) == 1 else inputs), _size_of(out))
 
         handles.append(sub.register_forward_hook(record, with_kwargs=True))
-    device = next((p.device for p in module.parameters()), torch.device("cpu"))
-    example = torch.utils._pytree.tree_map(lambda t: t.to(device) if isinstance(t, torch.Tensor) else t, example)
+    from trainer._utils import move_to_device
+
+    example = move_to_device(example, device)
     modes = {sub: sub.training for sub in module.modules()}
     module.eval()
     try:
