@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from trainer.logging.reduction import MetricValue
+
 __all__ = ["KeptFiles"]
 
 
@@ -86,18 +88,18 @@ class KeptFiles:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         monitored = self.monitor is not None
-        self.best_k_models = {str(k): float(v) for k, v in state.get("best_k_models", {}).items()} if monitored else {}
+        self.best_k_models = {str(k): MetricValue(v) for k, v in state.get("best_k_models", {}).items()} if monitored else {}
         self.best_model_path = str(state.get("best_model_path", ""))
         score = state.get("best_model_score")
-        self.best_model_score = float(score) if score is not None and monitored else None
+        self.best_model_score = MetricValue(score) if score is not None and monitored else None
         self.kth_best_model_path = str(state.get("kth_best_model_path", ""))
         models = self.best_k_models
         if models and self.kth_best_model_path not in models and self.save_top_k in (-1, len(models)):
             pick = max if self.mode == "min" else min  # a file written before the kth best was kept
             self.kth_best_model_path = pick(models, key=models.__getitem__)
-        self.kth_value = float(state.get("kth_value", models.get(self.kth_best_model_path, self.kth_value)))
+        self.kth_value = MetricValue(state.get("kth_value", models.get(self.kth_best_model_path, self.kth_value)))
         current = state.get("current_score")
-        self.current_score = float(current) if current is not None else None
+        self.current_score = MetricValue(current) if current is not None else None
         self.last_model_path = str(state.get("last_model_path", ""))
         self._last_saved_step = int(state.get("last_saved_step") or 0)
         pending = state.get("pending")

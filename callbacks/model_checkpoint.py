@@ -37,6 +37,7 @@ from callbacks._kept_files import KeptFiles
 from trainer import MonitorError
 from trainer.callback import Checkpoint
 from trainer.checkpoint import is_remote, location
+from trainer.logging.reduction import MetricValue
 
 if TYPE_CHECKING:
     from trainer import Trainer
@@ -324,7 +325,7 @@ class ModelCheckpoint(KeptFiles, Checkpoint):
             return plan
         if math.isnan(score):  # Lightning's: a NaN is kept as the worst possible score
             score = math.inf if self.mode == "min" else -math.inf
-        return {**plan, "name": self._versioned(name, self._replaced()), "score": score}
+        return {**plan, "name": self._versioned(name, self._replaced()), "score": MetricValue(score)}
 
     def _warn(self, message: str) -> None:
         if message not in self._warned:

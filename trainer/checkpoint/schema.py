@@ -111,12 +111,15 @@ def plain_state(
             if isinstance(value, list):
                 return texts
             return torch.Size(texts) if isinstance(value, torch.Size) else tuple(texts)  # a named tuple: a plain one
+        if type(value) is not float and isinstance(value, float):  # a float subclass (a metric's value): plain
+            return float(value)
         return value if value is None or isinstance(value, _TEXT_LEAVES) else str(value)
     numpy = sys.modules.get("numpy")
     if numpy is not None and isinstance(value, numpy.generic):  # before the leaves: np.float64 is a float
         return value.item()
     if isinstance(value, _PLAIN_LEAVES):
-        return value
+        # A float subclass (a metric's `MetricValue`) is stored as a float: weights_only loads no class.
+        return float(value) if type(value) is not float and isinstance(value, float) else value
     if not isinstance(value, (dict, list, tuple)):
         if numpy is not None and isinstance(value, numpy.ndarray):
             return torch.from_numpy(value.copy())

@@ -11,6 +11,7 @@ import torch
 
 from trainer._utils import length_of
 from trainer.logging.metrics import to_floats
+from trainer.logging.reduction import MetricValue
 from trainer.loops.combined import CombinedLoader
 from trainer.loops.loaders import public_loaders
 from trainer.loops.schedule import batch_limit
@@ -171,8 +172,8 @@ class TrainerProperties:
 
     @property
     def logged_metrics(self) -> dict[str, float]:
-        """What was last written to the logger, by name (floats)."""
-        return dict(self._run.output.logged)
+        """What was last written to the logger, by name (floats: `MetricValue`s)."""
+        return {name: MetricValue(value) for name, value in self._run.output.logged.items()}
 
     @property
     def progress_bar_metrics(self) -> dict[str, float]:

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from trainer.logging.metric_objects import MetricEntry
-from trainer.logging.reduction import _Reduction, to_floats
+from trainer.logging.reduction import _Reduction, metric_values
 
 __all__ = ["CallbackView"]
 
@@ -44,13 +44,13 @@ class CallbackView:
         return {**self.latest, **open_values, **aliases}
 
     def callback_view(self) -> dict[str, Any]:
-        """`trainer.callback_metrics`: the values as floats, in one dict updated in place, as
+        """`trainer.callback_metrics`: the values as floats (`MetricValue`s), in one dict updated in place, as
         Lightning's. A number or tensor a callback set in it since the last read
         (`trainer.callback_metrics["name"] = value`) is recorded first, so it can be monitored."""
         for name, value in self.view.items():
             if self._view_given.get(name, _UNSET) is not value and isinstance(value, (torch.Tensor, numbers.Real)):
                 self.latest[name] = value.detach() if isinstance(value, torch.Tensor) else float(value)
-        fresh = to_floats(self.current())
+        fresh = metric_values(self.current())
         self.view.clear()  # what a read holds mirrors what was logged (the sanity check's values go)
         self.view.update(fresh)
         self._view_given = fresh

@@ -21,9 +21,42 @@ from typing import Any
 
 import torch
 
-__all__ = ["to_floats", "batch_size_of"]
+__all__ = ["to_floats", "batch_size_of", "MetricValue"]
 
 _REDUCTIONS = ("mean", "sum", "max", "min")
+
+
+class MetricValue(float):
+    """A metric's value as the Trainer reports it (`trainer.callback_metrics`, `logged_metrics`,
+    `ModelCheckpoint.best_model_score`): a Python float that also answers the calls code written
+    for Lightning's scalar tensors makes on it (`.item()`, `.cpu()`, `.detach()`, `.tolist()`,
+    `.numpy()`), so `trainer.callback_metrics["val_loss"].item()` (Optuna's and Ray Tune's
+    Lightning callbacks) works unchanged. A checkpoint stores it as a plain float.
+
+    Example:
+        >>> value = MetricValue(0.25)
+        >>> value.item(), value.cpu().detach().item(), value + 1, f"{value:.1f}"
+        (0.25, 0.25, 1.25, '0.2')
+    """
+
+    __slots__ = ()
+
+    def item(self) -> float:
+        return float(self)
+
+    def tolist(self) -> float:
+        return float(self)
+
+    def cpu(self) -> MetricValue:
+        return self
+
+    def detach(self) -> MetricValue:
+        return self
+
+    def numpy(self) -> Any:
+        import numpy
+
+        return numpy.float64(self)
 
 
 def _as_tensor(name: str, value: Any) -> torch.Tensor:
@@ -100,6 +133,11 @@ def to_floats(values: Mapping[str, torch.Tensor | float | _Reduction]) -> dict[s
         stacked = torch.stack([read[n].detach().float().reshape(()) for n in names])  # type: ignore[union-attr]
         out.update(zip(names, stacked.tolist()))
     return {name: out[name] for name in read}
+
+
+def metric_values(values: Mapping[str, torch.Tensor | float | _Reduction]) -> dict[str, MetricValue]:
+    """`to_floats`, each value a `MetricValue` (what a user reads from the Trainer)."""
+    return {name: MetricValue(value) for name, value in to_floats(values).items()}
 
 
 def batch_size_of(batch: Any) -> int | None:
