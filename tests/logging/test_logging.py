@@ -321,13 +321,17 @@ def test_module_init_arguments_become_hparams() -> None:
 
 
 def test_library_code_never_prints() -> None:
+    """Only `cli_lightning_logo`, which a script calls to print (Lightning's example scripts do), prints."""
     files = [*(ROOT / "trainer").glob("*.py"), *(ROOT / "callbacks").glob("*.py")]
-    offenders = [
-        f"{path.name}:{node.lineno}"
-        for path in files
-        for node in ast.walk(ast.parse(path.read_text()))
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print"
-    ]
+    offenders = []
+    for path in files:
+        tree = ast.parse(path.read_text())
+        allowed = {id(node) for function in ast.walk(tree)
+                   if isinstance(function, ast.FunctionDef) and function.name == "cli_lightning_logo"
+                   for node in ast.walk(function)}
+        offenders += [f"{path.name}:{node.lineno}" for node in ast.walk(tree)
+                      if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print"
+                      and id(node) not in allowed]
     assert offenders == []
 
 
