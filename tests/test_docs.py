@@ -207,7 +207,7 @@ def test_the_readme_s_fifteen_lines_run_and_write_what_it_says(tmp_path: Path, m
     events.Reload()
     assert "train/loss" in events.Tags()["scalars"]  # as the text under the snippet says
     metrics = namespace["trainer"].callback_metrics  # type: ignore[attr-defined]
-    assert metrics and all(type(value) is float for value in metrics.values())
+    assert metrics and all(isinstance(value, float) and value.item() == value for value in metrics.values())
 
 
 def _argument_rows() -> dict[str, str]:
