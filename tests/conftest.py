@@ -20,14 +20,17 @@ import pytest  # noqa: E402
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Under pytest-xdist each worker takes its share of the cores for torch's intra-op threads:
-    with every worker on every core, OpenMP's spinning threads contend and a test takes up to
-    ten times as long. Results do not depend on it (a comparison runs both sides in one process)."""
+    """Under pytest-xdist each worker (and the processes its tests start, unless a test sets
+    OMP_NUM_THREADS itself) takes its share of the cores for torch's intra-op threads: with
+    every worker on every core, OpenMP's spinning threads contend and a test takes up to ten
+    times as long."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers > 1:
         import torch
 
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+        threads = max(1, (os.cpu_count() or 1) // workers)
+        torch.set_num_threads(threads)
+        os.environ.setdefault("OMP_NUM_THREADS", str(threads))  # the processes a test starts too
 
 
 @pytest.fixture(autouse=True)
