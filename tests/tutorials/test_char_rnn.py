@@ -1,0 +1,71 @@
+"""pytorch/tutorials' char-RNN classification and generation, ported to a `Module`.
+
+The port trains to the weights of the tutorials' own loops (tests/helpers/tutorials/char_rnn.py),
+prints the same lines, and what the tutorials do after training (a confusion matrix over more
+random draws, sampling with dropout) comes out the same.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from tests.helpers.examples import QUIET
+from tests.helpers.reference import assert_same_weights
+from tests.helpers.tutorials.char_rnn import (
+    N_CONFUSION, N_HIDDEN, N_ITERS, RNN, GenRNN, n_categories, n_gen_letters, n_letters, original_classification,
+    original_generation, random_examples, randomGenerationExample)
+from trainer import Trainer
+
+
+def test_classification() -> None:
+    """One random name per step, `max_steps=n_iters` on an endless loader: the loader is read
+    exactly n_iters times, so the confusion matrix's draws (`trainer.test` on the same endless
+    loader, `limit_test_batches`) continue Python's random stream where the tutorial's do."""
+    random.seed(0)
+    torch.manual_seed(0)
+    rnn = RNN(n_letters, N_HIDDEN, n_categories)
+    trainer = Trainer(max_steps=N_ITERS, limit_test_batches=N_CONFUSION, **QUIET)
+    trainer.fit(rnn, random_examples())
+    trainer.test(rnn, random_examples())
+    reference = original_classification()
+    assert_same_weights(rnn, reference)
+    assert rnn.printed == reference.printed and len(rnn.printed) == N_ITERS // 10
+    assert rnn.all_losses == reference.all_losses
+    assert torch.equal(rnn.confusion, reference.confusion) and rnn.confusion.sum() == N_CONFUSION
+
+
+def test_generation() -> None:
+    """A loss summed over the letters, dropout in training; the tutorial samples names right
+    after training, the model still in training mode (its dropout draws): the port samples the
+    same names after `fit`."""
+    random.seed(0)
+    torch.manual_seed(0)
+    rnn = GenRNN(n_gen_letters, N_HIDDEN, n_gen_letters)
+    Trainer(max_steps=N_ITERS, **QUIET).fit(rnn, random_examples(randomGenerationExample))
+    samples, training = rnn.samples("Czech"), rnn.training
+    reference = original_generation()
+    assert_same_weights(rnn, reference)
+    assert rnn.printed == reference.printed and len(rnn.printed) == N_ITERS // 10
+    assert rnn.all_losses == reference.all_losses
+    assert training == reference.training
+    assert samples == reference.samples("Czech")
+
+
+def test_generation_from_a_dataloader_draws_a_seed_the_tutorial_does_not() -> None:
+    """The same draws wrapped in `DataLoader(batch_size=None)`: iterating it takes a base seed
+    from torch's generator, so every dropout mask after it moves (docs/data.md: pass such data
+    as a plain iterable, or give the loader its own `generator`)."""
+    for loader, same in [(random_examples(randomGenerationExample, loader=True), False),
+                         (random_examples(randomGenerationExample, loader=True, generator=torch.Generator()), True)]:
+        random.seed(0)
+        torch.manual_seed(0)
+        rnn = GenRNN(n_gen_letters, N_HIDDEN, n_gen_letters)
+        Trainer(max_steps=N_ITERS, **QUIET).fit(rnn, loader)
+        if same:
+            assert_same_weights(rnn, original_generation())
+        else:
+            with pytest.raises(AssertionError, match="differs"):
+                assert_same_weights(rnn, original_generation())
