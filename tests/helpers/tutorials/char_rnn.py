@@ -73,7 +73,7 @@ def randomTrainingExample() -> tuple[str, str, torch.Tensor, torch.Tensor]:
 def categoryFromOutput(output: torch.Tensor) -> tuple[str, int]:
     top_n, top_i = output.topk(1)
     category_i = top_i[0].item()
-    return all_categories[category_i], category_i  # type: ignore[index]
+    return all_categories[category_i], category_i  # type: ignore[index, return-value]
 
 
 class RandomExamples:

@@ -250,6 +250,6 @@ def original_fit_by_hand(lr: float = LR) -> Mnist_Logistic:
             loss.backward()
             with torch.no_grad():
                 for p in model.parameters():
-                    p -= p.grad * lr
+                    p -= p.grad * lr  # type: ignore[misc, operator]
                 model.zero_grad()
     return model
