@@ -14,7 +14,7 @@ import torch
 
 from tests.helpers.examples import QUIET
 from tests.helpers.reference import assert_same_weights
-from tests.helpers.tutorials.seq2seq import N_ITERS, PRINT_EVERY, Pairs, Seq2Seq, draw_training_pairs, original
+from tests.helpers.tutorials.seq2seq import N_ITERS, PRINT_EVERY, Seq2Seq, draw_training_pairs, original
 from trainer import Trainer
 
 
@@ -23,7 +23,7 @@ def test_seq2seq() -> None:
     torch.manual_seed(0)
     model = Seq2Seq()
     trainer = Trainer(max_epochs=1, **QUIET)
-    trainer.fit(model, Pairs(draw_training_pairs()))
+    trainer.fit(model, draw_training_pairs())  # the list trainIters draws, as it is
     decoded = model.evaluateRandomly()
     reference = original()
     assert_same_weights(model, reference)

@@ -10,14 +10,14 @@ two SGD optimizers, one per network, stepped encoder first. It prints the averag
 under `no_grad` (the models never put in eval mode, so the decoder's dropout draws).
 
 The port is one `Module` holding both networks, with manual optimization: the two optimizers
-from `configure_optimizers`, stepped as the tutorial does. Sizes: vocabularies of 10 and 12
+from `configure_optimizers`, stepped as the tutorial does, and the list of drawn pairs as
+its training data (one pair per step, as the tutorial reads them). Sizes: vocabularies of 10 and 12
 words, hidden 16 instead of 256, sentences of up to 4 words, 24 iterations.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -174,20 +174,6 @@ class Seq2Seq(Module):
 
     def evaluateRandomly(self, n: int = 4) -> list[list[int]]:
         return [self.evaluate(random.choice(pairs)[0]) for _ in range(n)]
-
-
-class Pairs:
-    """The port's training data: the pairs `trainIters` drew, one per step, as a plain
-    iterable (docs/data.md, "Examples the loop draws itself")."""
-
-    def __init__(self, training_pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
-        self.training_pairs = training_pairs
-
-    def __len__(self) -> int:
-        return len(self.training_pairs)
-
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        return iter(self.training_pairs)
 
 
 def draw_training_pairs() -> list[tuple[torch.Tensor, torch.Tensor]]:
