@@ -44,20 +44,26 @@ class Net(Module):
         return torch.optim.SGD(self.parameters(), lr=0.001)
 
 
-def data() -> list[tuple[torch.Tensor, torch.Tensor]]:
+def data(device: str = "cpu") -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The recipe makes its data on the device it trains on."""
     g = torch.Generator().manual_seed(0)
-    inputs = [torch.randn(BATCH_SIZE, IN_SIZE, generator=g) for _ in range(NUM_BATCHES)]
-    targets = [torch.randn(BATCH_SIZE, OUT_SIZE, generator=g) for _ in range(NUM_BATCHES)]
+    inputs = [torch.randn(BATCH_SIZE, IN_SIZE, generator=g).to(device) for _ in range(NUM_BATCHES)]
+    targets = [torch.randn(BATCH_SIZE, OUT_SIZE, generator=g).to(device) for _ in range(NUM_BATCHES)]
     return list(zip(inputs, targets))
 
 
-def original(precision: str, clip: float | None = None, epochs: int = EPOCHS) -> tuple[Net, torch.amp.GradScaler]:
+def original(precision: str, clip: float | None = None, epochs: int = EPOCHS,
+             device: str = "cpu") -> tuple[Net, torch.amp.GradScaler]:
     torch.manual_seed(0)
-    net = Net()
+    net = Net().to(device)
     opt = net.configure_optimizers()
     autocast, scaler = autocast_for(precision), scaler_for(precision)
+    if device != "cpu":
+        dtype = {"fp32": torch.float32, "amp": torch.float16, "bf16": torch.bfloat16}[precision]
+        autocast = lambda: torch.autocast(device, dtype=dtype, enabled=precision != "fp32")  # noqa: E731
+        scaler = torch.amp.GradScaler(device, enabled=precision == "amp")
     for _ in range(epochs):
-        for input, target in data():
+        for input, target in data(device):
             with autocast():
                 output = net(input)
                 loss = net.loss_fn(output, target)

@@ -163,27 +163,40 @@ class WrappedDataLoader:
             yield (self.func(*b))
 
 
-def get_data(train_ds: TensorDataset, valid_ds: TensorDataset, bs: int, wrapped: bool) -> tuple[Any, Any]:
+def preprocess_to(dev: str) -> Callable[..., Any]:
+    """The tutorial's "Using your GPU" `preprocess`: the batch reshaped and moved to `dev`."""
+    def preprocess(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x.view(-1, 1, SIDE, SIDE).to(dev), y.to(dev)
+    return preprocess
+
+
+def get_data(train_ds: TensorDataset, valid_ds: TensorDataset, bs: int, wrapped: bool,
+             dev: str = "cpu") -> tuple[Any, Any]:
     train_dl, valid_dl = DataLoader(train_ds, batch_size=bs, shuffle=True), DataLoader(valid_ds, batch_size=bs * 2)
     if wrapped:
-        return WrappedDataLoader(train_dl, preprocess), WrappedDataLoader(valid_dl, preprocess)
+        func = preprocess if dev == "cpu" else preprocess_to(dev)
+        return WrappedDataLoader(train_dl, func), WrappedDataLoader(valid_dl, func)
     return train_dl, valid_dl
 
 
-def make(name: str) -> tuple[Tutorial, Any, Any]:
+def make(name: str, dev: str = "cpu") -> tuple[Tutorial, Any, Any]:
     torch.manual_seed(0)
     x_train, y_train, x_valid, y_valid = mnist_like()
     model = MODELS[name]()
     train_dl, valid_dl = get_data(TensorDataset(x_train, y_train), TensorDataset(x_valid, y_valid), BS,
-                                  wrapped=name == "wrapped")
+                                  wrapped=name == "wrapped", dev=dev)
     return model, train_dl, valid_dl
 
 
-def original_fit(name: str, precision: str = "fp32") -> Tutorial:
-    """The tutorial's `fit` with `loss_batch` (autocast around the forward and loss for bf16)."""
-    model, train_dl, valid_dl = make(name)
+def original_fit(name: str, precision: str = "fp32", dev: str = "cpu") -> Tutorial:
+    """The tutorial's `fit` with `loss_batch` (autocast around the forward and loss for bf16);
+    on `dev`, the model moved there and `preprocess` moving each batch (its "Using your GPU")."""
+    model, train_dl, valid_dl = make(name, dev)
+    model.to(dev)
     opt = model.configure_optimizers()
     autocast = autocast_for(precision)
+    if dev != "cpu":
+        autocast = lambda: torch.autocast(dev, dtype=torch.bfloat16, enabled=precision == "bf16")  # noqa: E731
 
     def loss_batch(xb: torch.Tensor, yb: torch.Tensor, opt: torch.optim.Optimizer | None = None) -> tuple[float, int]:
         with autocast():

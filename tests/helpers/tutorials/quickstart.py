@@ -81,20 +81,26 @@ def fashion_mnist_like() -> tuple[DataLoader, DataLoader]:
     return DataLoader(training_data, batch_size=BATCH_SIZE), DataLoader(test_data, batch_size=BATCH_SIZE)
 
 
-def original(precision: str = "fp32", epochs: int = 3, call_train: bool = False) -> NeuralNetwork:
+def original(precision: str = "fp32", epochs: int = 3, call_train: bool = False, device: str = "cpu") -> NeuralNetwork:
     """The tutorials' loop (`call_train`: optimization_tutorial's `model.train()`), with
-    autocast and a GradScaler for amp/bf16 as PyTorch's amp recipe adds them."""
+    autocast and a GradScaler for amp/bf16 as PyTorch's amp recipe adds them; on `device`
+    as the tutorials run on a GPU (the model moved, each batch moved in the loops)."""
     torch.manual_seed(0)
-    model = NeuralNetwork()
+    model = NeuralNetwork().to(device)
     train_dataloader, test_dataloader = fashion_mnist_like()
     optimizer = model.configure_optimizers()
     autocast, scaler = autocast_for(precision), scaler_for(precision)
+    if device != "cpu":
+        dtype = {"fp32": torch.float32, "amp": torch.float16, "bf16": torch.bfloat16}[precision]
+        autocast = lambda: torch.autocast(device, dtype=dtype, enabled=precision != "fp32")  # noqa: E731
+        scaler = torch.amp.GradScaler(device, enabled=precision == "amp")
 
     def train_loop(dataloader: DataLoader) -> None:
         size = len(dataloader.dataset)  # type: ignore[arg-type]
         if call_train:
             model.train()
         for batch, (X, y) in enumerate(dataloader):
+            X, y = X.to(device), y.to(device)
             with autocast():
                 pred = model(X)
                 loss = model.loss_fn(pred.float(), y)
@@ -109,9 +115,9 @@ def original(precision: str = "fp32", epochs: int = 3, call_train: bool = False)
         model.eval()
         model.on_validation_epoch_start()
         with torch.no_grad():
-            for batch in dataloader:
+            for X, y in dataloader:
                 with autocast():
-                    model.test_batch(batch)
+                    model.test_batch((X.to(device), y.to(device)))
         model.print_test(len(dataloader), len(dataloader.dataset))  # type: ignore[arg-type]
 
     for _ in range(epochs):
