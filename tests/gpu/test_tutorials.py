@@ -5,6 +5,8 @@ CUDA's autocast and GradScaler). The ports on `device="cuda"` equal the loops bi
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
@@ -14,6 +16,7 @@ from tests.helpers.tutorials import amp_recipe, nn_tutorial, quickstart
 from trainer import Trainer
 
 pytestmark = GPU
+ON_CUDA: dict[str, Any] = dict(QUIET, device="cuda", num_sanity_val_steps=0)
 
 
 @pytest.mark.parametrize("precision", ["fp32", "amp", "bf16"])
@@ -21,7 +24,7 @@ def test_quickstart_on_cuda(precision: str) -> None:
     torch.manual_seed(0)
     model = quickstart.NeuralNetwork()
     train_dataloader, test_dataloader = quickstart.fashion_mnist_like()
-    Trainer(precision=precision, max_epochs=3, device="cuda", num_sanity_val_steps=0, **QUIET).fit(
+    Trainer(precision=precision, max_epochs=3, **ON_CUDA).fit(
         model, train_dataloader, test_dataloader)
     reference = quickstart.original(precision, device="cuda")
     assert_same_weights(model, reference)
@@ -31,8 +34,7 @@ def test_quickstart_on_cuda(precision: str) -> None:
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_nn_tutorial_preprocess_moves_the_batches(precision: str) -> None:
     model, train_dl, valid_dl = nn_tutorial.make("wrapped", "cuda")
-    Trainer(precision=precision, max_epochs=nn_tutorial.EPOCHS, device="cuda", num_sanity_val_steps=0,
-            **QUIET).fit(model, train_dl, valid_dl)
+    Trainer(precision=precision, max_epochs=nn_tutorial.EPOCHS, **ON_CUDA).fit(model, train_dl, valid_dl)
     reference = nn_tutorial.original_fit("wrapped", precision, "cuda")
     assert_same_weights(model, reference)
     assert model.printed == reference.printed
@@ -42,8 +44,7 @@ def test_nn_tutorial_preprocess_moves_the_batches(precision: str) -> None:
 def test_amp_recipe_on_cuda(precision: str, clip: float | None) -> None:
     torch.manual_seed(0)
     net = amp_recipe.Net()
-    trainer = Trainer(precision=precision, max_epochs=amp_recipe.EPOCHS, gradient_clip_val=clip, device="cuda",
-                      **QUIET)
+    trainer = Trainer(precision=precision, max_epochs=amp_recipe.EPOCHS, gradient_clip_val=clip, **ON_CUDA)
     trainer.fit(net, amp_recipe.data("cuda"))
     reference, scaler = amp_recipe.original(precision, clip, device="cuda")
     assert_same_weights(net, reference)
