@@ -8,6 +8,7 @@ random draws, sampling with dropout) comes out the same.
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 import torch
@@ -69,3 +70,21 @@ def test_generation_from_a_dataloader_draws_a_seed_the_tutorial_does_not() -> No
         else:
             with pytest.raises(AssertionError, match="differs"):
                 assert_same_weights(rnn, original_generation())
+
+
+def test_generation_resumed_halfway_ends_on_the_tutorials_weights(tmp_path: Path) -> None:
+    """A checkpoint after half the iterations, resumed in a process whose random streams are
+    elsewhere: the checkpoint's Python and torch states make the resumed run draw the
+    tutorial's names and dropout masks, and it ends on the uninterrupted loop's weights."""
+    random.seed(0)
+    torch.manual_seed(0)
+    rnn = GenRNN(n_gen_letters, N_HIDDEN, n_gen_letters)
+    first = Trainer(max_steps=N_ITERS // 2, **QUIET)
+    first.fit(rnn, random_examples(randomGenerationExample))
+    first.save_checkpoint(tmp_path / "half.ckpt")
+    random.seed(123)
+    torch.manual_seed(123)
+    resumed = GenRNN(n_gen_letters, N_HIDDEN, n_gen_letters)
+    Trainer(max_steps=N_ITERS, **QUIET).fit(resumed, random_examples(randomGenerationExample),
+                                            ckpt_path=tmp_path / "half.ckpt")
+    assert_same_weights(resumed, original_generation())
