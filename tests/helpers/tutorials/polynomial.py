@@ -84,7 +84,7 @@ def original(variant: str) -> Polynomial:
             loss.backward()
             with torch.no_grad():
                 for param in model.parameters():
-                    param -= learning_rate * param.grad  # type: ignore[operator]
+                    param -= learning_rate * param.grad  # type: ignore[misc, operator]
         else:
             optimizer.zero_grad()
             loss.backward()
