@@ -6,6 +6,8 @@ Every model the tutorial trains, ported, trains to the weights of the tutorial's
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -55,3 +57,20 @@ def test_sgd_is_the_update_by_hand_only_for_a_power_of_two_lr() -> None:
         else:
             with pytest.raises(AssertionError, match="differs"):
                 assert_same_weights(model, original_fit_by_hand(lr))
+
+
+def test_a_run_through_the_wrapped_loader_resumes_mid_epoch(tmp_path: Path) -> None:
+    """Stopped after 3 of the first epoch's 6 batches and resumed in a process whose random
+    streams are elsewhere: the `WrappedDataLoader` (no sampler of its own to restore) is
+    re-read from the epoch's start with the checkpoint's random state, so its inner
+    loader shuffles as before, and the run ends on the tutorial's weights and prints."""
+    model, train_dl, valid_dl = make("wrapped")
+    first = Trainer(max_steps=3, max_epochs=EPOCHS, **QUIET)
+    first.fit(model, train_dl, valid_dl)
+    first.save_checkpoint(tmp_path / "mid.ckpt")
+    resumed, train_dl, valid_dl = make("wrapped")
+    torch.manual_seed(99)
+    Trainer(max_epochs=EPOCHS, **QUIET).fit(resumed, train_dl, valid_dl, ckpt_path=tmp_path / "mid.ckpt")
+    reference = original_fit("wrapped")
+    assert_same_weights(resumed, reference)
+    assert model.printed + resumed.printed == reference.printed
