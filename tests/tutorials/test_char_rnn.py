@@ -15,6 +15,7 @@ import torch
 
 from tests.helpers.examples import QUIET
 from tests.helpers.reference import assert_same_weights
+from tests.helpers.tutorials import char_rnn_batches
 from tests.helpers.tutorials.char_rnn import (
     N_CONFUSION, N_HIDDEN, N_ITERS, RNN, GenRNN, n_categories, n_gen_letters, n_letters, original_classification,
     original_generation, random_examples, randomGenerationExample)
@@ -88,3 +89,20 @@ def test_generation_resumed_halfway_ends_on_the_tutorials_weights(tmp_path: Path
     Trainer(max_steps=N_ITERS, **QUIET).fit(resumed, random_examples(randomGenerationExample),
                                             ckpt_path=tmp_path / "half.ckpt")
     assert_same_weights(resumed, original_generation())
+
+
+def test_classification_as_it_is_now() -> None:
+    """The current tutorial: minibatches made by hand each epoch (Python's shuffle,
+    `np.array_split`), a loss summed over each batch's names, clipping at 3, and the
+    confusion matrix of the test split from `trainer.test`."""
+    random.seed(0)
+    torch.manual_seed(0)
+    train_set, test_set = char_rnn_batches.splits()
+    rnn = char_rnn_batches.CharRNN(n_letters, char_rnn_batches.N_HIDDEN, len(char_rnn_batches.classes))
+    trainer = Trainer(max_epochs=char_rnn_batches.N_EPOCH, gradient_clip_val=3, **QUIET)
+    trainer.fit(rnn, char_rnn_batches.HandMadeBatches(train_set))
+    trainer.test(rnn, [test_set[i] for i in range(len(test_set))])
+    reference = char_rnn_batches.original()
+    assert_same_weights(rnn, reference)
+    assert rnn.all_losses == reference.all_losses and len(rnn.all_losses) == char_rnn_batches.N_EPOCH
+    assert torch.equal(rnn.confusion, reference.confusion) and rnn.confusion.sum() == len(test_set)
