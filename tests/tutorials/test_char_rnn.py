@@ -106,3 +106,26 @@ def test_classification_as_it_is_now() -> None:
     assert_same_weights(rnn, reference)
     assert rnn.all_losses == reference.all_losses and len(rnn.all_losses) == char_rnn_batches.N_EPOCH
     assert torch.equal(rnn.confusion, reference.confusion) and rnn.confusion.sum() == len(test_set)
+
+
+@pytest.mark.parametrize("stop", [2, 7], ids=["inside-epoch-0", "inside-epoch-1"])
+def test_classification_as_it_is_now_resumes_inside_an_epoch(tmp_path: Path, stop: int) -> None:
+    """Stopped inside an epoch and resumed in a process whose random streams are elsewhere:
+    the epoch's batches were cut from a `random.shuffle` made when the epoch's iteration
+    began, so the replay must shuffle from Python's state of that moment (not only torch's),
+    and the run ends on the tutorial's weights and losses."""
+    random.seed(0)
+    torch.manual_seed(0)
+    train_set, _ = char_rnn_batches.splits()
+    rnn = char_rnn_batches.CharRNN(n_letters, char_rnn_batches.N_HIDDEN, len(char_rnn_batches.classes))
+    first = Trainer(max_steps=stop, max_epochs=char_rnn_batches.N_EPOCH, gradient_clip_val=3, **QUIET)
+    first.fit(rnn, char_rnn_batches.HandMadeBatches(train_set))
+    first.save_checkpoint(tmp_path / "mid.ckpt")
+    random.seed(5)
+    torch.manual_seed(5)
+    resumed = char_rnn_batches.CharRNN(n_letters, char_rnn_batches.N_HIDDEN, len(char_rnn_batches.classes))
+    Trainer(max_epochs=char_rnn_batches.N_EPOCH, gradient_clip_val=3, **QUIET).fit(
+        resumed, char_rnn_batches.HandMadeBatches(train_set), ckpt_path=tmp_path / "mid.ckpt")
+    reference = char_rnn_batches.original()
+    assert_same_weights(resumed, reference)
+    assert rnn.all_losses + resumed.all_losses == reference.all_losses
