@@ -97,6 +97,12 @@ class CharRNN(Module):
     def on_train_epoch_end(self) -> None:
         self.all_losses.append(self.current_loss / len(self.trainer.train_dataloader))
 
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["current_loss"] = self.current_loss  # the epoch's running sum, for a resume inside it
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.current_loss = checkpoint["current_loss"]
+
     def configure_optimizers(self) -> Any:
         return torch.optim.SGD(self.parameters(), lr=LEARNING_RATE)
 
