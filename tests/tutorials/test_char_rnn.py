@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -129,3 +131,24 @@ def test_classification_as_it_is_now_resumes_inside_an_epoch(tmp_path: Path, sto
     reference = char_rnn_batches.original()
     assert_same_weights(resumed, reference)
     assert rnn.all_losses + resumed.all_losses == reference.all_losses
+
+
+def test_batches_shuffled_by_numpy_resume_inside_an_epoch(tmp_path: Path) -> None:
+    """The same batches shuffled by NumPy's global generator: resumed inside the second
+    epoch, the run ends on the uninterrupted run's weights."""
+    def run(stop: int | None = None, ckpt_path: Path | None = None) -> Any:
+        np.random.seed(0)
+        torch.manual_seed(0)
+        train_set, _ = char_rnn_batches.splits()
+        rnn = char_rnn_batches.CharRNN(n_letters, char_rnn_batches.N_HIDDEN, len(char_rnn_batches.classes))
+        trainer = Trainer(max_steps=stop or -1, max_epochs=char_rnn_batches.N_EPOCH, gradient_clip_val=3, **QUIET)
+        if ckpt_path is not None:
+            np.random.seed(5)
+        trainer.fit(rnn, char_rnn_batches.HandMadeBatches(train_set, numpy=True), ckpt_path=ckpt_path)
+        return rnn, trainer
+
+    _, first = run(stop=7)
+    first.save_checkpoint(tmp_path / "mid.ckpt")
+    resumed, _ = run(ckpt_path=tmp_path / "mid.ckpt")
+    uninterrupted, _ = run()
+    assert_same_weights(resumed, uninterrupted)

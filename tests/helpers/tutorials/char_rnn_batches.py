@@ -122,15 +122,18 @@ class HandMadeBatches:
     """The tutorial's minibatches: on each pass the indexes shuffled by `random.shuffle`
     and cut by `np.array_split`, each batch a list of items."""
 
-    def __init__(self, training_data: Any, n_batch_size: int = N_BATCH_SIZE) -> None:
-        self.training_data, self.n_batch_size = training_data, n_batch_size
+    def __init__(self, training_data: Any, n_batch_size: int = N_BATCH_SIZE, numpy: bool = False) -> None:
+        self.training_data, self.n_batch_size, self.numpy = training_data, n_batch_size, numpy
 
     def __len__(self) -> int:
         return len(self.training_data) // self.n_batch_size
 
     def __iter__(self) -> Iterator[list[Any]]:
         batches = list(range(len(self.training_data)))
-        random.shuffle(batches)
+        if self.numpy:  # the same with NumPy's global generator, as bucketing samplers often do
+            np.random.shuffle(batches)
+        else:
+            random.shuffle(batches)
         for batch in np.array_split(batches, len(batches) // self.n_batch_size):
             yield [self.training_data[i] for i in batch]
 
