@@ -1,10 +1,11 @@
 """Data order: what decides an epoch's batches, and how a resumed run gets back to them.
 
 An epoch's order is decided when its iterator is created and first advanced: a torch
-`DataLoader` draws its workers' base seed from the torch generator at `iter()`, and a
-shuffling `RandomSampler` draws its own seed at the first `next()`. So `DataOrder`
-keeps, for the epoch in progress, the torch RNG state and the state of every
-`torch.Generator` the loader or its sampler owns, taken just before `iter()`.
+`DataLoader` draws its workers' base seed from the torch generator at `iter()`, a
+shuffling `RandomSampler` draws its own seed at the first `next()`, and a hand-made
+iterable may shuffle with Python's `random` or NumPy's. So `DataOrder` keeps, for the
+epoch in progress, every global RNG state (Python, NumPy, torch, CUDA) and the state of
+every `torch.Generator` the loader or its sampler owns, taken just before `iter()`.
 
 Resuming `skip` batches into an epoch then goes, by loader kind:
 
@@ -149,10 +150,8 @@ class DataOrder:
         if skip == 0:
             if pending is not None:  # an epoch-boundary checkpoint: continue its generators
                 _set_generator_states(generators, pending.get("generators") or {})
-            self.epoch_start = {
-                "torch": torch.get_rng_state(),
-                "generators": {path: g.get_state() for path, g in generators.items()},
-            }
+            # every global stream: an iterable may decide its order with Python's or NumPy's
+            self.epoch_start = {**rng_state(), "generators": {path: g.get_state() for path, g in generators.items()}}
             return self._count(iter(loader))
         start = pending.get("epoch_start") if pending is not None else self.epoch_start
         if start is None:
@@ -162,7 +161,10 @@ class DataOrder:
             )
         self.epoch_start = start
         current = rng_state()
-        torch.set_rng_state(start["torch"])
+        if "python" in start:
+            set_rng_state(start)
+        else:  # a checkpoint written before the epoch's start kept every stream: torch's only
+            torch.set_rng_state(start["torch"])
         _set_generator_states(generators, start.get("generators") or {})
         try:
             iterator = iter(loader)

@@ -74,6 +74,7 @@ class FitLoop(FitValidation):
             self.optimization.run = context.simple_profiler.wrap(self.optimization.run, "run_training_batch")  # type: ignore[method-assign]
         self.loaded_epoch = 0  # reload_dataloaders_every_n_epochs: the epoch the loaders were made for
         self._warned_nothing_learned = False
+        self._warned_used_up = False
         self.rng_before_validation: dict[str, Any] | None = None  # while a validation is pending
         self.monitors = MonitorCheck(validates=self.val_loader is not None)  # every monitor, checked early (monitors.py)
 
@@ -370,4 +371,11 @@ class FitLoop(FitValidation):
                 context.data_order.finish_epoch(iterator)
             if total is None and state.epoch == 0 and state.batches_done == 0:
                 raise ValueError(empty_loader_message(loader))
+            if total is None and state.batches_done == 0 and not self._warned_used_up and isinstance(loader, Iterator):
+                self._warned_used_up = True  # what a `for` loop over it does; said once
+                log.warning(
+                    "Epoch %d read no batch from the training data: it is an iterator (%s), used up by an earlier "
+                    "epoch, so this epoch and any later one train on nothing. Expected data that starts over each "
+                    "epoch: a list, a DataLoader, or an object whose __iter__ returns a new iterator (not a "
+                    "generator); or one epoch with max_steps.", state.epoch, type(loader).__name__)
             return True
