@@ -179,7 +179,7 @@ class TrainerProperties:
     def progress_bar_metrics(self) -> dict[str, float]:
         """What the progress bar shows (floats), with the newest value of every `prog_bar=True`
         metric: refreshed at every step, as Lightning's (read on access, like `callback_metrics`)."""
-        current, shown = self._run.metrics.current(), self._run.metrics.prog_bar
+        current, shown = self._run.metrics.bar_values(), self._run.metrics.prog_bar
         live = {name: current[name] for name in shown  # a metric written as name_step/name_epoch shows under those
                 if name in current and f"{name}_step" not in shown and f"{name}_epoch" not in shown}
         return {**self._run.output.shown, **to_floats(live)}

@@ -1,0 +1,211 @@
+"""Lightning Bolts' models and callbacks (Lightning-Universe/lightning-bolts), written by others
+for Lightning, trained here with only their imports changed and compared with Lightning 2.6 in
+one process (tests/helpers/lightning_projects/bolts_*.py, each saying what was shrunk and
+what Lightning 2 itself needed changed): weights, steps and epochs, the metrics Lightning
+reports, what `trainer.test` returns, what the callbacks print, warn, raise and write to
+TensorBoard, and the checkpoint files. All equal with `torch.equal` or `==`.
+
+Next to them, what these projects found different before, checked on its own against
+Lightning: per-step values logged during an evaluation are never `callback_metrics` (and
+`callback_metrics` lists `name` before `name_step`/`name_epoch`, as a table printed from it
+shows); gradients a callback makes before training (bolts' BatchGradientVerification runs a
+backward in `on_train_start`) never reach the first optimizer step.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests.helpers.lightning_projects import assert_same_run, both, lightnings_values, load_source
+
+pytest.importorskip("lightning")
+EventAccumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator").EventAccumulator
+
+
+def floats(metrics: dict[str, Any]) -> dict[str, float]:
+    return {key: float(value) for key, value in metrics.items()}
+
+
+def users(metrics: dict[str, Any]) -> dict[str, Any]:
+    """The metrics the module logged: without the Trainer's own `train/...` scalars, which
+    `callback_metrics` holds here too (docs/lightning.md)."""
+    return {key: value for key, value in metrics.items() if not key.startswith("train/")}
+
+
+# =================================================================== regression + PrintTableMetricsCallback
+@pytest.mark.parametrize("model", ["logistic", "linear"])
+def test_regression_models_and_the_metrics_table(tmp_path: Path, model: str) -> None:
+    """LogisticRegression (l1 and l2 strengths, torchmetrics accuracy, values logged per step and
+    per epoch in validation) and LinearRegression (a training step returning bolts' old
+    `{"loss", "log", "progress_bar"}` dict), with PrintTableMetricsCallback."""
+    ours, theirs = both("bolts_regression", tmp_path, model=model)
+    assert_same_run(ours, theirs)
+    lightnings_values(floats(ours["val"]), floats(theirs["val"])) if theirs["val"] else None
+    assert floats(users(ours["val"])) == floats(theirs["val"])  # nothing more, nothing less, in Lightning's order
+    assert list(users(ours["val"])) == list(theirs["val"])
+    assert floats(ours["test"]) == floats(theirs["test"]) and list(ours["test"]) == list(theirs["test"])
+    # The table the callback printed at each epoch end: Lightning's, once the Trainer's own
+    # train/ columns are left out (the callback prints every callback metric).
+    table_module = __import__(type(ours["table"]).__module__)
+    mine = [users(row) for row in ours["table"].metrics]
+    printed = [table_module.dicts_to_table(mine[: i + 1]) if mine[0] else "" for i in range(len(mine))]
+    expected = [text if theirs["table"].metrics[0] else "" for text in theirs["table"].printed]
+    assert printed == expected and len(printed) == 2
+    # Checkpoints: the Trainer's last.ckpt in its run folder (Lightning's epoch=N-step=M.ckpt
+    # under lightning_logs/: a deliberate difference, docs/lightning.md).
+    assert theirs["checkpoints"] == ["lightning_logs/version_0/checkpoints/epoch=1-step=12.ckpt"]
+    assert ours["checkpoints"] == ["default/version_0/last.ckpt"]
+
+
+_EVAL_STEPS = '''
+import torch
+from torch.utils.data import DataLoader
+import trainer as L
+from trainer.demos.boring_classes import BoringModel
+
+class Model(BoringModel):
+    def training_step(self, batch, batch_idx):
+        out = super().training_step(batch, batch_idx)
+        self.log("loss", out["loss"], on_step=True, on_epoch=True)
+        return out
+
+    def validation_step(self, batch, batch_idx):
+        value = torch.tensor(float(batch_idx))
+        self.log("v/step", value, on_step=True, on_epoch=False, prog_bar=True)
+        self.log("v/both", value, on_step=True, on_epoch=True, prog_bar=True)
+        self.log("v/epoch", value + 1)
+
+    def on_validation_batch_end(self, *args):
+        self.during.append(list(self.trainer.callback_metrics))
+
+def main(root, stage):
+    L.seed_everything(0)
+    model = Model()
+    model.during = []
+    trainer = L.Trainer(default_root_dir=root, accelerator="cpu", logger=False, enable_progress_bar=False,
+                        enable_model_summary=False, enable_checkpointing=False, max_epochs=1,
+                        limit_train_batches=2, limit_val_batches=2, num_sanity_val_steps=0)
+    data = DataLoader(torch.randn(8, 32), batch_size=2)
+    if stage == "fit":
+        trainer.fit(model, data, data)
+    else:
+        trainer.validate(model, data, verbose=False)
+    return model.during, dict(trainer.callback_metrics), dict(trainer.progress_bar_metrics)
+'''
+
+
+@pytest.mark.parametrize("stage", ["fit", "validate"])
+def test_evaluation_step_values_are_never_callback_metrics(tmp_path: Path, stage: str) -> None:
+    """Values logged per step in `validation_step` go to the loggers and the progress bar, never
+    to `callback_metrics` (Lightning's rule: a callback reading it mid-validation sees the
+    training values only); and `callback_metrics` lists each name before its `_step`/`_epoch`
+    twin, in the order first logged."""
+    ours, theirs = (load_source(_EVAL_STEPS, framework, "eval_steps").main(tmp_path / framework, stage)
+                    for framework in ("ours", "lightning"))
+    during, final, bar = ours
+    # (during fit the training epoch has closed before its validation here, so its `loss_epoch`
+    # is there too: a deliberate difference, docs/lightning.md)
+    closed = {"loss_epoch"} if stage == "fit" else set()
+    assert [[name for name in users(dict.fromkeys(names)) if name not in closed] for names in during] == theirs[0]
+    assert len(during) == 2
+    assert [name for name in users(final) if name not in closed] == [name for name in theirs[1] if name not in closed]
+    assert floats(users(final)) == floats(theirs[1])
+    assert "v/step" not in final and "v/both_step" not in final
+    assert bar["v/both_step"] == theirs[2]["v/both_step"] and bar["v/step"] == theirs[2]["v/step"]
+
+
+# =================================================================== data monitors + batch gradient verification
+def histograms(run_dir: Path) -> dict[str, list[tuple[int, Any]]]:
+    out: dict[str, list[tuple[int, Any]]] = {}
+    for path in sorted(run_dir.glob("events.out.tfevents.*")):
+        events = EventAccumulator(str(path), size_guidance={"histograms": 0}).Reload()
+        for tag in events.Tags()["histograms"]:
+            out.setdefault(tag, []).extend((event.step, event.histogram_value) for event in events.Histograms(tag))
+    return out
+
+
+def test_data_monitors_and_batch_gradient_verification(tmp_path: Path) -> None:
+    """ModuleDataMonitor(submodules=True) and TrainingDataMonitor write the same histograms
+    (tags, steps, buckets) to TensorBoard; BatchGradientVerificationCallback's backward in
+    `on_train_start` leaves gradients that neither framework lets into the first step."""
+    ours, theirs = both("bolts_callbacks", tmp_path)
+    assert_same_run(ours, theirs)
+    assert floats(users(ours["val"])) == floats(theirs["val"])
+    mine, lightnings = histograms(ours["log_dir"]), histograms(theirs["log_dir"])
+    assert len(lightnings) == 15 and "training_step/0/[8, 6]" in lightnings and "output/head/[8, 1]" in lightnings
+    assert mine == lightnings
+
+
+def test_batch_gradient_verification_reports_a_model_that_mixes_the_batch(tmp_path: Path) -> None:
+    """A model mixing samples of its batch: the callback warns in both (the same message), or
+    raises its RuntimeError before any step with `error=True`."""
+    messages = {}
+    for framework in ("ours", "lightning"):
+        project = load_source(Path(__file__).parents[1].joinpath("helpers/lightning_projects/bolts_callbacks.py").read_text(),
+                              framework, "bolts_callbacks")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            project.main(tmp_path / framework, mix=True, max_steps=1, limit_val_batches=0)
+        messages[framework] = [str(w.message) for w in caught if "mixing data across the batch" in str(w.message)]
+        with pytest.raises(RuntimeError, match="mixing data across the batch dimension") as raised:
+            project.main(tmp_path / f"{framework}-error", mix=True, error=True)
+        assert raised.value is not None
+    assert messages["ours"] == messages["lightning"] and len(messages["ours"]) == 1
+
+
+_HOOK_BACKWARD = '''
+import torch
+from torch.utils.data import DataLoader
+import trainer as L
+from trainer.demos.boring_classes import BoringModel
+
+class Probe(L.Callback):
+    """Makes gradients outside any step, as a checking callback does."""
+    def on_train_start(self, trainer, module):
+        module(torch.ones(4, 32)).sum().backward()
+
+    def on_train_epoch_start(self, trainer, module):
+        (module(torch.ones(4, 32)) ** 2).sum().backward()
+
+def main(root, accumulate):
+    L.seed_everything(0)
+    model = BoringModel()
+    trainer = L.Trainer(default_root_dir=root, accelerator="cpu", logger=False, enable_progress_bar=False,
+                        enable_model_summary=False, enable_checkpointing=False, max_epochs=2,
+                        limit_train_batches=3, limit_val_batches=0, accumulate_grad_batches=accumulate,
+                        callbacks=[Probe()])
+    trainer.fit(model, DataLoader(torch.randn(12, 32, generator=torch.Generator().manual_seed(1)), batch_size=2))
+    return model
+'''
+
+
+@pytest.mark.parametrize("accumulate", [1, 3])
+def test_gradients_a_callback_makes_before_training_never_reach_a_step(tmp_path: Path, accumulate: int) -> None:
+    """Gradients made in `on_train_start` / `on_train_epoch_start` are released before the
+    epoch's first backward, as Lightning's zero_grad releases them; the weights are Lightning's
+    and a hand-written loop's that zeroes before each window."""
+    ours, theirs = (load_source(_HOOK_BACKWARD, framework, "hook_backward").main(tmp_path / framework, accumulate)
+                    for framework in ("ours", "lightning"))
+    from lightning.pytorch.demos.boring_classes import BoringModel
+
+    torch.manual_seed(0)
+    by_hand = BoringModel()
+    optimizer = torch.optim.SGD(by_hand.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1)  # BoringModel's
+    data = torch.randn(12, 32, generator=torch.Generator().manual_seed(1)).split(2)[:3]
+    for _ in range(2):
+        optimizer.zero_grad()
+        for i, batch in enumerate(data):
+            out = by_hand(batch)
+            (torch.nn.functional.mse_loss(out, torch.ones_like(out)) / accumulate).backward()
+            if (i + 1) % accumulate == 0:
+                optimizer.step()
+                optimizer.zero_grad()
+        scheduler.step()
+    for mine, lightnings, hand in zip(ours.parameters(), theirs.parameters(), by_hand.parameters()):
+        assert torch.equal(mine, lightnings) and torch.equal(mine, hand)
