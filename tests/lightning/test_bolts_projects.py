@@ -209,3 +209,93 @@ def test_gradients_a_callback_makes_before_training_never_reach_a_step(tmp_path:
         scheduler.step()
     for mine, lightnings, hand in zip(ours.parameters(), theirs.parameters(), by_hand.parameters()):
         assert torch.equal(mine, lightnings) and torch.equal(mine, hand)
+
+
+# =================================================================== SSLOnlineEvaluator, resumed
+def test_ssl_online_evaluator_trains_and_resumes_exactly(tmp_path: Path) -> None:
+    """The callback's own classifier (its Adam, its backward in `on_train_batch_end`, its
+    values logged from callback hooks) trains to Lightning's weights; resumed from a checkpoint
+    by a new module, callback and Trainer, the run is the uninterrupted one, although the
+    callback builds a new classifier in `on_fit_start` (drawing its initial weights) before
+    its state comes back. (Lightning's resume continues with the new process's random
+    streams instead: a deliberate difference, docs/lightning.md, so the resumed runs are
+    compared with the uninterrupted ones.)"""
+    from tests.helpers.lightning_projects import assert_same_weights, run
+
+    ours, theirs = both("bolts_ssl_online", tmp_path)
+    assert_same_weights(ours["first"]["evaluator"], theirs["first"]["evaluator"])  # the first fit, to epoch 2
+    assert floats(users(ours["first"]["metrics"])) == floats(theirs["first"]["metrics"])
+    whole, theirs_whole = (run("bolts_ssl_online", framework, tmp_path / "whole", resume=False) for framework in ("ours", "lightning"))
+    assert_same_run(whole, theirs_whole)
+    assert_same_weights(whole["evaluator"], theirs_whole["evaluator"])
+    assert floats(users(whole["val"])) == floats(theirs_whole["val"])
+    assert whole["optimizer"].state_dict()["state"][0]["step"] == theirs_whole["optimizer"].state_dict()["state"][0]["step"] == 12
+    assert_same_run(ours, whole)
+    assert floats(users(ours["val"])) == floats(users(whole["val"]))
+    # The classifier's parameters too; its BatchNorm statistics not: the callback runs it in
+    # train mode in validation, so the resumed fit's sanity check moves them (in Lightning too).
+    for (name, mine), (_, uninterrupted) in zip(ours["evaluator"].named_parameters(), whole["evaluator"].named_parameters()):
+        assert torch.equal(mine, uninterrupted), name
+    assert ours["optimizer"].state_dict()["state"][0]["step"] == 12
+
+
+def test_accelerator_connector_answers_is_distributed(tmp_path: Path) -> None:
+    """`trainer._accelerator_connector.is_distributed` (Lightning's private connector, read by
+    callbacks written for Lightning) answers as Lightning's; any other attribute says what
+    to read instead."""
+    import lightning
+
+    import trainer as L
+
+    ours = L.Trainer(default_root_dir=tmp_path, accelerator="cpu", logger=False)
+    theirs = lightning.Trainer(default_root_dir=tmp_path, accelerator="cpu", logger=False)
+    assert ours._accelerator_connector.is_distributed is theirs._accelerator_connector.is_distributed is False
+    with pytest.raises(AttributeError, match=r"_accelerator_connector.use_ddp.*trainer.strategy"):
+        ours._accelerator_connector.use_ddp
+
+
+class _DrawingCallback:
+    """Draws from torch's stream before training, as a callback building its own model does."""
+
+    def on_fit_start(self, trainer: Any, module: Any) -> None:
+        torch.randn(5)
+
+    def on_train_start(self, trainer: Any, module: Any) -> None:
+        torch.rand(3)
+
+
+def test_draws_before_training_do_not_shift_a_resumed_run(tmp_path: Path) -> None:
+    """A resume at an epoch's start, by a Trainer whose callbacks draw random numbers in
+    `on_fit_start`/`on_train_start`, trains as the uninterrupted run (dropout and shuffling
+    draw from the streams the checkpoint restored, after those hooks)."""
+    import trainer as L
+    from torch.utils.data import DataLoader, TensorDataset
+
+    class Net(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Dropout(0.5), torch.nn.Linear(8, 1))
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            return torch.nn.functional.mse_loss(self.layer(batch[0]), batch[1])
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    data = TensorDataset(torch.randn(24, 4, generator=torch.Generator().manual_seed(0)), torch.randn(24, 1, generator=torch.Generator().manual_seed(1)))
+
+    def fit(epochs: int, folder: str, ckpt: Path | None = None) -> tuple[Any, Any]:
+        torch.manual_seed(0)
+        model = Net()
+        callback = type("Drawing", (_DrawingCallback, L.Callback), {})()
+        trainer = L.Trainer(default_root_dir=tmp_path / folder, accelerator="cpu", max_epochs=epochs, logger=False,
+                            enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False, callbacks=[callback])
+        trainer.fit(model, DataLoader(data, batch_size=6, shuffle=True), ckpt_path=ckpt)
+        return model, trainer
+
+    model, first = fit(2, "first")
+    first.save_checkpoint(tmp_path / "two.ckpt")
+    resumed, _ = fit(3, "resumed", tmp_path / "two.ckpt")
+    whole, _ = fit(3, "whole")
+    for mine, uninterrupted in zip(resumed.parameters(), whole.parameters()):
+        assert torch.equal(mine, uninterrupted)

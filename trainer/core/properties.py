@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from trainer._utils import length_of
+from trainer.core.connector import AcceleratorConnector
 from trainer.logging.metrics import to_floats
 from trainer.logging.reduction import MetricValue
 from trainer.loops.combined import CombinedLoader
@@ -72,6 +73,12 @@ class TrainerProperties:
     @strategy.setter
     def strategy(self, strategy: Strategy) -> None:
         self._run.strategy = strategy
+
+    @property
+    def _accelerator_connector(self) -> AcceleratorConnector:
+        """Lightning's private connector, as far as callbacks written for Lightning read it
+        (`is_distributed`); any other attribute raises, naming the public one to read."""
+        return AcceleratorConnector(self._run.strategy)
 
     @property
     def global_step(self) -> int:
