@@ -60,6 +60,13 @@ def test_regression_models_and_the_metrics_table(tmp_path: Path, model: str) -> 
     # under lightning_logs/: a deliberate difference, docs/lightning.md).
     assert theirs["checkpoints"] == ["lightning_logs/version_0/checkpoints/epoch=1-step=12.ckpt"]
     assert ours["checkpoints"] == ["default/version_0/last.ckpt"]
+    # The optimizer class is a hyperparameter: load_from_checkpoint gives it back here; Lightning's
+    # refuses the file under torch's weights_only loading unless told weights_only=False.
+    cls, theirs_cls = type(ours["model"]), type(theirs["model"])
+    mine = cls.load_from_checkpoint(tmp_path / "ours" / ours["checkpoints"][0])
+    lightnings = theirs_cls.load_from_checkpoint(tmp_path / "lightning" / theirs["checkpoints"][0], weights_only=False)
+    assert mine.optimizer is lightnings.optimizer is torch.optim.Adam and mine.hparams == lightnings.hparams
+    assert_same_run({"model": mine, "trainer": ours["trainer"]}, {"model": lightnings, "trainer": theirs["trainer"]})
 
 
 _EVAL_STEPS = '''
@@ -299,3 +306,17 @@ def test_draws_before_training_do_not_shift_a_resumed_run(tmp_path: Path) -> Non
     whole, _ = fit(3, "whole")
     for mine, uninterrupted in zip(resumed.parameters(), whole.parameters()):
         assert torch.equal(mine, uninterrupted)
+
+
+# =================================================================== VanillaPolicyGradient
+def test_vanilla_policy_gradient_plays_inside_its_loader(tmp_path: Path) -> None:
+    """Episodes played by the policy inside the loader's IterableDataset, while it trains: the
+    same episodes, rewards, steps and weights. Lightning reads one batch ahead of the step it
+    trains (its loader has no length), so when `max_steps` stops it, it has played one more
+    episode that nothing trained on; here each batch is read just before its step (a
+    deliberate difference, docs/lightning.md)."""
+    ours, theirs = both("bolts_vpg", tmp_path, max_steps=20)
+    assert_same_run(ours, theirs)
+    assert users(ours["val"]) == theirs["val"] == {}
+    assert ours["episodes"] == 5 and theirs["episodes"] == 6
+    assert ours["rewards"] == theirs["rewards"][:5]
