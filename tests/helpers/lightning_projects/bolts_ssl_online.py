@@ -1,10 +1,15 @@
 """Lightning Bolts' `SSLOnlineEvaluator` (pl_bolts/callbacks/ssl_online.py, with its
-`SSLEvaluator` MLP from pl_bolts/models/self_supervised/evaluator.py), copied as written
-(docstrings left out): a callback that trains its own classifier on the module's frozen
+`SSLEvaluator` MLP from pl_bolts/models/self_supervised/evaluator.py) and
+`KNNOnlineEvaluator` (pl_bolts/callbacks/knn_online.py), copied as written (docstrings left
+out). The first is a callback that trains its own classifier on the module's frozen
 representations in `on_train_batch_end` (its own Adam, its own backward), logs from the
 callback's hooks, reads `trainer.datamodule.num_classes`/`.name` in `setup`, looks at
 `trainer._accelerator_connector` in `on_fit_start`, and keeps its MLP and optimizer in the
-checkpoint through `state_dict`/`load_state_dict`.
+checkpoint through `state_dict`/`load_state_dict`. The second, at each validation's end,
+runs the module over `trainer.train_dataloader` (drawing a new shuffled order) and
+`trainer.val_dataloaders` and logs a k-NN accuracy. Lightning 2 gives `val_dataloaders` as the
+loader itself when there is one (bolts iterated it as a list): the minimal fix, for both, wraps
+it in a list.
 
 The module is a small SimSiam-style two-view learner written for this test (bolts' SSL
 models need torchvision). Shrunk: 64 rows of 12 features, 4 classes, two epochs, then a
@@ -133,6 +138,68 @@ class SSLOnlineEvaluator(Callback):  # pragma: no cover
         self._recovered_callback_state = state_dict
 
 
+# ---------------------------------------------------------------- pl_bolts/callbacks/knn_online.py
+class KNNOnlineEvaluator(Callback):
+    def __init__(self, k: int = 200, temperature: float = 0.07) -> None:
+        self.num_classes: Optional[int] = None
+        self.dataset: Optional[int] = None
+        self.k = k
+        self.temperature = temperature
+
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: Optional[str] = None) -> None:
+        self.num_classes = trainer.datamodule.num_classes
+        self.dataset = trainer.datamodule.name
+
+    def predict(self, query_feature: Tensor, feature_bank: Tensor, target_bank: Tensor) -> Tensor:
+        dim_b = query_feature.shape[0]
+        sim_matrix = query_feature @ feature_bank.T
+        sim_weight, sim_indices = sim_matrix.topk(k=self.k, dim=-1)
+        sim_labels = torch.gather(target_bank.expand(dim_b, -1), dim=-1, index=sim_indices)
+        sim_weight = (sim_weight / self.temperature).exp()
+        one_hot_label = torch.zeros(dim_b * self.k, self.num_classes, device=sim_labels.device)  # type: ignore[arg-type]
+        one_hot_label = one_hot_label.scatter(dim=-1, index=sim_labels.view(-1, 1), value=1.0)
+        pred_scores = torch.sum(one_hot_label.view(dim_b, -1, self.num_classes) * sim_weight.unsqueeze(dim=-1), dim=1)  # type: ignore[arg-type]
+        return pred_scores.argsort(dim=-1, descending=True)
+
+    def to_device(self, batch: Tensor, device: Union[str, torch.device]) -> Tuple[Tensor, Tensor]:
+        if self.dataset == "stl10":
+            labeled_batch = batch[1]
+            batch = labeled_batch
+        inputs, y = batch
+        x = inputs[-1]
+        x = x.to(device)
+        y = y.to(device)
+        return x, y
+
+    @torch.no_grad()
+    def on_validation_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        assert not trainer.model.training
+        if trainer.train_dataloader is None:
+            return
+        total_top1, total_num, feature_bank, target_bank = 0.0, 0, [], []
+        for batch in trainer.train_dataloader:
+            x, target = self.to_device(batch, pl_module.device)
+            feature = pl_module(x).flatten(start_dim=1)
+            feature = F.normalize(feature, dim=1)
+            feature_bank.append(feature)
+            target_bank.append(target)
+        feature_bank = torch.cat(feature_bank, dim=0)  # type: ignore[assignment]
+        target_bank = torch.cat(target_bank, dim=0)  # type: ignore[assignment]
+        accel = trainer.accelerator_connector if hasattr(trainer, "accelerator_connector") else trainer._accelerator_connector
+        if accel.is_distributed:
+            raise NotImplementedError("concat_all_gather: one process here")
+        loaders = trainer.val_dataloaders  # Lightning 2: the loader itself when there is one (bolts: a list)
+        for val_dataloader in loaders if isinstance(loaders, (list, tuple)) else [loaders]:
+            for batch in val_dataloader:
+                x, target = self.to_device(batch, pl_module.device)
+                feature = pl_module(x).flatten(start_dim=1)
+                feature = F.normalize(feature, dim=1)
+                pred_labels = self.predict(feature, feature_bank, target_bank)  # type: ignore[arg-type]
+                total_num += x.shape[0]
+                total_top1 += (pred_labels[:, 0] == target).float().sum().item()
+        pl_module.log("online_knn_val_acc", total_top1 / total_num, on_step=False, on_epoch=True, sync_dist=True)
+
+
 @contextmanager
 def set_training(module: nn.Module, mode: bool):  # type: ignore[no-untyped-def]
     original_mode = module.training
@@ -194,21 +261,22 @@ class SimSiamLite(LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.05, momentum=0.9)
 
 
-def main(root_dir: str | Path, precision: str = "32-true", resume: bool = True, **options: Any) -> dict[str, Any]:
+def main(root_dir: str | Path, precision: str = "32-true", resume: bool = True, knn: bool = True, **options: Any) -> dict[str, Any]:
     """Two epochs, a checkpoint, and a new module, callback and Trainer resuming to three
     (`resume=False`: the three epochs in one go)."""
     root = Path(root_dir)
     seed_everything(11)
     model, online = SimSiamLite(), SSLOnlineEvaluator(z_dim=8, hidden_dim=16)
+    knn = KNNOnlineEvaluator(k=10, temperature=0.1) if knn else None
     settings = dict(default_root_dir=root, accelerator="cpu", precision=precision, logger=False, enable_progress_bar=False,
                     enable_model_summary=False, enable_checkpointing=False, **options)
-    trainer = Trainer(max_epochs=2 if resume else 3, callbacks=[online], **settings)
+    trainer = Trainer(max_epochs=2 if resume else 3, callbacks=[online, *([knn] if knn else [])], **settings)
     trainer.fit(model, datamodule=ViewsData())
     first = {"metrics": dict(trainer.callback_metrics), "evaluator": {k: v.clone() for k, v in online.online_evaluator.state_dict().items()}}
     if resume:
         trainer.save_checkpoint(root / "two_epochs.ckpt")
         model, online = SimSiamLite(), SSLOnlineEvaluator(z_dim=8, hidden_dim=16)  # as a new process would build them
-        trainer = Trainer(max_epochs=3, callbacks=[online], **settings)
+        trainer = Trainer(max_epochs=3, callbacks=[online, *([KNNOnlineEvaluator(k=10, temperature=0.1)] if knn else [])], **settings)
         trainer.fit(model, datamodule=ViewsData(), ckpt_path=root / "two_epochs.ckpt")
     return {"model": model, "trainer": trainer, "val": dict(trainer.callback_metrics), "first": first,
             "evaluator": online.online_evaluator, "optimizer": online.optimizer}
