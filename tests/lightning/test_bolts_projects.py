@@ -361,3 +361,38 @@ def test_values_a_callback_logs_at_an_evaluation_end_are_kept(tmp_path: Path) ->
     assert theirs_fitted["callback_acc"] == 1.25 and theirs_validated["callback_acc"] == 2.25
     assert floats(users(fitted)) == floats(theirs_fitted)
     assert floats(validated) == floats(theirs_validated)
+
+
+_VALIDATION_BACKWARD = '''
+import torch
+from torch.utils.data import DataLoader
+import trainer as L
+from trainer.demos.boring_classes import BoringModel
+
+class Saliency(L.Callback):
+    """A backward of its own at each validation's end (a saliency map), mid-epoch too."""
+    def on_validation_epoch_end(self, trainer, module):
+        with torch.inference_mode(False), torch.enable_grad():
+            module(torch.ones(4, 32)).pow(2).sum().backward()
+
+def main(root):
+    L.seed_everything(0)
+    model = BoringModel()
+    trainer = L.Trainer(default_root_dir=root, accelerator="cpu", logger=False, enable_progress_bar=False,
+                        enable_model_summary=False, enable_checkpointing=False, max_epochs=2, limit_train_batches=4,
+                        limit_val_batches=1, val_check_interval=2, num_sanity_val_steps=0, callbacks=[Saliency()])
+    data = DataLoader(torch.randn(8, 32, generator=torch.Generator().manual_seed(1)), batch_size=2)
+    trainer.fit(model, data, data)
+    return model
+'''
+
+
+def test_gradients_a_callback_makes_in_a_validation_never_reach_a_step(tmp_path: Path) -> None:
+    """A callback's own backward at the end of a validation inside an epoch
+    (`val_check_interval`): its gradients are released before the next step, as Lightning's
+    zero_grad releases them; the weights are Lightning's."""
+    from tests.helpers.lightning_projects import assert_same_weights
+
+    ours, theirs = (load_source(_VALIDATION_BACKWARD, framework, "validation_backward").main(tmp_path / framework)
+                    for framework in ("ours", "lightning"))
+    assert_same_weights(ours, theirs)
