@@ -4,8 +4,9 @@ on a small module with a BatchNorm layer and an `example_input_array`, copied as
 (docstrings left out), with a `TensorBoardLogger` whose histograms the test reads back.
 
 What Lightning 2.6 itself refuses was changed the minimal way, for both frameworks:
-`pytorch_lightning.utilities.apply_func` is gone from Lightning 2, so `apply_to_collection`
-comes from `lightning_utilities` (Lightning's own source of it). Substituted:
+Lightning 2 no longer has the `utilities.apply_func` module bolts imports, so `apply_to_collection`
+is a few lines here (the cases bolts' calls need: tensors and arrays in lists, tuples and
+dicts) rather than an import from Lightning's utility package. Substituted:
 `is_param_in_hook_signature` (a Lightning internal) is `inspect` inline; W&B is not
 installed, so the W&B branch never runs (as in bolts without it). Shrunk: 40 random rows of
 6 features, two epochs."""
@@ -21,7 +22,6 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequ
 import numpy as np
 import torch
 import torch.nn as nn
-from lightning_utilities.core.apply_func import apply_to_collection
 from torch import Tensor
 from torch.nn import Module
 from torch.utils.data import DataLoader, TensorDataset
@@ -33,6 +33,17 @@ from trainer.utilities import move_data_to_device, rank_zero_warn
 from trainer.utilities.exceptions import MisconfigurationException
 
 _WANDB_AVAILABLE = False
+
+
+def apply_to_collection(data: Any, dtype: type, function: Callable) -> Any:
+    """`function` applied to every `dtype` leaf of nested lists, tuples and dicts (Lightning's helper, reduced)."""
+    if isinstance(data, dtype):
+        return function(data)
+    if isinstance(data, dict):
+        return {key: apply_to_collection(value, dtype, function) for key, value in data.items()}
+    if isinstance(data, (list, tuple)):
+        return type(data)(apply_to_collection(item, dtype, function) for item in data)
+    return data
 
 
 # ---------------------------------------------------------------- pl_bolts/callbacks/data_monitor.py

@@ -8,7 +8,7 @@ and `observation_space.shape`/`action_space.n` (the agent samples actions with
 `np.random.choice`, seeded by `seed_everything`). What Lightning 2.6 refuses was left alone
 (nothing: bolts' dict with `"log"`/`"progress_bar"` entries is still a valid return).
 Shrunk: hidden size 16, batch size 4, `max_steps` optimizer steps. The loader has no length,
-so each framework reads batches at its own time (docs/lightning.md): the test accounts for it."""
+so each framework reads batches at its own time (a deliberate difference): the test accounts for it."""
 
 from __future__ import annotations
 
