@@ -268,7 +268,7 @@ def test_self_log_reductions_and_weights(tmp_path: Path) -> None:
     results = trainer.validate(Scripted(), DataLoader(make_data(25), batch_size=10))
     # Without batch_size the mean is weighted by each batch's inferred size, as in Lightning.
     assert results == pytest.approx({"v/mean": 60 / 25, "v/weighted": 60 / 25, "v/sum": 7.0, "v/max": 4.0, "v/min": 1.0})
-    assert trainer.callback_metrics["v/step"] == 2.0  # per-step in validation: latest value only
+    assert "v/step" not in trainer.callback_metrics  # per-step in validation: never a callback metric, as in Lightning
     assert all(isinstance(v, float) and not torch.is_tensor(v) for v in trainer.callback_metrics.values())
     with pytest.raises(ValueError, match=r"reduce=.*expected one of 'mean', 'sum', 'max', 'min'. Received: 'median'"):
         trainer._run.log_metric("x", 1.0, on_step=True, on_epoch=False, prog_bar=False, reduce="median", batch_size=None)

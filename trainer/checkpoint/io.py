@@ -56,6 +56,7 @@ class Checkpoints:
         self.resumed_at: int | None = None  # the step a resumed fit started at (values there may be written already)
         self._adopted: dict[str, Any] | None = None  # the checkpoint whose logger runs were taken when it was read
         self._resumed_inside_epoch: dict[str, Any] | None = None  # until that epoch's start hooks ran
+        self._resumed_streams: dict[str, Any] | None = None  # a resume at an epoch's start: its random streams, until on_train_start ran
         # Whole checkpoints of this fit (written, or resumed from), oldest first, on every rank
         # alike: what nonfinite_loss="rollback" can go back to (trainer/loops/guard.py).
         self.rollback_targets: list[Location] = []
@@ -322,6 +323,9 @@ class Checkpoints:
         if checkpoint.get("_path"):
             self._note_target(self.location(checkpoint["_path"]))
         self._resumed_inside_epoch = checkpoint if state.batches_done > 0 else None
+        ours = "lightning" not in (checkpoint.get("origin") or {})  # a Lightning file keeps this process's streams
+        self._resumed_streams = ({key: checkpoint[key] for key in ("rng", "_path") if key in checkpoint}
+                                 if state.batches_done == 0 and ours else None)
         if self.writes:  # once, from rank 0; seen in a plain script's output too (a requeued job's log says it)
             note(
                 logging.INFO, "Resumed from %s: epoch %d, optimizer step %d, batch %d of the epoch.",
@@ -334,9 +338,16 @@ class Checkpoints:
         checkpoint, self._resumed_inside_epoch = self._resumed_inside_epoch, None
         return checkpoint
 
+    def take_resumed_streams(self) -> dict[str, Any] | None:
+        """The random streams of a resume at an epoch's start, once: the loop applies them again
+        after `on_train_start`, so draws made by the hooks before training (a callback building
+        its own model in `on_fit_start`) don't shift them (`trainer/loops/resume.py`)."""
+        streams, self._resumed_streams = self._resumed_streams, None
+        return streams
+
     def forget_resume(self) -> None:
         """Fit ended: a checkpoint kept for `take_resumed_checkpoint` is no longer needed."""
-        self._resumed_inside_epoch = None
+        self._resumed_inside_epoch = self._resumed_streams = None
         self._adopted, self.resumed_at = None, None
         self.rollback_targets = []
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from trainer._utils import length_of
+from trainer.core.connector import AcceleratorConnector
 from trainer.logging.metrics import to_floats
 from trainer.logging.reduction import MetricValue
 from trainer.loops.combined import CombinedLoader
@@ -72,6 +73,12 @@ class TrainerProperties:
     @strategy.setter
     def strategy(self, strategy: Strategy) -> None:
         self._run.strategy = strategy
+
+    @property
+    def _accelerator_connector(self) -> AcceleratorConnector:
+        """Lightning's private connector, as far as callbacks written for Lightning read it
+        (`is_distributed`); any other attribute raises, naming the public one to read."""
+        return AcceleratorConnector(self._run.strategy)
 
     @property
     def global_step(self) -> int:
@@ -179,7 +186,7 @@ class TrainerProperties:
     def progress_bar_metrics(self) -> dict[str, float]:
         """What the progress bar shows (floats), with the newest value of every `prog_bar=True`
         metric: refreshed at every step, as Lightning's (read on access, like `callback_metrics`)."""
-        current, shown = self._run.metrics.current(), self._run.metrics.prog_bar
+        current, shown = self._run.metrics.bar_values(), self._run.metrics.prog_bar
         live = {name: current[name] for name in shown  # a metric written as name_step/name_epoch shows under those
                 if name in current and f"{name}_step" not in shown and f"{name}_epoch" not in shown}
         return {**self._run.output.shown, **to_floats(live)}

@@ -31,6 +31,7 @@ class CallbackView:
     epoch_end_reached: bool
     view: dict[str, Any]
     _view_given: dict[str, Any]
+    eval_step_values: dict[str, torch.Tensor]
 
     def current(self) -> dict[str, torch.Tensor | float | _Reduction]:
         """`latest`, and while the module's epoch-end hook runs (`epoch_end_reached`) this rank's
@@ -42,6 +43,13 @@ class CallbackView:
         open_values = {key: r for key, r in reductions.items() if isinstance(r, _Reduction) and r.total is not None}
         aliases = {r.source: r for r in open_values.values() if r.alias}
         return {**self.latest, **open_values, **aliases}
+
+    def bar_values(self) -> dict[str, torch.Tensor | float | _Reduction]:
+        """`current`, with the per-step values an evaluation logged (the progress bar shows them;
+        `callback_metrics` never does, as in Lightning): the newest wins a shared name."""
+        if self._evaluating:
+            return {**self.current(), **self.eval_step_values}
+        return {**self.eval_step_values, **self.current()}
 
     def callback_view(self) -> dict[str, Any]:
         """`trainer.callback_metrics`: the values as floats (`MetricValue`s), in one dict updated in place, as
@@ -60,6 +68,7 @@ class CallbackView:
         """Forget every metric: `validate`/`test` start a new, empty `callback_metrics` dict, as
         Lightning's (a reference to the earlier one keeps the earlier values)."""
         self.latest = {}
+        self.eval_step_values = {}
         self.view = {}
         self._view_given = {}
 

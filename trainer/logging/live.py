@@ -88,7 +88,7 @@ def fresh_values(metrics: Any, last_loss: torch.Tensor | None) -> dict[str, floa
     """What the bar shows, read now: the last step's loss and the newest value of every
     `prog_bar=True` metric, as `trainer.progress_bar_metrics` reads them (one host read; at
     most every `REFRESH_SECONDS`, or once per line)."""
-    current, shown = metrics.current(), metrics.prog_bar
+    current, shown = metrics.bar_values(), metrics.prog_bar
     live: dict[str, Any] = {name: current[name] for name in shown
                             if name in current and f"{name}_step" not in shown and f"{name}_epoch" not in shown}
     if last_loss is not None:

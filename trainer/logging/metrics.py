@@ -84,6 +84,7 @@ class MetricStore(CallbackView):
         self._train_objects: dict[int, Any] = {}
         self._eval_objects: dict[int, Any] = {}
         self.latest: dict[str, torch.Tensor | float | _Reduction] = {}
+        self.eval_step_values: dict[str, torch.Tensor] = {}  # an evaluation's per-step values (progress bar only)
         self.prog_bar: set[str] = set()
         self.clock: Callable[[], int] | None = None
         self.hidden: set[str] = set()  # logged with logger=False: callback_metrics only
@@ -169,18 +170,17 @@ class MetricStore(CallbackView):
         weight = float(batch_size) if batch_size is not None else 1.0
         if on_step:
             step_key = self._forked(name, STEP_SUFFIX) if on_epoch else name
-            if self._evaluating:
+            if self._evaluating:  # the progress bar shows it; callback_metrics does not (Lightning's rule)
                 kept = tensor.clone()  # kept past this step (see _Reduction.add)
-                self.latest[step_key] = kept
-                self.latest[name] = kept
+                self.eval_step_values[name] = self.eval_step_values[step_key] = kept
             else:
                 window = self.clock() if self.clock is not None else None
                 current = self.step.get(step_key)
                 if current is None or current.window != window or current.reduce != reduce:
                     current = self.step[step_key] = _Reduction(reduce, name, window)
                 current.add(tensor, 1.0)
-                self.latest[step_key] = current  # reduced when read
-                self.latest[name] = current
+                self.latest[name] = current  # reduced when read; `name` before `name_step`, as Lightning orders them
+                self.latest[step_key] = current
         key = name
         if on_epoch:
             key, reductions = self._epoch_slot(name, on_step)
@@ -281,9 +281,9 @@ class MetricStore(CallbackView):
             if value is not None and training:
                 last = self.step[step_key] = _Reduction("mean", name, self.clock() if self.clock is not None else None)
                 last.add(value, 1.0)  # the step's last value, copied on the device
-                self.latest[step_key] = self.latest[name] = last
+                self.latest[name] = self.latest[step_key] = last
             elif value is not None:
-                self.latest[step_key] = self.latest[name] = value.clone()
+                self.eval_step_values[name] = self.eval_step_values[step_key] = value.clone()
         key = name
         if on_epoch:
             key, reductions = self._epoch_slot(name, on_step)
@@ -339,11 +339,13 @@ class MetricStore(CallbackView):
                   for name in reductions if name in computed or name in values}  # in the order first logged
         merged.update((name, value) for name, value in values.items() if name not in merged)  # logged on other ranks
         values = merged
-        aliases = {r.source: values[key] for key, r in reductions.items() if r.alias and key in values}
         if self._evaluating:
             self._eval_epoch = {}
-        else:
+        for key, value in values.items():  # callback_metrics[name]: the epoch value once the epoch closed,
+            slot = reductions.get(key)  # in Lightning's order: `name`, then `name_epoch`
+            if slot is not None and slot.alias:
+                self.latest[slot.source] = value
+            self.latest[key] = value
+        if not self._evaluating:
             self.epoch = {}
-        self.latest.update(values)
-        self.latest.update(aliases)  # callback_metrics[name]: the epoch value once the epoch closed
         return values

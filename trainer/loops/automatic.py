@@ -137,8 +137,13 @@ class AutomaticOptimization(PlainSteps, OverrideSteps):
         )
 
     def reset(self) -> None:
+        """A training epoch starts (its `on_train_epoch_start` hooks ran): no window is open, so
+        gradients made since the last step (a callback's own backward in `on_train_start`, say)
+        are released, as Lightning's zero_grad before the epoch's first backward releases them."""
         self.window_loss = None
         self.held = None
+        if self.zero_hook is None:  # an optimizer_zero_grad override runs at the window's start itself
+            self.optimizer.zero_grad(set_to_none=True)
 
     def run(self, batch: Any, batch_idx: int, size: int, last: bool) -> Any:
         """One micro-batch; steps the optimizer when it is the last of its window."""

@@ -53,7 +53,8 @@ class EvalLoop:
         gradients on (`torch.set_grad_enabled(True)`) to fine-tune a copy of the model.
 
         The module's `on_<stage>_epoch_end` runs before the callbacks' (see docs/hooks.md):
-        what it logs joins the epoch's results, which every callback then sees.
+        what it logs joins the epoch's results, which every callback then sees; what the
+        callbacks' hooks log joins them after, before the epoch's row is written.
         """
         if no_loaders(loader):  # an empty list or dict of loaders: Lightning runs nothing, calls no hook
             return None if stage == "predict" else []  # and `predict` returns None, as Lightning's
@@ -169,9 +170,12 @@ class EvalLoop:
         owners = context.metrics.eval_owners(gather if several else None)
         epoch_values = context.metrics.close_epoch(context.strategy.reduce_epoch, gather)
         results = to_floats(epoch_values)
+        context.hooks.call_callbacks(f"on_{stage}_epoch_end", context.trainer, module)
+        # What the callbacks' epoch-end hooks logged (a k-NN accuracy over the epoch) joins the
+        # results, the written row and callback_metrics, as in Lightning (it belongs to every loader).
+        results.update(to_floats(context.metrics.close_epoch(context.strategy.reduce_epoch, gather)))
         if not context.sanity_checking:  # the sanity check's numbers are never written
             context.output.log_eval(results)
-        context.hooks.call_callbacks(f"on_{stage}_epoch_end", context.trainer, module)
         if before_end is not None:
             before_end()
         context.call(f"on_{stage}_end")

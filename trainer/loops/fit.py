@@ -32,7 +32,7 @@ from trainer._utils import length_of, move_to_device
 from trainer.loops.automatic import AutomaticOptimization
 from trainer.loops.batches import batch_mover, empty_loader_message, micro_batches
 from trainer.loops.guard import RollBack, recorded_skips, roll_back, skip_recorded
-from trainer.loops.resume import restore_after_epoch_start
+from trainer.loops.resume import restore_after_epoch_start, restore_streams_after_train_start
 from trainer.loops.schedule import ValidationSchedule, batch_limit, parse_max_time
 from trainer.logging.profiler import StepProfiler
 from trainer.logging.step_time import clock_of
@@ -175,6 +175,7 @@ class FitLoop(FitValidation):
                 context.data_order.settle(train_loader)
             self.sanity_check()
             context.call("on_train_start")
+            restore_streams_after_train_start(context)  # a resume at an epoch's start: the hooks' draws undone
             context.state.start_clock()  # max_time counts training from here, as Lightning's Timer (no sanity check)
             if self.profiler is not None and context.strategy.is_global_zero:
                 self.profiler.start(context.output.run_dir / "profiler")

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from trainer._utils import rng_state, set_rng_state
+from trainer.loops.batches import module_override
 from trainer.loops.context import Evaluation, RunContext, module_of
 from trainer.loops.monitors import MonitorCheck
 
@@ -98,8 +99,20 @@ class FitValidation:
         if isolate:
             set_rng_state(self.rng_before_validation)
         self.rng_before_validation = None
+        self._release_gradients()
         if not self.monitors.done:
             self.monitors.after_validation((), context)
+
+    def _release_gradients(self) -> None:
+        """Under automatic optimization: gradients the validation's hooks made (a callback's
+        own backward, for a saliency map) are released before the next step, as Lightning's
+        zero_grad before the next window's first backward releases them (an
+        `optimizer_zero_grad` override runs at that place itself)."""
+        module, optimizers = module_of(self.context), self.context.optimizers
+        if optimizers is None or not module.automatic_optimization or module_override(module, "optimizer_zero_grad"):
+            return
+        for optimizer in optimizers.optimizers:
+            optimizer.zero_grad(set_to_none=True)
 
     def rng_for_checkpoint(self) -> dict[str, Any] | None:
         """The random state a checkpoint written now must hold (None: the current one)."""

@@ -21,7 +21,7 @@ from trainer.loops.context import RunContext
 from trainer.loops.guard import apply_lr_backoff
 from trainer.loops.data_order import loader_batch_size, rebatch_problem
 
-__all__ = ["check_resume", "restore_after_epoch_start"]
+__all__ = ["check_resume", "restore_after_epoch_start", "restore_streams_after_train_start"]
 
 
 def check_resume(context: RunContext, checkpoint: dict[str, Any], loader: Any) -> None:
@@ -115,6 +115,19 @@ def restore_after_epoch_start(context: RunContext) -> None:
         apply_lr_backoff(context, context.state.lr_backoff / saved_backoff,
                          optimizers="optimizers" in parts, schedulers="schedulers" in parts)
     context.hooks.call("on_load_checkpoint", context.trainer, context.module, checkpoint)
+
+
+def restore_streams_after_train_start(context: RunContext) -> None:
+    """On a resume at an epoch's start, after `on_train_start`: the checkpoint's random streams
+    once more, so what the hooks before training drew (`setup`, `on_fit_start` or
+    `on_train_start` building a callback's own model, whose weights then come from the
+    checkpoint) leaves the training's draws those of the uninterrupted run. (A resume inside an
+    epoch applies them after that epoch's `on_train_epoch_start`: `restore_after_epoch_start`.)"""
+    streams = context.checkpoints.take_resumed_streams()
+    if streams is not None:
+        path = streams.get("_path")
+        source = f"Checkpoint {path!r}" if path else "The checkpoint"
+        context.state_parts.restore(streams, context.strategy.rank, source, only=("rng",))
 
 
 def _still_fits(targets: list[Any], saved: Any) -> bool:
