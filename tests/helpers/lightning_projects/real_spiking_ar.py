@@ -78,7 +78,7 @@ class Model(torch.nn.Module):
 
 
 class SpikingAR(pl.LightningModule):
-    def __init__(self, n_in: int = 8, n_hidden: int = 16, lr: float = 5e-3, fast_epoch_lr_factor: float = 4.0,
+    def __init__(self, n_in: int = 4, n_hidden: int = 8, lr: float = 5e-3, fast_epoch_lr_factor: float = 4.0,
                  num_fast_epoch: int = 1, patience: int = 0, factor: float = 0.5, grad_norm: float = 0.5,
                  tracking_metric: str = "val_loss", tracking_mode: str = "min") -> None:
         super().__init__()
@@ -204,11 +204,11 @@ def waves(n: int, steps: int, channels: int, generator: torch.Generator) -> torc
 def main(root_dir: str | Path, precision: str = "32-true", max_epochs: int = 4) -> dict[str, Any]:
     pl.seed_everything(21)
     g = torch.Generator().manual_seed(4)
-    seq = waves(72, 12, 8, g)
+    seq = waves(40, 10, 4, g)
     inputs, targets = seq[:, :-1], seq
-    block_idx = torch.arange(12).repeat(72, 1)
+    block_idx = torch.arange(10).repeat(40, 1)
     data = TensorDataset(inputs, targets, block_idx)
-    train, val = torch.utils.data.Subset(data, range(56)), torch.utils.data.Subset(data, range(56, 72))
+    train, val = torch.utils.data.Subset(data, range(32)), torch.utils.data.Subset(data, range(32, 40))
     model = SpikingAR()
     trainer = pl.Trainer(max_epochs=max_epochs, precision=precision, accelerator="cpu", default_root_dir=root_dir,
                          logger=CSVLogger(root_dir, name="csv"), log_every_n_steps=3, enable_checkpointing=False,
