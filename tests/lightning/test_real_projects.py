@@ -98,3 +98,61 @@ def test_base_finetuning_store_records_groups_added_outside_an_epoch_start() -> 
     finetune._store(module, 0, 1, optimizer.param_groups)
     groups = finetune.state_dict()["internal_optimizer_metadata"][0]
     assert [(g["params"], g["lr"]) for g in groups] == [(["1.weight", "1.bias"], 0.1), (["0.weight", "0.bias"], 0.01)]
+
+
+# ------------------------------------------- IIC deep clustering: OneCycleLR, one name, two stages
+def test_deep_cluster_onecycle_over_estimated_stepping_batches_and_predict(tmp_path: Path) -> None:
+    ours, theirs = both("real_deep_cluster", tmp_path)
+    assert_same_run(ours, theirs, stages=("val",))  # 'train_loss' holds validation's value in both
+    assert ours["lrs"] == theirs["lrs"] and len(ours["lrs"]) == 8 * 3  # OneCycleLR ran to its last step
+    assert len(ours["predictions"]) == len(theirs["predictions"]) == 2
+    for mine, other in zip(ours["predictions"], theirs["predictions"], strict=True):
+        assert len(mine) == len(other) == 2 and all(torch.equal(a, b) for a, b in zip(mine, other, strict=True))
+
+
+SAME_NAME = '''
+import torch
+import trainer as L
+from torch.utils.data import DataLoader, TensorDataset
+from trainer.loggers import CSVLogger
+
+
+class Model(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+
+    def training_step(self, batch, batch_idx):
+        self.log("score", 100.0 + self.global_step)
+        return self.layer(batch[0]).pow(2).mean()
+
+    def validation_step(self, batch, batch_idx):
+        self.log("score", float(batch_idx))
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def main(root, log_every_n_steps):
+    L.seed_everything(1)
+    data = DataLoader(TensorDataset(torch.randn(24, 4)), batch_size=8)
+    trainer = L.Trainer(max_epochs=2, logger=CSVLogger(root), log_every_n_steps=log_every_n_steps,
+                        enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
+                        num_sanity_val_steps=0)
+    trainer.fit(Model(), data, data)
+    return {k: float(v) for k, v in trainer.callback_metrics.items()}, {k: float(v) for k, v in trainer.logged_metrics.items()}
+'''
+
+
+@pytest.mark.parametrize("log_every_n_steps", [1, 4])
+def test_a_name_logged_by_training_and_validation_ends_fit_with_validations_value(tmp_path: Path, log_every_n_steps: int) -> None:
+    """The last training step, written after the epoch's validation when it fell between two
+    logging steps, leaves the validation's value of the same name in callback_metrics and
+    logged_metrics, as Lightning (which never writes that step) does."""
+    from tests.helpers.lightning_projects import load_source
+
+    ours = load_source(SAME_NAME, "ours", "same_name").main(tmp_path / "ours", log_every_n_steps)
+    theirs = load_source(SAME_NAME, "lightning", "same_name").main(tmp_path / "lightning", log_every_n_steps)
+    assert theirs[0]["score"] == 1.0  # validation's mean over its three batches (0, 1, 2)
+    lightnings_values(ours[0], theirs[0])
+    lightnings_values(ours[1], theirs[1])
