@@ -58,20 +58,19 @@ def test_kraken_trainer_subclass_freezes_by_step_and_saves_per_validation(tmp_pa
     assert ours["lrs"] == theirs["lrs"]  # the warmup, then the plateau on is_last_batch
     assert ours["groups"] == theirs["groups"] and ours["param_groups"] == theirs["param_groups"]
     # What KrakenSaveModel read of trainer.logged_metrics at each validation's end: Lightning's
-    # values, except the training epoch's own means (see the xfail below).
+    # values, the previous epoch's training means included (none at the first).
     for (step, mine), (their_step, other) in zip(ours["metadata"]["metrics"], theirs["metadata"]["metrics"], strict=True):
         assert step == their_step
-        lightnings_values(mine, {k: v for k, v in other.items() if not k.endswith("_epoch")})
+        lightnings_values(mine, other)
 
 
-@pytest.mark.xfail(strict=True, reason="the training epoch's on_epoch means close before its epoch-end validation "
-                   "here (Lightning: after it, so validation hooks see the previous epoch's); moving them needs "
-                   "EarlyStopping's Lightning default moment (check at the training epoch's end) first")
 def test_kraken_validation_end_sees_the_previous_epochs_training_means(tmp_path: Path) -> None:
+    """The epoch-end validation runs before the training epoch's on_epoch means close, as in
+    Lightning: its hooks read the previous epoch's in logged_metrics/callback_metrics."""
     ours, theirs = both("real_kraken", tmp_path, max_epochs=2)
-    assert [dict(m) for _, m in ours["metadata"]["metrics"]] == [
-        {**m, **{k: v for k, v in mine.items() if k.startswith("train/")}}
-        for (_, m), (_, mine) in zip(theirs["metadata"]["metrics"], ours["metadata"]["metrics"])]
+    first, second = (dict(m) for _, m in theirs["metadata"]["metrics"])
+    assert "train_loss_epoch" not in first and "train_loss_epoch" in second
+    assert [{k: v for k, v in m.items() if not k.startswith("train/")} for _, m in ours["metadata"]["metrics"]] == [first, second]
 
 
 def test_lightning_attribute_paths_under_the_package_alias() -> None:
@@ -170,3 +169,56 @@ def test_denoiser_with_ema_weight_averaging_and_its_own_train_names(tmp_path: Pa
     assert len(ours["samples"]) == len(theirs["samples"]) == 3  # steps 5, 10, 15: the callback's torch.randn draws, in the same place
     assert all(torch.equal(a, b) for a, b in zip(ours["samples"], theirs["samples"], strict=True))
 
+
+
+STOPPING = '''
+import torch
+import trainer as L
+from callbacks import EarlyStopping
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Model(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+        self.losses = []
+
+    def training_step(self, batch, batch_idx):
+        loss = self.layer(batch[0]).pow(2).mean()
+        self.log("train_loss", loss + self.current_epoch, on_step=False, on_epoch=True)
+        self.losses.append(loss.detach())
+        return loss
+
+    def on_train_epoch_end(self):
+        self.log("epoch_loss", torch.stack(self.losses).mean() + self.current_epoch)
+        self.losses.clear()
+
+    def validation_step(self, batch, batch_idx):
+        self.log("val_loss", self.layer(batch[0]).pow(2).mean())
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def main(root, monitor, validate):
+    L.seed_everything(1)
+    data = DataLoader(TensorDataset(torch.randn(32, 4)), batch_size=8)
+    trainer = L.Trainer(max_epochs=6, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                        enable_checkpointing=False, callbacks=[EarlyStopping(monitor, patience=1)])
+    trainer.fit(Model(), data, data if validate else None)
+    return trainer.current_epoch, trainer.global_step
+'''
+
+
+@pytest.mark.parametrize(("monitor", "validate"), [("epoch_loss", True), ("train_loss", True), ("train_loss", False)])
+def test_early_stopping_checks_where_lightning_does_by_default(tmp_path: Path, monitor: str, validate: bool) -> None:
+    """Without check_on_train_epoch_end, EarlyStopping checks after the training epoch when
+    validation runs at every epoch's end (or not at all), as Lightning: a monitor logged in
+    `on_train_epoch_end`, or a training epoch mean, stops the run at Lightning's epoch."""
+    from tests.helpers.lightning_projects import load_source
+
+    ours = load_source(STOPPING, "ours", "stopping").main(tmp_path / "ours", monitor, validate)
+    theirs = load_source(STOPPING, "lightning", "stopping").main(tmp_path / "lightning", monitor, validate)
+    assert theirs[0] < 6  # it stopped early
+    assert ours == theirs
