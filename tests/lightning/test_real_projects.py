@@ -222,3 +222,25 @@ def test_early_stopping_checks_where_lightning_does_by_default(tmp_path: Path, m
     theirs = load_source(STOPPING, "lightning", "stopping").main(tmp_path / "lightning", monitor, validate)
     assert theirs[0] < 6  # it stopped early
     assert ours == theirs
+
+
+def same(a: Any, b: Any) -> bool:
+    """Nested lists/dicts of tensors and plain values, equal with `torch.equal` at the leaves."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and torch.equal(a, b)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    return bool(a == b)
+
+
+# ------------------------------------------------------------------------- two prediction writers
+def test_prediction_writers_save_what_lightnings_save(tmp_path: Path) -> None:
+    ours, theirs = both("real_prediction_writers", tmp_path)
+    assert_same_run(ours, theirs)
+    assert len(theirs["returned"]) == 3 and same(ours["returned"], theirs["returned"])  # predict's return value
+    assert list(theirs["saved"]) == ["batch_indices_0.pt", "predictions_0.pt"]
+    assert same(ours["saved"], theirs["saved"])  # write_on_epoch_end's predictions and batch_indices
+    assert len(theirs["cases"]) == 24 and same(ours["cases"], theirs["cases"])  # one pair of files per case
+    assert ours["none_returned"] is None and theirs["none_returned"] is None
