@@ -1,7 +1,7 @@
 """A diffusion denoiser trained with EMA weight averaging, from mfm-v2
 (github.com/PeterPotaptchik/mfm-v2: `src/distcfm/utils/training_denoiser.py`, class
 `TrainingModuleDenoiser` and `DenoiserSamplingCallback`; `src/distcfm/utils/ema.py`,
-`EMAWeightAveraging(WeightAveraging)`), written with `import lightning as pl`.
+`EMAWeightAveraging(WeightAveraging)`), written against Lightning 2 (`import ... as pl`).
 
 Kept as written: metrics logged under `train/...` names (`train/total_loss`, `train/lr`,
 one per loss term, the Trainer's own `train/*` namespace here), `on_before_optimizer_step`

@@ -1,6 +1,6 @@
 """Kraken's training harness (github.com/mittagessen/kraken, `kraken/lib/train/trainer.py` and
 the `optimizer_step`/`lr_scheduler_step`/`_configure_optimizer_and_lr_scheduler` of
-`kraken/lib/train/recognition.py`), written with `import lightning as L`.
+`kraken/lib/train/recognition.py`), written against Lightning 2 (`import ... as L`).
 
 Kept as written: `KrakenTrainer(L.Trainer)` filling the Trainer's kwargs (a
 `L.pytorch.loggers.TensorBoardLogger(log_dir)` made through the `L.pytorch` attribute path
