@@ -24,10 +24,12 @@ _CHECK_ON = ("validation_end", "train_epoch_end")
 class EarlyStopping(Callback):
     """Stops training after `patience` checks without an improvement of `monitor`.
 
-    A check happens once per epoch: after validation (`check_on="validation_end"`, the
-    default) or after the training epoch (`check_on="train_epoch_end"`, for metrics
-    logged with `on_epoch=True` in `training_step`, or when there is no validation
-    loader). An improvement is a value better than the best so far by more than
+    A check happens once per epoch: after validation (`check_on="validation_end"`) or after
+    the training epoch (`check_on="train_epoch_end"`: it also sees this epoch's means of what
+    `training_step` logged with `on_epoch=True` and what `on_train_epoch_end` logged). Without
+    `check_on`, Lightning's rule picks: after the training epoch when validation runs at the
+    end of every epoch (the default `val_check_interval` and `check_val_every_n_epoch=1`, or
+    no validation loader at all), after validation otherwise. An improvement is a value better than the best so far by more than
     `min_delta`. Stopping is a request to the Trainer (`trainer.request_stop()`), so the
     current epoch finishes normally (epoch-end hooks, `last.ckpt`). The wait count and
     the best value are part of the checkpoint.
@@ -37,7 +39,7 @@ class EarlyStopping(Callback):
         mode: "min" when lower is better, "max" when higher is better.
         patience: how many checks without improvement to tolerate before stopping.
         min_delta: the smallest change that counts as an improvement (>= 0).
-        check_on: "validation_end" or "train_epoch_end".
+        check_on: "validation_end", "train_epoch_end", or None (default): Lightning's rule above.
         check_finite: stop at once when the monitored value is nan or inf; when False,
             a nan counts as a check without improvement.
         stopping_threshold: stop at once when the value is better than this (Lightning).
@@ -80,7 +82,7 @@ class EarlyStopping(Callback):
         check_on_train_epoch_end: bool | None = None,
         log_rank_zero_only: bool = False,
         *,
-        check_on: Literal["validation_end", "train_epoch_end"] = "validation_end",
+        check_on: Literal["validation_end", "train_epoch_end"] | None = None,
     ) -> None:
         if check_on_train_epoch_end is not None:
             check_on = "train_epoch_end" if check_on_train_epoch_end else "validation_end"
@@ -95,7 +97,7 @@ class EarlyStopping(Callback):
             raise ValueError(f"EarlyStopping(patience=...) expected an int >= 0. Received: {patience!r}.")
         if isinstance(min_delta, bool) or not isinstance(min_delta, (int, float)) or not min_delta >= 0:
             raise ValueError(f"EarlyStopping(min_delta=...) expected a number >= 0. Received: {min_delta!r}.")
-        if check_on not in _CHECK_ON:
+        if check_on is not None and check_on not in _CHECK_ON:
             raise ValueError(
                 f"EarlyStopping(check_on=...) expected 'validation_end' or 'train_epoch_end'. Received: {check_on!r}."
             )
@@ -103,7 +105,8 @@ class EarlyStopping(Callback):
         self.mode = mode
         self.patience = patience
         self.min_delta = float(min_delta)
-        self.check_on = check_on
+        self._check_on_given = check_on
+        self.check_on: str = check_on or "validation_end"  # until a fit says which (`_resolve_check_on`)
         self.check_finite = check_finite
         self.stopping_threshold = stopping_threshold
         self.divergence_threshold = divergence_threshold
@@ -140,12 +143,22 @@ class EarlyStopping(Callback):
     def monitored_metrics(self, trainer: Trainer) -> dict[str, str]:
         """`monitor`, checked with every other monitor once the run's names are known (strict only;
         at validation's end only when the run validates)."""
+        self._resolve_check_on(trainer)
         if not self.strict or (self.check_on == "validation_end" and sum(trainer.num_val_batches) == 0):
             return {}
         return {self.monitor: self.check_on}
 
     # -------------------------------------------------------------------- hooks
+    def _resolve_check_on(self, trainer: Trainer) -> None:
+        """Without `check_on`, Lightning's rule: after the training epoch when validation runs
+        (if at all) once at the end of every epoch, after validation otherwise."""
+        if self._check_on_given is None:
+            interval = trainer.args.val_check_interval
+            every_epoch_end = (interval is None or interval == 1.0) and trainer.args.check_val_every_n_epoch == 1
+            self.check_on = "train_epoch_end" if every_epoch_end else "validation_end"
+
     def on_fit_start(self, trainer: Trainer, module: Any) -> None:
+        self._resolve_check_on(trainer)
         self._fitting = True  # validate()/test() outside fit never count as checks
         self._said_stop = False
 

@@ -79,11 +79,23 @@ class BaseFinetuning(Callback):
         for index, optimizer in enumerate(trainer.optimizers):
             before = len(optimizer.param_groups)
             self.finetune_function(module, trainer.current_epoch, optimizer)
-            names = {p: n for n, p in module.named_parameters()}
-            if index not in self._internal_optimizer_metadata:
-                self._internal_optimizer_metadata[index] = _with_params(optimizer.param_groups, names)
-            elif len(optimizer.param_groups) != before:
-                self._internal_optimizer_metadata[index].extend(_with_params(optimizer.param_groups[before:], names))
+            self._store(module, index, before, optimizer.param_groups)
+
+    def _store(self, pl_module: Any, opt_idx: int, num_param_groups: int, current_param_groups: list[dict[str, Any]]) -> None:
+        """Record optimizer `opt_idx`'s groups (by parameter name) for checkpoints: all of them
+        the first time, then those past the first `num_param_groups`. Lightning's name and
+        arguments: a subclass that unfreezes outside an epoch start (from a batch hook, at a
+        step) calls it itself."""
+        names = {p: n for n, p in pl_module.named_parameters()}
+        if opt_idx not in self._internal_optimizer_metadata:
+            self._internal_optimizer_metadata[opt_idx] = _with_params(current_param_groups, names)
+        elif len(current_param_groups) != num_param_groups:
+            self._internal_optimizer_metadata[opt_idx].extend(_with_params(current_param_groups[num_param_groups:], names))
+
+    @staticmethod
+    def _apply_mapping_to_param_groups(param_groups: list[dict[str, Any]], mapping: dict[Any, Any]) -> list[dict[str, Any]]:
+        """`param_groups` with each parameter mapped through `mapping` (Lightning's helper)."""
+        return _with_params(param_groups, mapping)
 
     def finetune_function(self, pl_module: Any, epoch: int, optimizer: torch.optim.Optimizer) -> None:
         """Unfreeze (and add to `optimizer`) what this epoch trains; override it."""

@@ -53,4 +53,6 @@ def __getattr__(name: str) -> Any:
     `import trainer as L`): loaded on first use, so `import trainer` never loads the callbacks."""
     if name in _LAZY:
         return importlib.import_module(f"trainer.{name}")
+    if name == "pytorch":  # `import lightning as L` then `L.pytorch.Trainer`, `L.pytorch.loggers.X`
+        return importlib.import_module("trainer")
     raise AttributeError(f"module 'trainer' has no attribute {name!r}")

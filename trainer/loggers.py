@@ -22,6 +22,8 @@ from trainer.logging.mlflow import MLflowLogger
 from trainer.logging.multi import LoggerList
 from trainer.logging.wandb import WandbLogger
 
+from trainer.logging import tensorboard as logger  # Lightning's `loggers.logger.Logger` (the base logger type)
+
 MLFlowLogger = MLflowLogger  # Lightning's spelling
 
 __all__ = [

@@ -83,7 +83,7 @@ def test_early_stopping_counts_nan_as_no_improvement_without_check_finite(tmp_pa
 
 
 def test_early_stopping_warns_when_no_validation_runs(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    stopper = callbacks.EarlyStopping("val/score", patience=1)
+    stopper = callbacks.EarlyStopping("val/score", patience=1, check_on="validation_end")
     with caplog.at_level("WARNING", logger="trainer.callbacks"):
         fit(tmp_path, [1.0, 1.0, 1.0], stopper, validate=False)
     warnings = [r.getMessage() for r in caplog.records if "made no check" in r.getMessage()]

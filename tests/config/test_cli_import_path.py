@@ -20,7 +20,7 @@ model: {class_path: tests.helpers.reference.TinyNet}
 data: {class_path: userdata.Points}
 trainer: {max_steps: 1, logger: false, enable_checkpointing: false, enable_progress_bar: false}
 callbacks:
-  - {class_path: callbacks.EarlyStopping, init_args: {monitor: val/loss}}
+  - {class_path: callbacks.EarlyStopping, init_args: {monitor: val/loss, check_on_train_epoch_end: false}}
 """
 USERDATA_PY = """\
 from torch.utils.data import DataLoader
@@ -45,7 +45,7 @@ def test_the_command_reads_our_packages_before_the_working_folder(tmp_path: Path
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"class_path userdata.Points: imported from {tmp_path / 'userdata.py'}" in done.stderr
-    (tmp_path / "mine.yaml").write_text(EXPERIMENT.replace("callbacks.EarlyStopping, init_args: {monitor: val/loss}", "callbacks.Mine"))
+    (tmp_path / "mine.yaml").write_text(EXPERIMENT.replace("callbacks.EarlyStopping, init_args: {monitor: val/loss, check_on_train_epoch_end: false}", "callbacks.Mine"))
     done = subprocess.run([sys.executable, "-m", "trainer", "fit", "mine.yaml"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 2 and f"Your {tmp_path / 'callbacks.py'} has the name of this trainer's own `callbacks` package" in done.stderr

@@ -75,7 +75,7 @@ def test_configure_callbacks_replaces_same_class_callbacks_and_checkpoints_stay_
     saver, mine = callbacks.ModelCheckpoint(dirpath=tmp_path), Marker("trainer's")
     other = callbacks.LearningRateMonitor()
     trainer = Trainer(max_epochs=1, logger=False, enable_progress_bar=False, callbacks=[saver, mine, other], root_dir=tmp_path)
-    trainer.fit(WithCallbacks(), data())
+    trainer.fit(WithCallbacks(), data(), data())  # EarlyStopping(monitor="val_loss") needs a validation, as in Lightning
     kinds = [type(c).__name__ for c in trainer.callbacks]
     assert kinds == ["LearningRateMonitor", "Marker", "EarlyStopping", "ModelCheckpoint"]
     assert [c.name for c in trainer.callbacks if isinstance(c, Marker)] == ["module's"]

@@ -159,7 +159,12 @@ class RunOutput(OutputFolder):
             self._logger.flush()
 
     # ---------------------------------------------------------------------- logging
-    def log_step(self, window_loss: torch.Tensor | None, grad_norm: torch.Tensor | None, epoch: int | None = None) -> None:
+    def log_step(self, window_loss: torch.Tensor | None, grad_norm: torch.Tensor | None, epoch: int | None = None,
+                 late: bool = False) -> None:
+        """Write a logging step's scalars. `late`: written after the step (at the end of fit,
+        after the epoch's validation): the names the user logged keep, in `callback_metrics` and
+        `logged_metrics`, what was logged under them since (a validation's value of the same
+        name), as in Lightning, which never writes that step; the logger still gets the step."""
         context = self.context
         values: dict[str, Any] = {"train/loss": window_loss} if window_loss is not None else {}
         if grad_norm is not None:
@@ -195,8 +200,9 @@ class RunOutput(OutputFolder):
         floats = {k: v for k, v in floats.items() if k in users or k not in taken} if taken else floats
         self._last_log_time, self._last_log_step = now, context.state.global_step
         self._samples, self._samples_known = 0, True
-        context.metrics.update_latest(floats)
-        self.logged.update(floats)
+        reported = {k: v for k, v in floats.items() if k not in users} if late else floats
+        context.metrics.update_latest(reported)
+        self.logged.update(reported)
         self._last_loss, self._logged_step, self._step_unwritten = None, context.state.global_step, False
         if self.logger is not None:  # with `epoch` (an int), as Lightning writes it beside every logged value
             self.logger.log_metrics({**floats, "epoch": context.state.epoch if epoch is None else epoch},
@@ -217,7 +223,7 @@ class RunOutput(OutputFolder):
         """Fit ends between logging steps: the last step's training scalars are written too
         (also when it returned no loss: what it logged, and the learning rates)."""
         if self._step_unwritten and self.context.state.global_step > self._logged_step:
-            self.log_step(self._last_loss, None, epoch=self._last_step_epoch)  # the epoch the step was in
+            self.log_step(self._last_loss, None, epoch=self._last_step_epoch, late=True)  # the epoch the step was in
 
     def close_train_epoch(self) -> None:
         """Reduce what training_step logged with on_epoch=True and write it."""

@@ -211,7 +211,8 @@ class FitLoop(FitValidation):
         context, state = self.context, self.context.state
         self.reconcile()
         log_samples(context.metrics, context.train_loader)  # a Mixture's samples per source
-        context.output.close_train_epoch()
+        # The epoch's on_epoch training values close after its validation, as Lightning's: the
+        # validation hooks see the previous epoch's in callback_metrics.
         assert self.schedule is not None
         if (
             self.val_loader is not None

@@ -9,8 +9,9 @@ Then every monitor is checked together, and all the missing ones are reported in
 
 A monitor first read at the training epoch's end (`check_on="train_epoch_end"`, a checkpoint
 saved there, an epoch-interval scheduler) may name a metric logged in an `on_train_epoch_end`
-hook: when the module or a callback other than the monitoring ones defines that hook, such a
-monitor is left to its own check, which names the nearest logged name too.
+hook, or one a validation-end hook logs or sets in `trainer.callback_metrics`: when the module
+or a callback other than the monitoring ones defines one of those hooks, such a monitor is left
+to its own check, which names the nearest logged name too.
 """
 
 from __future__ import annotations
@@ -73,11 +74,13 @@ class MonitorCheck:
 
 
 def _later_logging(context: RunContext) -> bool:
-    """Whether code that is not a monitor runs at the training epoch's end (it may log there)."""
+    """Whether code that is not a monitor runs at the training epoch's end or at a validation's
+    end (it may log there, or set `trainer.callback_metrics[name]`, before the epoch's end)."""
     dispatch = context.hooks
     monitoring = {id(cb) for cb in context.hooks.callbacks if _monitored(cb, context)}
-    return dispatch.module_defines("on_train_epoch_end") or any(
-        id(cb) not in monitoring for cb in dispatch.overriding("on_train_epoch_end"))
+    hooks = ("on_train_epoch_end", "on_validation_epoch_end", "on_validation_end")
+    return any(dispatch.module_defines(hook) for hook in hooks) or any(
+        id(cb) not in monitoring for hook in hooks for cb in dispatch.overriding(hook))
 
 
 def _monitors(context: RunContext) -> list[tuple[str, str, str]]:
