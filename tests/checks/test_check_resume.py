@@ -61,8 +61,16 @@ def test_pythons_global_random_in_getitem_is_exact_with_and_without_workers():
         assert report.exact, str(report)
 
 
+def test_a_sampler_reshuffling_from_pythons_random_on_iter_is_exact():
+    """The epoch's iterator is made again, on a resume, from every global stream as it was when
+    the epoch's iterator was first made (Python's and NumPy's too), so a sampler that shuffles
+    with `random.shuffle` in `__iter__` gives the epoch's order again."""
+    for workers in (0, 2):
+        report = check_resume(Net, lambda: loader("reshuffle", num_workers=workers), steps=6, **QUIET)
+        assert report.exact, str(report)
+
+
 @pytest.mark.parametrize(("kind", "workers", "cause"), [
-    ("reshuffle", 2, "ReshuffleOnIter.__iter__ (the loader's sampler) draws from Python's random"),
     ("distributed_epoch", 0, "a DistributedSampler at the loader's batch_sampler.base"),
     ("own_random", 0, "Data.rng (the loader's dataset)"),
 ])

@@ -18,13 +18,13 @@ callbacks: [{{class_path: callbacks.ModelCheckpoint, init_args: {{dirpath: ckpts
 
 def test_check_resume_on_a_config_reports_exact_and_a_broken_one_with_exit_code_1(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    for kind in ("correct", "reshuffle"):
+    for kind in ("correct", "own_random"):
         (tmp_path / f"{kind}.yaml").write_text(EXPERIMENT.format(kind=kind))
     assert main(["check-resume", "correct.yaml", "--steps", "6"]) == 0
     assert "exact (the same batches" in capsys.readouterr().out
-    assert main(["check-resume", "reshuffle.yaml", "--steps", "6", "--trainer.accumulate_grad_batches", "1"]) == 1
+    assert main(["check-resume", "own_random.yaml", "--steps", "6", "--trainer.accumulate_grad_batches", "1"]) == 1
     out = capsys.readouterr().out
-    assert "NOT exact" in out and "ReshuffleOnIter.__iter__" in out
-    assert sorted(os.listdir(tmp_path)) == ["correct.yaml", "reshuffle.yaml"]  # no runs/, no ckpts/
+    assert "NOT exact" in out and "Data.rng (the loader's dataset)" in out
+    assert sorted(os.listdir(tmp_path)) == ["correct.yaml", "own_random.yaml"]  # no runs/, no ckpts/
     assert main(["check-resume", "correct.yaml", "--steps", "1"]) == 2
     assert "--steps" in capsys.readouterr().err

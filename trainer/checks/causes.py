@@ -75,14 +75,15 @@ def likely_causes(loader: Any, changed: list[str], *, before_any_resume: bool) -
             "set_epoch(epoch) and torch's generator, or give the object state_dict()/load_state_dict() and use "
             "torchdata's StatefulDataLoader"
         )
-    for path, obj in objects:  # a sampler's iter() runs at the epoch's start; a resume makes it again later
+    for path, obj in objects:  # a sampler drawing while it is read: a resume replays only the epoch start's streams
         drawn = _source_draws(obj, "__iter__") if "dataset" not in path and type(obj).__module__.split(".")[0] != "torch" else None
         if drawn is not None:
             causes.append(
-                f"{type(obj).__name__}.__iter__ (the loader's {path}) draws from {drawn} when the epoch's iterator is "
-                "made: the Trainer saves that stream at the cut, and a resume makes the iterator again from the "
-                "cut's state, so it reshuffles differently. Draw from a torch.Generator (the sampler's own "
-                "`generator` attribute, or seeded from the epoch), as torch's RandomSampler does"
+                f"{type(obj).__name__}.__iter__ (the loader's {path}) draws from {drawn}: a resume makes the epoch's "
+                "iterator again from that stream as it was when the epoch started, but draws made while the epoch is "
+                "read (a generator's yields) come, after the resume, from the stream as the cut left it. Draw from a "
+                "torch.Generator (the sampler's own `generator` attribute, or seeded from the epoch), as torch's "
+                "RandomSampler does"
             )
     if getattr(loader, "persistent_workers", False) and getattr(loader, "num_workers", 0) > 0:
         causes.append(
