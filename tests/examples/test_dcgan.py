@@ -7,7 +7,6 @@ state dicts it saves after each epoch.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,14 +19,7 @@ from trainer import Trainer
 
 
 
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    """Many small convolutions: on a loaded machine, a second intra-op thread that loses its core
-    makes every op wait for it (ten times slower). Both runs of a test use the same count."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/examples/conftest.py
 
 # --dry-run (one epoch, a `break` after the first batch) is max_epochs=1, limit_train_batches=1;
 # --workers 2 is the script's default.

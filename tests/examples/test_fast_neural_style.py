@@ -7,7 +7,6 @@ numbers the script prints are equal, and so are the state dicts it saves during 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,14 +19,7 @@ from trainer import Trainer
 
 
 
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    """Many small convolutions: on a loaded machine, a second intra-op thread that loses its core
-    makes every op wait for it (ten times slower). Both runs of a test use the same count."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/examples/conftest.py
 
 # At the script's --content-weight 1e5 and --style-weight 1e10 every amp step of this short run
 # overflows (the GradScaler backs off from 2**16 each time): the amp case runs --content-weight 100
