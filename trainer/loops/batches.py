@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from trainer._utils import length_of, move_to_device
+from trainer.loops.hooks import REFUSED_HOOKS
 from trainer.module import Module
 
 log = logging.getLogger("trainer")
@@ -131,15 +132,6 @@ def batch_mover(module: Any, datamodule: Any, device: torch.device, dataloader_i
     return move
 
 
-#: Lightning 1's epoch-end hooks with outputs, which Lightning 2 removed, and what each stage checks.
-_REMOVED_HOOKS = {
-    "fit": ("training_epoch_end", "validation_epoch_end"),
-    "validate": ("validation_epoch_end",),
-    "test": ("test_epoch_end",),
-    "predict": (),
-}
-
-
 def check_module(model: Any, stage: str = "fit") -> None:
     """A `Module`, without a hook of Lightning 1 that `stage` would silently skip.
 
@@ -153,7 +145,7 @@ def check_module(model: Any, stage: str = "fit") -> None:
             f"Expected a trainer.Module (a torch.nn.Module with training_step and configure_optimizers). "
             f"Received: {type(model).__name__}. Subclass trainer.Module instead of torch.nn.Module."
         )
-    for hook in _REMOVED_HOOKS.get(stage, ()):
+    for hook in REFUSED_HOOKS.get(stage, ()):
         if callable(getattr(model, hook, None)):
             raise NotImplementedError(
                 f"{type(model).__name__} defines `{hook}(self, outputs)`, a hook of Lightning 1 that Lightning 2 "

@@ -26,7 +26,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-__all__ = ["HOOKS", "REMOVED_HOOKS", "CallbackBase", "Dispatcher", "checkpoint_callbacks_last", "with_module_callbacks"]
+__all__ = ["HOOKS", "REMOVED_HOOKS", "REFUSED_HOOKS", "CallbackBase", "Dispatcher", "checkpoint_callbacks_last", "with_module_callbacks"]
 
 log = logging.getLogger("trainer")
 
@@ -49,6 +49,14 @@ REMOVED_HOOKS: dict[str, str] = {
     "on_batch_start": "on_train_batch_start", "on_batch_end": "on_train_batch_end",
     "on_pretrain_routine_start": "on_fit_start", "on_pretrain_routine_end": "on_train_start",
     "on_keyboard_interrupt": "on_exception", "on_init_start": "__init__", "on_init_end": "__init__",
+}
+#: Lightning 1's epoch-end hooks with outputs, which Lightning 2 refuses (and so does a stage
+#: here, before any batch: `loops/batches.py` `check_module`), by the stage that would skip them.
+REFUSED_HOOKS: dict[str, tuple[str, ...]] = {
+    "fit": ("training_epoch_end", "validation_epoch_end"),
+    "validate": ("validation_epoch_end",),
+    "test": ("test_epoch_end",),
+    "predict": (),
 }
 # Hooks whose module implementation runs before the callbacks' (everything else: callbacks
 # first, as Lightning calls them). Epoch ends: see docs/hooks.md for why.
