@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from trainer.checkpoint.parts import trainer_parts
 from trainer.checkpoint.bucket_runs import checkpoint_folder, log_root
 from trainer.checkpoint.storage import RemotePath
 from trainer.loops.optimizers import optimizers_or_none, parse_optimizers
+from trainer.loops import state as states
 from trainer.loops.state import LoopState
 from trainer.logging.output import RunOutput
 from trainer.loops import early_signals
@@ -46,6 +48,9 @@ from trainer.lightning.arguments import precision_of, translate
 __all__ = ["Trainer"]
 
 log = logging.getLogger("trainer")
+
+# Lightning's path for the state names: `from trainer.trainer.states import TrainerFn, RunningStage`
+sys.modules.setdefault(f"{__name__}.states", states)
 
 
 class Trainer(TrainerSettings, TrainerData, TrainerEvaluation, TrainerFit):
@@ -156,6 +161,7 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation, TrainerFit):
         simple = SimpleProfiler() if self.args.profiler == "simple" else None
         self._run = run = RunContext(self, self.args, strategy, precision, MetricStore(), DataOrder(),
                               Dispatcher(None, self.callbacks), simple)
+        run.state.stage_of = self._stage
         run.output = RunOutput(run)
         run.checkpoints = Checkpoints(run)
         run.set_loader_source(self._reload_loaders)
@@ -224,7 +230,8 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation, TrainerFit):
         new_run = self._starts_run(model)
         if new_run:  # a new model (or one only evaluated so far): new optimizer, counters restart
             self._run.module = model
-            self._run.state = LoopState()
+            old = self._run.state  # what the Trainer is doing carries over; where the loop is restarts
+            self._run.state = LoopState(fn=old.fn, status=old.status, stage_of=old.stage_of)
         model._attach(self, self._run)
         if self._run.module_callbacks:
             self.callbacks = with_module_callbacks(self.callbacks, model)

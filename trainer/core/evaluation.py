@@ -94,6 +94,10 @@ class TrainerEvaluation:
     _running: str | None
     _ckpt_path: str | None
 
+    if TYPE_CHECKING:
+        def _begin_call(self, verb: str) -> None: ...
+        def _end_call(self) -> None: ...
+
     def validate(self, model: Module | None = None, loader: Any = None, ckpt_path: str | Path | None = None,
                  verbose: bool = True, *, dataloaders: Any = None, datamodule: Any = None,
                  weights_only: bool | None = None) -> Any:
@@ -132,7 +136,7 @@ class TrainerEvaluation:
                 log.warning("%s(ckpt_path=None) was called without a model: the best checkpoint of the previous fit "
                             "is used (Lightning's rule). Pass ckpt_path='best' or 'last' to choose.", verb)
         check_module(model, verb)
-        self._running, self._interrupted = verb, False
+        self._begin_call(verb)
         try:
             (loader,) = self._loaders(verb, model, datamodule, loader if loader is not None else dataloaders)
             self._evaluation_loader(model, stage, loader, call=False)  # no loader at all: an error before any work
@@ -145,7 +149,7 @@ class TrainerEvaluation:
             with torch_flags(self.args):
                 return self._run_evaluation(stage, model, loader, checkpoint, verbose, keep)
         finally:
-            self._running = None
+            self._end_call()
 
     def _run_evaluation(self, stage: str, model: Module, loader: Any, checkpoint: Any, verbose: bool, keep: bool) -> Any:
         if model is not self._run.module:  # another model: a later fit starts a fresh run for it

@@ -53,6 +53,8 @@ class TrainerFit:
         _handling_error: bool
         _interrupted: bool
         _running: str | None
+        def _begin_call(self, verb: str) -> None: ...
+        def _end_call(self) -> None: ...
         _ckpt_path: str | None
 
         @property
@@ -106,13 +108,13 @@ class TrainerFit:
         Loaders come from the arguments, a `datamodule`, or the module's own `train_dataloader()`
         / `val_dataloader()` methods (Lightning's), called after its `setup("fit")`.
         """
-        self._running, self._interrupted = "fit", False
+        self._begin_call("fit")
         try:
             with torch_flags(self.args):  # deterministic, benchmark, detect_anomaly: restored when fit ends
                 self._fit(model, train_loader if train_loader is not None else train_dataloaders,
                           val_loader if val_loader is not None else val_dataloaders, ckpt_path, datamodule)
         finally:
-            self._running = None
+            self._end_call()
 
     def _fit(self, model: Module, train_loader: Any, val_loader: Any, ckpt_path: Any, datamodule: Any) -> None:
         check_module(model)

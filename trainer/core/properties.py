@@ -16,6 +16,7 @@ from trainer.logging.reduction import MetricValue
 from trainer.loops.combined import CombinedLoader
 from trainer.loops.loaders import public_loaders
 from trainer.loops.schedule import batch_limit
+from trainer.loops.state import LoopState, RunningStage, TrainerFn, TrainerStatus
 
 if TYPE_CHECKING:
     from trainer._args import TrainerArgs
@@ -23,7 +24,6 @@ if TYPE_CHECKING:
     from trainer.loops.hooks import CallbackBase
     from trainer.loops.context import RunContext
     from trainer.precision import Precision
-    from trainer.loops.state import LoopState
     from trainer.strategies import Strategy
 
 __all__ = ["TrainerProperties"]
@@ -289,6 +289,25 @@ class TrainerProperties:
     def evaluating(self) -> bool:
         """True while validating, testing or sanity checking (Lightning's rule)."""
         return self.validating or self.testing or self._run.sanity_checking
+
+    def _stage(self) -> RunningStage | None:
+        """Lightning's `trainer.state.stage`: what the running call does now, None between calls."""
+        if self._run.sanity_checking:
+            return RunningStage.SANITY_CHECKING
+        for stage, now in ((RunningStage.TRAINING, self.training), (RunningStage.VALIDATING, self.validating),
+                           (RunningStage.TESTING, self.testing), (RunningStage.PREDICTING, self.predicting)):
+            if now:
+                return stage
+        return None
+
+    def _begin_call(self, verb: str) -> None:
+        """A fit/validate/test/predict starts: `_running`, `interrupted` and Lightning's `state.fn`/`status`."""
+        self._running, self._interrupted = verb, False
+        self.state.fn, self.state.status = TrainerFn(verb), TrainerStatus.RUNNING
+
+    def _end_call(self) -> None:
+        self._running = None
+        self.state.status = TrainerStatus.INTERRUPTED if self._interrupted else TrainerStatus.FINISHED
 
     def _evaluation_stage(self) -> str | None:
         return getattr(getattr(self, "_eval", None), "stage", None)
