@@ -17,7 +17,7 @@ __all__ = ["KeptFiles"]
 class KeptFiles:
     """Lightning's top-k bookkeeping of `ModelCheckpoint` and its state in a checkpoint."""
 
-    dirpath: Any
+    _dir: Any  # the folder (a Path, or a RemotePath for a URL)
     monitor: str | None
     mode: Literal["min", "max"]
     save_top_k: int
@@ -45,10 +45,10 @@ class KeptFiles:
 
     def _versioned(self, name: str, replaced: str | None) -> str:
         """`name`, or `name-vN` when a file of that name exists and is not the one this save replaces."""
-        if not self.enable_version_counter or self.dirpath is None:
+        if not self.enable_version_counter or self._dir is None:
             return name
         candidate, version = name, 1
-        while (self.dirpath / f"{candidate}.ckpt").exists() and str(self.dirpath / f"{candidate}.ckpt") != replaced:
+        while (self._dir / f"{candidate}.ckpt").exists() and str(self._dir / f"{candidate}.ckpt") != replaced:
             candidate, version = f"{name}-v{version}", version + 1
         return candidate
 
@@ -74,7 +74,7 @@ class KeptFiles:
     # ------------------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:
         return {
-            "dirpath": str(self.dirpath) if self.dirpath is not None else None,
+            "dirpath": str(self._dir) if self._dir is not None else None,
             "best_k_models": dict(self.best_k_models),
             "best_model_path": self.best_model_path,
             "best_model_score": self.best_model_score,

@@ -130,7 +130,7 @@ class ModelCheckpoint(KeptFiles, Checkpoint):
         self._last_time_checked: float | None = None
         self.auto_insert_metric_name, self.save_weights_only, self.verbose = auto_insert_metric_name, save_weights_only, verbose
         self.save_on_train_epoch_end, self.enable_version_counter = save_on_train_epoch_end, enable_version_counter
-        self.dirpath: Any = location(dirpath) if dirpath is not None else None
+        self._dir: Any = location(dirpath) if dirpath is not None else None
         self.filename, self.monitor, self.mode = filename, monitor, mode
         self.save_top_k, self.save_last = save_top_k, save_last  # as given (Lightning's): None and False alike
         self.every_n_train_steps = every_n_train_steps or None  # None: never by steps
@@ -155,6 +155,15 @@ class ModelCheckpoint(KeptFiles, Checkpoint):
         self._warned: set[str] = set()
 
     @property
+    def dirpath(self) -> str | None:
+        """The checkpoints' folder as a string, as Lightning's (None until `fit` resolves the default)."""
+        return None if self._dir is None else str(self._dir)
+
+    @dirpath.setter
+    def dirpath(self, value: str | os.PathLike[str] | None) -> None:
+        self._dir = None if value is None else location(value)
+
+    @property
     def state_key(self) -> str:
         return (f"ModelCheckpoint{{monitor={self.monitor!r}, mode={self.mode!r}, "
                 f"every_n_train_steps={self.every_n_train_steps}, every_n_epochs={self.every_n_epochs}}}")
@@ -162,13 +171,13 @@ class ModelCheckpoint(KeptFiles, Checkpoint):
     # -------------------------------------------------------------------------- hooks
     def on_fit_start(self, trainer: Trainer, module: Any) -> None:
         self._fitting, self._validated, self._written, self._deferred = True, False, "", False
-        if self.dirpath is None:  # rank 0's run folder (other ranks must not create one)
+        if self._dir is None:  # rank 0's run folder (other ranks must not create one)
             strategy = trainer.strategy
             log_dir = str(trainer.checkpoint_dir) if strategy.is_global_zero else None
-            self.dirpath = location(strategy.broadcast_object(log_dir), trainer.args.storage_options) / "checkpoints"
-        elif is_remote(self.dirpath):
-            self.dirpath = location(str(self.dirpath), trainer.args.storage_options)
-        trainer.check_checkpoint_path(self.dirpath)  # a URL: its bucket and credentials, before any step
+            self._dir = location(strategy.broadcast_object(log_dir), trainer.args.storage_options) / "checkpoints"
+        elif is_remote(self._dir):
+            self._dir = location(str(self._dir), trainer.args.storage_options)
+        trainer.check_checkpoint_path(self._dir)  # a URL: its bucket and credentials, before any step
 
     def on_train_start(self, trainer: Trainer, module: Any) -> None:
         self._last_time_checked = time.monotonic()  # Lightning's: the interval counts from here
@@ -225,16 +234,16 @@ class ModelCheckpoint(KeptFiles, Checkpoint):
 
     def on_exception(self, trainer: Trainer, module: Any, exception: BaseException) -> None:
         fitting, self._fitting = self._fitting, False
-        if not (self.save_on_exception and fitting and self.dirpath is not None) or self._skip(trainer):
+        if not (self.save_on_exception and fitting and self._dir is not None) or self._skip(trainer):
             return
         metrics = dict(trainer.callback_metrics)
         values = {m.group(1): 0 for m in _PLACEHOLDER.finditer(self._pattern)} | metrics
         values["epoch"], values["step"] = trainer.current_epoch, trainer.global_step
-        path = str(self.dirpath / f"{_render(self._pattern, values, self.auto_insert_metric_name)}.ckpt")
+        path = str(self._dir / f"{_render(self._pattern, values, self.auto_insert_metric_name)}.ckpt")
         try:  # Lightning's: the file is not ranked among the top k
             trainer.save_checkpoint(path, weights_only=self.save_weights_only)
             if self.save_last:
-                self.last_model_path = str(self.dirpath / f"{self.CHECKPOINT_NAME_LAST}.ckpt")
+                self.last_model_path = str(self._dir / f"{self.CHECKPOINT_NAME_LAST}.ckpt")
                 trainer.save_checkpoint(self.last_model_path, weights_only=self.save_weights_only)
         except Exception as error:  # noqa: BLE001 - the run's own error is the one to raise
             log.warning("ModelCheckpoint(save_on_exception=True) could not write %s: %s", path, error)
@@ -340,13 +349,13 @@ class ModelCheckpoint(KeptFiles, Checkpoint):
     # -------------------------------------------------------------------------- saving
     def _save_now(self, trainer: Trainer, plan: dict[str, Any]) -> None:
         """Write a plan's files, then delete what they replace (only once they are on disk)."""
-        assert self.dirpath is not None
+        assert self._dir is not None
         before = self.state_dict()
         stale: list[str] = []
         self._last_saved_step = plan["step"]
         try:
             if plan["name"] is not None:
-                path = str(self.dirpath / f"{plan['name']}.ckpt")
+                path = str(self._dir / f"{plan['name']}.ckpt")
                 stale += self._record(path, plan["score"])
                 trainer.save_checkpoint(path, weights_only=self.save_weights_only)
                 self._written = path
@@ -354,9 +363,9 @@ class ModelCheckpoint(KeptFiles, Checkpoint):
                     log.info("ModelCheckpoint: saved %s (%s=%s).", path, self.monitor or "step", plan["score"])
             if plan.get("last", self.save_last):
                 previous = self.last_model_path
-                self.last_model_path = str(self.dirpath / f"{self._versioned(self.CHECKPOINT_NAME_LAST, previous)}.ckpt")
+                self.last_model_path = str(self._dir / f"{self._versioned(self.CHECKPOINT_NAME_LAST, previous)}.ckpt")
                 newest = self._written if self._written != self.last_model_path else ""
-                if self.save_last == "link" and newest and self.save_top_k != 0 and not is_remote(self.dirpath):
+                if self.save_last == "link" and newest and self.save_top_k != 0 and not is_remote(self._dir):
                     _link(trainer, newest, self.last_model_path)  # Lightning's: a symlink to the newest file
                 else:
                     trainer.save_checkpoint(self.last_model_path, weights_only=self.save_weights_only)
@@ -369,7 +378,7 @@ class ModelCheckpoint(KeptFiles, Checkpoint):
             return
         kept = {*self.best_k_models, self.best_model_path, self.last_model_path}
         for path in stale:
-            if path and path not in kept and self.dirpath in location(path).parents:
+            if path and path not in kept and self._dir in location(path).parents:
                 trainer.remove_checkpoint(path)
 
 

@@ -57,6 +57,16 @@ def test_mode_max_and_default_dirpath(tmp_path):
     folder = run.log_dir / "checkpoints"
     assert names(folder) == ["epoch=0-step=10.ckpt"]  # 5.0 stays the largest
     assert mc.best_model_path == str(folder / "epoch=0-step=10.ckpt")
+    assert mc.dirpath == str(folder)  # a string, as Lightning's: `dirpath + "/name"` works
+
+
+def test_dirpath_is_a_string_as_given_or_set(tmp_path):
+    mc = ModelCheckpoint(dirpath=tmp_path / "given")
+    assert mc.dirpath == str(tmp_path / "given")
+    mc.dirpath = tmp_path / "moved"  # Lightning lets a script point it elsewhere before fit
+    fit(tmp_path, mc, epochs=1)
+    assert mc.dirpath == str(tmp_path / "moved") and Path(mc.best_model_path).parent == tmp_path / "moved"
+    assert ModelCheckpoint().dirpath is None
 
 
 def test_every_n_train_steps_and_save_last(tmp_path):
