@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from trainer._hparams import AttributeDict, _capturing_init
+from trainer.logging.params import read_hparams_file
 
 __all__ = ["DataModule", "resolve_loaders", "is_datamodule"]
 
@@ -176,7 +177,7 @@ class DataModule:
         checkpoint = load_checkpoint(checkpoint_path, map_location=map_location or "cpu")
         hparams = dict(checkpoint.get(_HPARAMS_KEY) or {})
         if hparams_file is not None:
-            hparams = _read_hparams_file(Path(hparams_file))
+            hparams = read_hparams_file(hparams_file, f"{cls.__name__}.load_from_checkpoint", module_part=False)
         hparams.update(kwargs)
         parameters = inspect.signature(cls.__init__).parameters
         if not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
@@ -201,17 +202,6 @@ def _apply(datasets: Any, make: Any) -> Any:
     if isinstance(datasets, (list, tuple)):
         return [_apply(value, make) for value in datasets]
     return make(datasets)
-
-
-def _read_hparams_file(path: Path) -> dict[str, Any]:
-    if path.suffix.lower() not in (".yaml", ".yml"):
-        raise ValueError(f"load_from_checkpoint(hparams_file={str(path)!r}): expected a .yaml or .yml file.")
-    import yaml
-
-    loaded = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(loaded, dict):
-        raise ValueError(f"hparams_file {str(path)!r} holds {type(loaded).__name__}; expected a mapping of names to values.")
-    return loaded
 
 
 def is_datamodule(value: Any) -> bool:

@@ -33,15 +33,12 @@ import csv
 import io
 import logging
 import os
-import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from trainer.logging.identity import folder_to_continue, same_folder
-from trainer.logging.extras import plain_params
+from trainer.logging.params import write_atomic, write_hparams_yaml
 from trainer.logging.tensorboard import with_prefix
 from trainer.logging.runs import RunFolder, planned_run_dir
 
@@ -158,8 +155,7 @@ class CSVLogger(RunFolder):
 
     def log_hyperparams(self, params: Mapping[str, Any], metrics: Mapping[str, float] | None = None) -> None:
         """Write `hparams.yaml` (nested as given; values YAML can't hold become text)."""
-        path = self.log_dir / "hparams.yaml"
-        _write_atomic(path, yaml.safe_dump(plain_params(dict(params)), sort_keys=False, allow_unicode=True))
+        write_hparams_yaml(self.log_dir, params)
         if metrics:
             self.log_metrics(metrics, step=0)
 
@@ -209,7 +205,7 @@ class CSVLogger(RunFolder):
                          "this run resumed from).", len(old) - len(kept), self._drop_after, path)
             old, self._drop_after = kept, None
         text = _to_csv(self._columns, old + [_formatted(r) for r in rows])
-        _write_atomic(path, text)
+        write_atomic(path, text)
         self._file_columns = list(self._columns)
 
 
@@ -247,17 +243,3 @@ def _read(path: Path) -> tuple[list[str], list[dict[str, Any]]] | None:
         reader = csv.DictReader(handle)
         rows = [dict(row) for row in reader]
         return list(reader.fieldnames or ["step"]), rows
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    """`text` into `path` through a temporary file in the same folder renamed over it."""
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w", newline="", encoding="utf-8") as file:
-            file.write(text)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise

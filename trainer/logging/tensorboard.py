@@ -29,13 +29,13 @@ Example:
 from __future__ import annotations
 
 import logging
-import math
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from trainer.logging.identity import folder_to_continue, same_folder
+from trainer.logging.params import flatten_params, hparam_value, write_hparams_yaml
 from trainer.logging.runs import RunFolder, next_version_dir, planned_run_dir
 
 __all__ = ["Logger", "TensorBoardLogger", "next_version_dir", "flatten_params", "hparam_value", "with_prefix"]
@@ -244,7 +244,8 @@ class TensorBoardLogger(RunFolder):
         return found
 
     def log_hyperparams(self, params: Mapping[str, Any], metrics: Mapping[str, float] | None = None) -> None:
-        """Record hyperparameters once per run (nested dicts become `a/b` names).
+        """Record hyperparameters once per run (nested dicts become `a/b` names), and keep them
+        nested in `hparams.yaml` beside the event files, as Lightning's logger does.
 
         `metrics`, when given, are written as scalars at step 0; the HParams dashboard
         shows the last value of every scalar of the run as its metric columns.
@@ -262,6 +263,7 @@ class TensorBoardLogger(RunFolder):
             metrics = {"hp_metric": -1}
         for name, value in with_prefix(metrics or {}, self.prefix).items():
             writer.add_scalar(name, value, global_step=0)
+        write_hparams_yaml(self.log_dir, params)
 
     def flush(self) -> None:
         if self._writer is not None:
@@ -281,37 +283,3 @@ class TensorBoardLogger(RunFolder):
 def with_prefix(metrics: Mapping[str, float], prefix: str) -> Mapping[str, float]:
     """Lightning's logger `prefix`: `{"loss": v}` -> `{"<prefix>-loss": v}` (unchanged when empty)."""
     return {f"{prefix}-{name}": value for name, value in metrics.items()} if prefix else metrics
-
-
-def flatten_params(params: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """`{"a": {"b": 1}}` -> `{"a/b": 1}`."""
-    out: dict[str, Any] = {}
-    for key, value in params.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            out.update(flatten_params(value, f"{name}/"))
-        else:
-            out[name] = value
-    return out
-
-
-def hparam_value(value: Any) -> bool | int | float | str:
-    """A value the HParams plugin accepts: numbers, strings and bools; anything else as text.
-
-    Modules and tensors become a short description, never their full repr.
-    """
-    if isinstance(value, (bool, str)):
-        return value
-    if isinstance(value, int):
-        return value if abs(value) < 2**53 else str(value)
-    if isinstance(value, float):
-        return value if math.isfinite(value) else str(value)
-    if value is None:
-        return "None"
-    shape = getattr(value, "shape", None)
-    if shape is not None and hasattr(value, "dtype"):
-        return f"{type(value).__name__}(shape={tuple(shape)}, dtype={value.dtype})"
-    if hasattr(value, "parameters") and hasattr(value, "state_dict"):
-        return type(value).__name__
-    text = str(value)
-    return text if len(text) <= 250 else text[:247] + "..."

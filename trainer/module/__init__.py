@@ -125,10 +125,13 @@ class Module(ModuleOptimization):
 
     @classmethod
     def load_from_checkpoint(
-        cls, checkpoint_path: Any, map_location: Any = None, strict: bool = True, **overrides: Any
+        cls, checkpoint_path: Any, map_location: Any = None, hparams_file: Any = None, strict: bool = True,
+        **overrides: Any,
     ) -> Any:
         """A new module rebuilt from a checkpoint of this trainer (or of Lightning 2.x): `cls(**hparams)`
         with the saved hyperparameters, `overrides` winning, then `on_load_checkpoint` and the weights.
+        `hparams_file` (a logger's `hparams.yaml`, Lightning's or ours) replaces the saved
+        hyperparameters, as in Lightning.
 
         Only plain data is read (nothing in the file is executed). An argument that is not plain
         data (a module, a class, a function) is saved as its text: when that text is `__init__`'s
@@ -138,7 +141,7 @@ class Module(ModuleOptimization):
         """
         from trainer.module.load import load_module
 
-        return load_module(cls, checkpoint_path, map_location, strict, overrides)
+        return load_module(cls, checkpoint_path, map_location, strict, overrides, hparams_file)
 
     # ------------------------------------------------------------------ the user's steps
     def training_step(self, batch: Any, batch_idx: int) -> Any:

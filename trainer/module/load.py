@@ -101,8 +101,9 @@ def strictness(module: Any, strict: bool | None, what: str) -> bool:
     return strict
 
 
-def load_module(cls: type, path: Any, map_location: Any, strict: bool | None, overrides: dict[str, Any]) -> Any:
-    """`cls.load_from_checkpoint(path, map_location, strict, **overrides)`.
+def load_module(cls: type, path: Any, map_location: Any, strict: bool | None, overrides: dict[str, Any],
+                hparams_file: Any = None) -> Any:
+    """`cls.load_from_checkpoint(path, map_location, hparams_file, strict, **overrides)`.
 
     Args:
         cls: the module class to build.
@@ -110,6 +111,7 @@ def load_module(cls: type, path: Any, map_location: Any, strict: bool | None, ov
         map_location: as `torch.load`'s; None: where the weights were saved, or the CPU.
         strict: whether every key must match; None: the module's `strict_loading`.
         overrides: hyperparameters that replace the saved ones.
+        hparams_file: a YAML file whose hyperparameters replace the checkpoint's (overrides still win).
 
     Returns:
         The module, with the checkpoint's weights, on the weights' device.
@@ -122,8 +124,13 @@ def load_module(cls: type, path: Any, map_location: Any, strict: bool | None, ov
             f"{cls.__name__}.load_from_checkpoint({str(path)!r}): a folder of shards (an FSDP run). Expected one "
             "file: write it with `trainer export FOLDER weights.pt`, then load_state_dict(torch.load('weights.pt'))."
         )
+    from trainer.logging.params import read_hparams_file
+
+    file_hparams = None if hparams_file is None else read_hparams_file(hparams_file, f"{cls.__name__}.load_from_checkpoint")
     checkpoint = load_checkpoint(path, map_location=_where(map_location))
     hparams = dict(checkpoint.get("hparams") or checkpoint.get("hyper_parameters") or {})
+    if file_hparams is not None:
+        hparams = file_hparams
     hparams.update(overrides)
     parameters = inspect.signature(cls.__init__).parameters  # type: ignore[misc]
     if not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
