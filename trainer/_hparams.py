@@ -7,15 +7,17 @@ import copy
 import dataclasses
 import functools
 import inspect
+import os
 import warnings
 from argparse import Namespace
 from collections.abc import MutableMapping
+from pathlib import Path
 from types import FrameType
 from typing import Any, Callable
 
 import torch
 
-__all__ = ["AttributeDict", "init_chain_arguments", "save_hyperparameters"]
+__all__ = ["AttributeDict", "init_chain_arguments", "read_hparams_file", "save_hyperparameters"]
 
 
 class AttributeDict(dict):  # type: ignore[type-arg]
@@ -213,3 +215,26 @@ def _copied(values: Any) -> Any:
         return copy.deepcopy(values)
     except Exception:  # noqa: BLE001 - a value that can't be deep-copied is kept as is
         return copy.copy(values)
+
+
+def read_hparams_file(path: str | os.PathLike[str], what: str = "load_from_checkpoint", *,
+                      module_part: bool = True) -> dict[str, Any]:
+    """The hyperparameters in a YAML file: Lightning's `hparams.yaml` (the module's, flat) or, with
+    `module_part`, the module's part of one written here (under `module`, beside the Trainer's
+    under `trainer`; for a YAML run, the `model` arguments under `experiment`)."""
+    file = Path(path)
+    if file.suffix.lower() not in (".yaml", ".yml"):
+        raise ValueError(f"{what}(hparams_file={str(file)!r}): expected a .yaml or .yml file of names and values "
+                         "(Lightning's `hparams.yaml`); a tags .csv is not read: write its rows as YAML.")
+    import yaml
+
+    loaded = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
+    if not isinstance(loaded, dict):
+        raise ValueError(f"hparams_file {str(file)!r} holds {type(loaded).__name__}; expected a mapping of names to values.")
+    if module_part and isinstance(loaded.get("trainer"), dict) and set(loaded) <= {"module", "trainer", "experiment"}:
+        if isinstance(loaded.get("module"), dict):  # written by this package's loggers
+            return dict(loaded["module"])
+        model = (loaded.get("experiment") or {}).get("model")
+        if isinstance(model, dict):
+            return dict(model.get("init_args", {}) if "class_path" in model else model)
+    return loaded

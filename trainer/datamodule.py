@@ -24,8 +24,7 @@ from typing import Any
 
 import torch
 
-from trainer._hparams import AttributeDict, _capturing_init
-from trainer.logging.params import read_hparams_file
+from trainer._hparams import AttributeDict, _capturing_init, read_hparams_file
 
 __all__ = ["DataModule", "resolve_loaders", "is_datamodule"]
 

@@ -70,5 +70,8 @@ class RunHost(SummaryHost, Protocol):
     @property
     def sanity_checking(self) -> bool: ...
     @property
+    def datamodule(self) -> Any:
+        """The DataModule of the running call, if any (its batch transfer hooks)."""
+    @property
     def trainer(self) -> Any:
         """The Trainer (its public properties: `num_training_batches`, `estimated_stepping_batches`)."""

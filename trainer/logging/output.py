@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from trainer.logging.live import LineProgress, LiveNumbers, fresh_values, line_s
 from trainer.logging.throughput import Throughput
 from trainer.logging.summary import example_sizes, fit_summary, run_hyperparameters, summarize
 from trainer._utils import WeakAttribute
+from trainer.module.transfer import batch_mover
 
 __all__ = ["RunOutput", "RunHost"]
 
@@ -104,7 +106,8 @@ class RunOutput(OutputFolder):
         )
         # Every rank, every fit: Lightning's summary runs `example_input_array` through the module
         # (for the in/out sizes), which moves the random streams of a forward that draws.
-        sizes = example_sizes(module, strategy.device, self.context.precision.autocast()) if default_summary else None
+        sizes = example_sizes(module, strategy.device, self.context.precision.autocast(),
+                              self._example_mover(module)) if default_summary else None
         if self.writes and not self._summary_logged:
             log.info("%s", fit_summary(self.context, module))
             if default_summary:  # Lightning's default ModelSummary(max_depth=1), unless a ModelSummary callback prints its own
@@ -128,8 +131,21 @@ class RunOutput(OutputFolder):
         if self._logger is None and self._logger_arg is True:
             return  # the default logger, not made yet, has log_graph off (a URL root_dir: no listing for nothing)
         for each in self.loggers:
-            if callable(getattr(each, "log_graph", None)):
+            if not callable(getattr(each, "log_graph", None)):
+                continue
+            example = getattr(module, "example_input_array", None)
+            move = self._example_mover(module) if getattr(each, "log_graph_on_start", False) and example is not None else None
+            if move is not None:  # the example goes through the batch transfer hooks first, as in Lightning
+                each.log_graph(module, move(example))
+            else:
                 each.log_graph(module)
+
+    def _example_mover(self, module: Any) -> Any:
+        """The module's (or DataModule's) batch transfer hooks for `example_input_array`, or None
+        (their warnings were given when the loop composed them)."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return batch_mover(module, self.context.datamodule, self.context.strategy.device)
 
     def end_run(self) -> None:
         """Close the bars and the logger; runs in `fit`'s finally, so also after an error

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
@@ -62,13 +63,14 @@ def _size_of(value: Any) -> Any:
     return UNKNOWN_SIZE
 
 
-def example_sizes(module: torch.nn.Module, device: torch.device,
-                  autocast: contextlib.AbstractContextManager[Any]) -> dict[str, tuple[Any, Any]] | None:
+def example_sizes(module: torch.nn.Module, device: torch.device, autocast: contextlib.AbstractContextManager[Any],
+                  move: Callable[[Any], Any] | None = None) -> dict[str, tuple[Any, Any]] | None:
     """Run the module's `example_input_array` through it once, as Lightning's model summary does,
     and return each submodule's first input and output sizes (None: no example input).
 
     Like Lightning's: in eval mode (every submodule's mode restored after), under `no_grad` and
-    `autocast`, the example moved to `device` (where the module computes); a tuple or list is passed as
+    `autocast`, the example moved to `device` (where the module computes; by `move`, the batch transfer
+    hooks, when the module or its DataModule has them); a tuple or list is passed as
     positional arguments, a dict as keyword arguments. It is a real forward: what the forward
     draws from the random streams or changes in place happens, as under Lightning.
     """
@@ -89,7 +91,7 @@ def example_sizes(module: torch.nn.Module, device: torch.device,
         handles.append(sub.register_forward_hook(record, with_kwargs=True))
     from trainer._utils import move_to_device
 
-    example = move_to_device(example, device)
+    example = move(example) if move is not None else move_to_device(example, device)
     modes = {sub: sub.training for sub in module.modules()}
     module.eval()
     try:

@@ -124,7 +124,7 @@ def load_module(cls: type, path: Any, map_location: Any, strict: bool | None, ov
             f"{cls.__name__}.load_from_checkpoint({str(path)!r}): a folder of shards (an FSDP run). Expected one "
             "file: write it with `trainer export FOLDER weights.pt`, then load_state_dict(torch.load('weights.pt'))."
         )
-    from trainer.logging.params import read_hparams_file
+    from trainer._hparams import read_hparams_file
 
     file_hparams = None if hparams_file is None else read_hparams_file(hparams_file, f"{cls.__name__}.load_from_checkpoint")
     checkpoint = load_checkpoint(path, map_location=_where(map_location))
