@@ -11,6 +11,7 @@ import torch
 
 from trainer._utils import length_of
 from trainer.core.connector import AcceleratorConnector
+from trainer.core.fit_loop_view import FitLoopView
 from trainer.logging.metrics import to_floats
 from trainer.logging.reduction import MetricValue
 from trainer.loops.combined import CombinedLoader
@@ -176,6 +177,12 @@ class TrainerProperties:
     @property
     def max_steps(self) -> int | None:
         return self.args.max_steps  # type: ignore[no-any-return]
+
+    @property
+    def fit_loop(self) -> FitLoopView:
+        """Lightning's `trainer.fit_loop`, as far as projects read and set it (`max_epochs`, the
+        epoch and step counters); see `trainer/core/fit_loop_view.py`."""
+        return FitLoopView(self)
 
     @property
     def logged_metrics(self) -> dict[str, float]:
