@@ -77,6 +77,11 @@ class ModuleLink(ModuleTools):
         ref = self.__dict__.get("_trainer_ref")
         return ref() if ref is not None else None
 
+    @property
+    def _trainer(self) -> Any:
+        """Lightning's spelling of the same, which projects test (`if self._trainer is not None:`)."""
+        return self._attached()
+
     # Lightning's read-only views of the Trainer; outside a Trainer they read as Lightning's do.
     @property
     def global_step(self) -> int:
