@@ -70,6 +70,9 @@ class Precision:
     """
 
     name: str = "fp32"
+    #: Lightning's name of this precision: `trainer.precision == "16-mixed"` holds under AMP, as
+    #: `"32" in trainer.precision` does under fp32, so a project's checks of Lightning's string run.
+    lightning_name: str = "32-true"
     #: True when the strategy itself skips steps whose gradients are not finite
     #: (AMP's GradScaler); otherwise the Trainer guards against non-finite losses.
     handles_nonfinite: bool = False
@@ -155,6 +158,23 @@ class Precision:
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 
+    @property
+    def precision(self) -> str:
+        """Lightning's `trainer.precision_plugin.precision`: the name, e.g. `"bf16-mixed"`."""
+        return self.lightning_name
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to Lightning's name (`"16-mixed"` for AMP; our own is `.name`)."""
+        if isinstance(other, str):
+            return other == self.lightning_name
+        return self is other
+
+    __hash__ = object.__hash__
+
+    def __contains__(self, text: object) -> bool:
+        """`"mixed" in trainer.precision`, as on Lightning's string."""
+        return isinstance(text, str) and text in self.lightning_name
+
 
 class FP32(Precision):
     """Full float32 (the default)."""
@@ -172,6 +192,7 @@ class BF16(Precision):
     """
 
     name = "bf16"
+    lightning_name = "bf16-mixed"
 
     def __init__(self, autocast_cache: bool = True) -> None:
         self.autocast_cache = autocast_cache
@@ -195,6 +216,7 @@ class AMP(Precision):
     """
 
     name = "amp"
+    lightning_name = "16-mixed"
     handles_nonfinite = True
 
     def __init__(

@@ -153,6 +153,8 @@ def precision_of(precision: str | Precision, device: torch.device | None = None)
     """
     from trainer.precision import AMP, BF16, resolve_precision
 
+    if not isinstance(precision, str):  # an instance (which also equals its Lightning name) is kept as given
+        return resolve_precision(precision)
     if precision == "bf16-mixed":
         return BF16(autocast_cache=False)
     if precision == "16-mixed":
