@@ -294,6 +294,13 @@ class Checkpoints:
         state = load_checkpoint(where, verify=verify)
         return attach_shards(state, where) if isinstance(where, RemotePath) else state  # FSDP's, in a bucket
 
+    def default_best_path(self) -> str:
+        """The file Lightning's default checkpoint callback would call best: the `last.ckpt` this
+        Trainer wrote at its newest epoch end, or "" when it wrote none."""
+        if self.saves and self.context.output.chosen_dir is not None and self.last_path.is_file():
+            return str(self.last_path)
+        return ""
+
     def _best_path(self) -> Location:
         """ckpt_path="best": the best file of the Trainer's ModelCheckpoint (Lightning's rule)."""
         for callback in self.context.callbacks:
@@ -301,7 +308,7 @@ class Checkpoints:
             if best:
                 return self.location(best)
         has_callback = any(hasattr(callback, "best_model_path") for callback in self.context.callbacks)
-        if not has_callback and self.saves and self.context.output.chosen_dir is not None and self.last_path.is_file():
+        if not has_callback and self.default_best_path():
             # Lightning's default checkpoint callback (monitor=None) calls the newest epoch-end file
             # "best": here that is the last.ckpt this Trainer writes at every epoch end.
             log.info("ckpt_path='best' without a ModelCheckpoint: using this run's %s (the newest, as Lightning's "

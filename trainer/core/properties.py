@@ -11,6 +11,7 @@ import torch
 
 from trainer._utils import length_of
 from trainer.core.connector import AcceleratorConnector
+from trainer.core.default_checkpoint import DefaultCheckpoint
 from trainer.core.fit_loop_view import FitLoopView
 from trainer.logging.metrics import to_floats
 from trainer.logging.reduction import MetricValue
@@ -245,8 +246,16 @@ class TrainerProperties:
 
     @property
     def checkpoint_callback(self) -> Any:
+        """The first checkpoint callback; without one (and with checkpointing on), a read-only view
+        of the `last.ckpt` this Trainer writes, where Lightning has its default `ModelCheckpoint`
+        (`trainer.checkpoint_callback.best_model_path` after fit)."""
         found = self.checkpoint_callbacks
-        return found[0] if found else None
+        if found:
+            return found[0]
+        if not self.args.enable_checkpointing or self.args.fast_dev_run:
+            return None
+        checkpoints = self._run.checkpoints
+        return DefaultCheckpoint(checkpoints.default_best_path, lambda: checkpoints.checkpoint_dir)
 
     @property
     def early_stopping_callbacks(self) -> list[Any]:
