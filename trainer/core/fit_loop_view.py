@@ -5,7 +5,7 @@ an AttributeError that names what to read instead."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 __all__ = ["FitLoopView"]
 
@@ -31,8 +31,25 @@ class Tracker:
         self.current = self.total = progress
 
 
+class LoopHost(Protocol):
+    """What the view reads of the Trainer."""
+
+    args: Any
+
+    @property
+    def global_step(self) -> int: ...
+    @property
+    def current_epoch(self) -> int: ...
+    @property
+    def training(self) -> bool: ...
+    @property
+    def max_epochs(self) -> int | None: ...
+    @property
+    def max_steps(self) -> int | None: ...
+
+
 class _View:
-    def __init__(self, trainer: Any) -> None:
+    def __init__(self, trainer: LoopHost) -> None:
         self._trainer = trainer
 
     def _set_arg(self, name: str, value: Any) -> None:
@@ -131,7 +148,7 @@ class FitLoopView(_View):
     @property
     def done(self) -> bool:
         """Whether the limits are reached (a later `fit` would train no further)."""
-        loop = getattr(self._trainer, "_loop", None)
+        loop = getattr(self._trainer, "_loop", None)  # the Trainer's FitLoop, once a fit ran
         return bool(loop is not None and loop.finished())
 
     def setup_data(self) -> None:
