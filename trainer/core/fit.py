@@ -207,7 +207,7 @@ class TrainerFit:
                 self._run.signals = self._run.agreement = None
                 with signals.deferred():
                     try:
-                        self._run.output.end_run()
+                        self._run.output.end_run(failed=self._interrupted)
                     finally:
                         self._run.checkpoints.end_run()
         self.strategy.teardown()
