@@ -170,7 +170,7 @@ class TrainerFit:
             if compile_cache is not None:
                 compile_cache.report()
             if self._run.simple_profiler is not None and self.strategy.is_global_zero:  # profiler="simple"
-                log.info("%s", self._run.simple_profiler.summary())
+                self._run.simple_profiler.report(lambda: self._run.output.run_dir)
         finally:
             self._fit_loaders = None
             self._run.checkpoints.forget_resume()
