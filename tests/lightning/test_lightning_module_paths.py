@@ -204,6 +204,20 @@ def test_logger_base_class_is_lightnings(monkeypatch):
     with pytest.raises(TypeError, match="log_metrics"):  # abstract, as Lightning's
         Missing()
     assert not isinstance("tensorboard", Logger)
+
+    class Duck:  # the logger's methods, its folder set on the instance: a logger, as before
+        def __init__(self):
+            self.log_dir = "runs"
+
+        def log_metrics(self, metrics, step): ...
+
+        def log_hyperparams(self, params, metrics=None): ...
+
+        def flush(self): ...
+
+        def close(self): ...
+
+    assert isinstance(Duck(), Logger)
     dummy = DummyLogger()
     dummy.log_metrics({"a": 1.0}, 1)
     dummy.anything(1, key=2)

@@ -48,7 +48,19 @@ __all__ = [
 PROTOCOL = ("log_metrics", "log_hyperparams", "flush", "close", "log_dir")
 
 
-class Logger(abc.ABC):
+class _LoggerType(abc.ABCMeta):
+    def __instancecheck__(cls, instance: Any) -> bool:
+        """Also an object whose `log_dir` (or a method) is set on the instance itself; nothing is
+        read, so a logger's folder is not made by the check."""
+        if super().__instancecheck__(instance):
+            return True
+        if cls is not Logger:
+            return False
+        names = set(dir(type(instance))) | set(getattr(instance, "__dict__", {}))
+        return all(name in names for name in PROTOCOL)
+
+
+class Logger(metaclass=_LoggerType):
     """The logger type (see the module): Lightning's base class with its defaults, and an
     `isinstance` check that any object with the logger's methods passes."""
 
