@@ -71,9 +71,11 @@ def test_each_path_names_the_one_class():
 # ------------------------------------------------------------------ a logger of one's own
 PROJECT = '''
 import argparse
+from pathlib import Path
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 import trainer as L
+from callbacks import ModelCheckpoint
 from trainer.loggers.logger import Logger, rank_zero_experiment
 from trainer.utilities import rank_zero_only
 
@@ -119,6 +121,9 @@ class Recorder(Logger):
     def finalize(self, status):
         self.calls.append(("finalize", status))
 
+    def after_save_checkpoint(self, checkpoint_callback):
+        self.calls.append(("checkpoint", Path(checkpoint_callback.best_model_path).name))
+
 
 class Net(L.LightningModule):
     def __init__(self, lr=0.1, fail_at=None):
@@ -148,7 +153,8 @@ def main(root, fail_at=None):
     model = Net(fail_at=fail_at)
     logger = Recorder(str(root))
     trainer = L.Trainer(max_epochs=2, logger=logger, log_every_n_steps=2, enable_progress_bar=False,
-                        enable_model_summary=False, default_root_dir=str(root))
+                        enable_model_summary=False, default_root_dir=str(root),
+                        callbacks=[ModelCheckpoint(monitor="val_loss", filename="best-{epoch}")])
     try:
         trainer.fit(model, DataLoader(data, batch_size=4), DataLoader(data, batch_size=8))
     except RuntimeError:
@@ -179,6 +185,10 @@ def test_a_logger_subclassing_Logger_gets_lightnings_calls(tmp_path):
     mine = _as_lightning_steps([_user_metrics(c) for c in ours["logger"].calls], ours["fit_calls"])
     expected = [_user_metrics(c) for c in theirs["logger"].calls]
     assert ("finalize", "success") in expected and ("hyperparams", {"lr": 0.1, "fail_at": None}) in expected
+    saved = [c for c in expected if c[0] == "checkpoint"]
+    assert saved and [c for c in mine if c[0] == "checkpoint"] == saved  # after_save_checkpoint, with the file's name
+    # (here a checkpoint is written once the epoch's values are logged; Lightning writes it between the two)
+    mine, expected = [c for c in mine if c[0] != "checkpoint"], [c for c in expected if c[0] != "checkpoint"]
     assert mine == expected  # hyperparameters, a save() after every write, the metrics, finalize: the same calls
     # the run's folder is save_dir/name/version_N, where Lightning puts the run's checkpoints/
     assert (tmp_path / "ours" / "recorder" / "version_3" / "last.ckpt").is_file()
