@@ -202,6 +202,36 @@ def test_a_failed_fit_finalizes_the_logger_as_failed_as_lightning(tmp_path):
     assert ours["logger"].calls[-1] == ("finalize", "failed")
 
 
+def test_a_logger_of_ones_own_in_a_list_gets_its_calls_and_the_others_theirs(tmp_path):
+    from torch.utils.data import DataLoader
+
+    import trainer
+    from trainer.demos.boring_classes import BoringModel, RandomDataset
+    from trainer.loggers import CSVLogger
+
+    project = load_source(textwrap.dedent(PROJECT), "ours", "recorder")
+    recorder = project.Recorder(str(tmp_path))
+
+    class Net(BoringModel):
+        def __init__(self, width=32):
+            super().__init__()
+            self.save_hyperparameters()
+
+        def training_step(self, batch, batch_idx):
+            out = super().training_step(batch, batch_idx)
+            self.log("loss", out["loss"])
+            return out
+
+    fit = trainer.Trainer(max_epochs=1, limit_train_batches=4, log_every_n_steps=2, enable_progress_bar=False,
+                          logger=[CSVLogger(tmp_path), recorder], root_dir=tmp_path)
+    fit.fit(Net(), DataLoader(RandomDataset(32, 16), batch_size=4))
+    calls = recorder.calls
+    assert calls[:2] == [("hyperparams", {"width": 32}), ("save",)] and calls[-1] == ("finalize", "success")
+    metrics = [i for i, c in enumerate(calls) if c[0] == "metrics"]
+    assert [c[2] for c in calls if c[0] == "metrics"] == [2, 4] and all(calls[i + 1] == ("save",) for i in metrics)
+    assert "width" in (Path(fit.log_dir) / "hparams.yaml").read_text()  # the CSV logger still gets the run's own
+
+
 def test_logger_base_class_is_lightnings(monkeypatch):
     from trainer.loggers.logger import DummyLogger, Logger, rank_zero_experiment
     from trainer.utilities import rank_zero_only
