@@ -162,6 +162,17 @@ def main(root, fail_at=None):
     fit_calls = len(logger.calls)
     trainer.validate(model, DataLoader(data, batch_size=8))
     return {"model": model, "trainer": trainer, "logger": logger, "fit_calls": fit_calls}
+
+
+def fit_twice(root):
+    torch.manual_seed(0)
+    logger = Recorder(str(root))
+    trainer = L.Trainer(max_epochs=1, logger=logger, enable_progress_bar=False, enable_model_summary=False,
+                        enable_checkpointing=False, default_root_dir=str(root))
+    data = DataLoader(TensorDataset(torch.randn(8, 3), torch.randn(8, 1)), batch_size=4)
+    trainer.fit(Net(lr=0.2), data)
+    trainer.fit(Net(lr=0.3), data)
+    return [c for c in logger.calls if c[0] in ("hyperparams", "finalize")]
 '''
 
 
@@ -193,6 +204,14 @@ def test_a_logger_subclassing_Logger_gets_lightnings_calls(tmp_path):
     # the run's folder is save_dir/name/version_N, where Lightning puts the run's checkpoints/
     assert (tmp_path / "ours" / "recorder" / "version_3" / "last.ckpt").is_file()
     assert (tmp_path / "lightning" / "recorder" / "version_3" / "checkpoints").is_dir()
+
+
+def test_each_fit_gives_a_logger_of_ones_own_the_hyperparameters_as_lightning(tmp_path):
+    ours = load_source(textwrap.dedent(PROJECT), "ours", "recorder").fit_twice(tmp_path / "ours")
+    theirs = load_source(textwrap.dedent(PROJECT), "lightning", "recorder").fit_twice(tmp_path / "lightning")
+    assert [c for c in theirs if c[0] == "hyperparams"] == [("hyperparams", {"lr": 0.2, "fail_at": None}),
+                                                           ("hyperparams", {"lr": 0.3, "fail_at": None})]
+    assert ours == theirs
 
 
 def test_a_failed_fit_finalizes_the_logger_as_failed_as_lightning(tmp_path):

@@ -115,14 +115,19 @@ class RunOutput(OutputFolder):
         if self.writes and args.enable_progress_bar:
             self._progress = self._new_bar()
         logger = self.logger
+        # a logger written the Lightning way gets the module's hyperparameters at every fit, as from Lightning
+        theirs = self._lightning_hyperparameters(module)
         if logger is not None and not self._hparams_logged:
             ours = run_hyperparameters(module, args, self.context.precision, self.context.experiment_config)
-            theirs = lightning_hyperparameters(module, getattr(self.context, "datamodule", None))
             if isinstance(logger, LoggerList):
                 logger.log_hyperparams(ours, lightning_params=theirs)
             else:
                 log_hyperparams(logger, ours, theirs)
             self._hparams_logged = True
+        elif theirs is not None:
+            for each in self.loggers:
+                if lightning_style(each):
+                    log_hyperparams(each, {}, theirs)
         self.log_graph(module)
         self._last_log_time = time.perf_counter()
         self._last_log_step = self.context.state.global_step
@@ -134,13 +139,21 @@ class RunOutput(OutputFolder):
         the trace runs the forward, so a forward that draws random numbers draws them here too."""
         if self._logger is None and self._logger_arg is True:
             return  # the default logger, not made yet, has log_graph off (a URL root_dir: no listing for nothing)
-        if not self._in_fit:  # validate/test/predict: a logger written the Lightning way gets the hyperparameters again
+        theirs = None if self._in_fit else self._lightning_hyperparameters(module)
+        if theirs is not None:  # validate/test/predict: a logger written the Lightning way gets the hyperparameters again
             for each in self.loggers:
                 if lightning_style(each):
-                    log_hyperparams(each, {}, lightning_hyperparameters(module, getattr(self.context, "datamodule", None)))
+                    log_hyperparams(each, {}, theirs)
         for each in self.loggers:
             if callable(getattr(each, "log_graph", None)):
                 each.log_graph(module)
+
+    def _lightning_hyperparameters(self, module: Any) -> dict[str, Any] | None:
+        """What Lightning gives a logger of one's own (`lightning_hyperparameters`); None, and
+        nothing read, when no logger is written the Lightning way."""
+        if not any(lightning_style(each) for each in self.loggers):
+            return None
+        return lightning_hyperparameters(module, getattr(self.context, "datamodule", None))
 
     def end_run(self, failed: bool = False) -> None:
         """Close the bars and the logger; runs in `fit`'s finally, so also after an error
