@@ -251,7 +251,7 @@ def test_a_logger_of_ones_own_in_a_list_gets_its_calls_and_the_others_theirs(tmp
     assert "width" in (Path(fit.log_dir) / "hparams.yaml").read_text()  # the CSV logger still gets the run's own
 
 
-def test_logger_base_class_is_lightnings(monkeypatch):
+def test_logger_base_class_is_lightnings(monkeypatch, tmp_path):
     from trainer.loggers.logger import DummyLogger, Logger, rank_zero_experiment
     from trainer.utilities import rank_zero_only
 
@@ -282,6 +282,15 @@ def test_logger_base_class_is_lightnings(monkeypatch):
     dummy.anything(1, key=2)
     dummy.experiment.add_scalar("a", 1.0)
     assert dummy[0] is dummy
+    assert not hasattr(dummy, "continue_run") and not hasattr(dummy, "__deepcopy__")  # not a run to continue
+
+    import copy
+
+    from trainer import Trainer
+
+    copy.deepcopy(dummy)
+    Trainer(logger=DummyLogger(), max_steps=1, enable_progress_bar=False, root_dir=tmp_path).fit(
+        _boring(), torch.utils.data.DataLoader(_random(32, 8), batch_size=4))
 
     class Experiments(Missing):
         def log_metrics(self, metrics, step=None): ...
@@ -295,6 +304,18 @@ def test_logger_base_class_is_lightnings(monkeypatch):
     monkeypatch.setattr(rank_zero_only, "rank", 1)  # another rank: an object that takes any call
     other = Experiments().experiment
     assert other != "the writer" and other.add_image("x", 1) is other
+
+
+def _boring() -> Any:
+    from trainer.demos.boring_classes import BoringModel
+
+    return BoringModel()
+
+
+def _random(size: int, length: int) -> Any:
+    from trainer.demos.boring_classes import RandomDataset
+
+    return RandomDataset(size, length)
 
 
 # ------------------------------------------------------------------ warnings

@@ -230,7 +230,19 @@ class DummyLogger(Logger):
         yield from ()
 
     def __getattr__(self, name: str) -> Callable[..., None]:
+        """Any other public method (a tracker's `log_image`, ...) does nothing; the Trainer's own
+        questions to a logger (`continue_run`, `written_at`, ...) and private names stay unanswered."""
+        if name.startswith("_") or name in _ASKED_BY_THE_TRAINER:
+            raise AttributeError(f"DummyLogger has no attribute {name!r}")
+
         def method(*args: Any, **kwargs: Any) -> None:
             return None
 
         return method
+
+
+#: what the Trainer looks up on a logger to learn what it can do: a DummyLogger can do none of it
+_ASKED_BY_THE_TRAINER = frozenset({
+    "loggers", "continue_run", "run_identity", "written_at", "release_unused_folder", "state_dict", "load_state_dict",
+    "root_dir", "trainer_setting", "trainer_instead",
+})
