@@ -206,6 +206,82 @@ def test_a_logger_subclassing_Logger_gets_lightnings_calls(tmp_path):
     assert (tmp_path / "lightning" / "recorder" / "version_3" / "checkpoints").is_dir()
 
 
+DICT_LOGGER = '''
+import collections
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+import trainer as L
+from trainer.loggers.logger import Logger
+from trainer.utilities import rank_zero_only
+
+
+class DictLogger(Logger):
+    """A real project's logger (metrics kept in a dict), as written for Lightning."""
+
+    def __init__(self):
+        super(DictLogger).__init__()
+        self.logged_metrics = collections.defaultdict(list)
+
+    @property
+    def name(self):
+        return "DictLogger"
+
+    @property
+    def version(self):
+        return "0.1"
+
+    @rank_zero_only
+    def log_hyperparams(self, params):
+        pass
+
+    @rank_zero_only
+    def log_metrics(self, metrics, step):
+        for key, val in metrics.items():
+            self.logged_metrics[key].append(val)
+
+    @rank_zero_only
+    def save(self):
+        pass
+
+    @rank_zero_only
+    def finalize(self, status):
+        pass
+
+
+class Net(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(3, 1)
+
+    def training_step(self, batch, batch_idx):
+        loss = torch.nn.functional.mse_loss(self.layer(batch[0]), batch[1])
+        self.log("train_loss", loss, prog_bar=True)
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        self.log("val_loss", torch.nn.functional.mse_loss(self.layer(batch[0]), batch[1]))
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), lr=0.01)
+
+
+def main(root):
+    torch.manual_seed(0)
+    data = DataLoader(TensorDataset(torch.randn(32, 3), torch.randn(32, 1)), batch_size=4)
+    logger = DictLogger()
+    L.Trainer(max_epochs=3, logger=logger, log_every_n_steps=4, enable_progress_bar=False, enable_model_summary=False,
+              enable_checkpointing=False, default_root_dir=str(root)).fit(Net(), data, data)
+    return {key: [float(v) for v in values] for key, values in logger.logged_metrics.items()}
+'''
+
+
+def test_a_real_projects_dict_logger_holds_lightnings_values(tmp_path):
+    ours = load_source(DICT_LOGGER, "ours", "dict_logger").main(tmp_path / "ours")
+    theirs = load_source(DICT_LOGGER, "lightning", "dict_logger").main(tmp_path / "lightning")
+    assert set(theirs) == {"train_loss", "val_loss", "epoch"}
+    assert {key: ours[key] for key in theirs} == theirs
+
+
 def test_each_fit_gives_a_logger_of_ones_own_the_hyperparameters_as_lightning(tmp_path):
     ours = load_source(textwrap.dedent(PROJECT), "ours", "recorder").fit_twice(tmp_path / "ours")
     theirs = load_source(textwrap.dedent(PROJECT), "lightning", "recorder").fit_twice(tmp_path / "lightning")
