@@ -236,7 +236,7 @@ class RunOutput(OutputFolder):
         self._last_loss, self._logged_step, self._step_unwritten = None, context.state.global_step, False
         if self.logger is not None:  # with `epoch` (an int), as Lightning writes it beside every logged value
             write(self.logger, {**floats, "epoch": context.state.epoch if epoch is None else epoch},
-                                    step=context.state.global_step)
+                  step=context.state.global_step)
         shown.update({k: floats[k] for k in context.metrics.prog_bar if k in floats and k != "train/loss"})
         self.shown.update(shown)
         if self._progress is not None:
