@@ -347,6 +347,15 @@ class ModelCheckpoint(KeptFiles, Checkpoint):
             self._save_now(trainer, plan)
 
     # -------------------------------------------------------------------------- saving
+    def _tell_loggers(self, trainer: Trainer) -> None:
+        """Lightning's `logger.after_save_checkpoint(checkpoint_callback)` after each file written, from rank 0
+        (a logger that uploads checkpoints reads `best_model_path`, `last_model_path`, `best_k_models` here)."""
+        if trainer.strategy.is_global_zero:
+            for logger in trainer.loggers:
+                hook = getattr(logger, "after_save_checkpoint", None)
+                if callable(hook):
+                    hook(self)
+
     def _save_now(self, trainer: Trainer, plan: dict[str, Any]) -> None:
         """Write a plan's files, then delete what they replace (only once they are on disk)."""
         assert self._dir is not None
@@ -359,6 +368,7 @@ class ModelCheckpoint(KeptFiles, Checkpoint):
                 stale += self._record(path, plan["score"])
                 trainer.save_checkpoint(path, weights_only=self.save_weights_only)
                 self._written = path
+                self._tell_loggers(trainer)
                 if self.verbose:
                     log.info("ModelCheckpoint: saved %s (%s=%s).", path, self.monitor or "step", plan["score"])
             if plan.get("last", self.save_last):
@@ -370,6 +380,7 @@ class ModelCheckpoint(KeptFiles, Checkpoint):
                 else:
                     trainer.save_checkpoint(self.last_model_path, weights_only=self.save_weights_only)
                     self._written = self.last_model_path
+                    self._tell_loggers(trainer)
                 stale.append(previous)
         except BaseException:
             self.load_state_dict(before)  # the bookkeeping never names a file that isn't there

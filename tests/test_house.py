@@ -345,6 +345,7 @@ LIGHTNING_SPELLINGS_ELSEWHERE = {
     "trainer/module/load.py": {"hyper_parameters"},  # load_from_checkpoint's fallback to Lightning's key
     "trainer/checkpoint/layout.py": {"lr_schedulers"},  # our own format version 2's key
     "callbacks/stochastic_weight_avg.py": {"lr_schedulers"},  # the hook's checkpoint dict, as Lightning's SWA edits it
+    "trainer/__init__.py": {"plugins"},  # the name of the subpackage `trainer.plugins`, loaded on first use as `pl.plugins`
 }
 
 

@@ -45,7 +45,7 @@ def cli_lightning_logo() -> None:
 
 #: subpackages a Lightning script reads as attributes (`pl.loggers.CSVLogger(...)` after `import
 #: lightning.pytorch as pl`), loaded on first use so `import trainer` stays light
-_LAZY = ("callbacks", "loggers", "strategies", "tuner", "utilities")
+_LAZY = ("callbacks", "loggers", "strategies", "tuner", "utilities", "profilers", "plugins", "accelerators")
 
 
 def __getattr__(name: str) -> Any:

@@ -199,7 +199,8 @@ def first_line(error: BaseException, empty: str | None = None) -> str:
 # The Trainer's argument check (`_args.py`) and the layers that use an argument parse it the
 # same way, with these (pydantic is loaded only by the check).
 _TIME = re.compile(r"^(\d+):(\d+):(\d+):(\d+)$")
-PROFILER_KEYS = ("wait", "warmup", "active", "repeat", "record_memory", "record_shapes", "with_stack", "row_limit")
+PROFILER_KEYS = ("wait", "warmup", "active", "repeat", "record_memory", "record_shapes", "with_stack", "row_limit", "skip_first",
+                 "dirpath", "filename")
 
 
 def profiler_settings(value: Any) -> dict[str, Any] | None:

@@ -119,7 +119,7 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation, TrainerFit):
         min_steps: int | None = None,
         max_time: Any = None,
         compile: bool | dict[str, Any] = False,
-        profiler: bool | str | dict[str, Any] | None = None,
+        profiler: bool | str | dict[str, Any] | SimpleProfiler | Any | None = None,
         requeue: bool | None = None,
         requeue_signal: str | None = "SIGUSR1",
         run_name: str | None = None,
@@ -158,7 +158,7 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation, TrainerFit):
             early_signals.adopt(self._requeue.signals)
         strategy.setup_precision(precision)  # AMP's scaler exists from the start
         self.callbacks: list[CallbackBase] = checkpoint_callbacks_last(list(self.args.callbacks or []))
-        simple = SimpleProfiler() if self.args.profiler == "simple" else None
+        simple = (profiler if isinstance(profiler, SimpleProfiler) else SimpleProfiler()) if self.args.profiler == "simple" else None
         self._run = run = RunContext(self, self.args, strategy, precision, MetricStore(), DataOrder(),
                               Dispatcher(None, self.callbacks), simple)
         run.state.stage_of = self._stage

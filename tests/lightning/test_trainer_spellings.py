@@ -69,7 +69,7 @@ def test_one_callback_alone_is_taken():
     [
         ({"devices": [0, 1]}, "devices=N (N processes"),
         ({"accelerator": "tpu"}, "accelerator='tpu'"),
-        ({"plugins": []}, "is Lightning's"),
+        ({"plugins": ["deepspeed"]}, "is Lightning's; the Trainer takes no plugins"),  # None or [] (its default) is taken
         ({"num_nodes": 2}, "torchrun --nnodes"),
         ({"resume_from_checkpoint": "x.ckpt"}, "ckpt_path"),
         ({"max_epoch": 3}, "Did you mean 'max_epochs'?"),

@@ -4,7 +4,9 @@ otherwise hold: read-only properties (`properties.py`), where loaders come from
 `deterministic` and `overfit_batches` (`flags.py`), `compile` (`compile.py`) and
 activation checkpointing (`activation_checkpointing.py`). Nothing below the Trainer imports
 them; the Trainer composes them. For scripts written against Lightning's paths,
-`from trainer.core import LightningModule, LightningDataModule` gives `Module` and `DataModule`.
+`from trainer.core import LightningModule, LightningDataModule` gives `Module` and `DataModule`
+(also at Lightning's module paths `trainer.core.module`, `trainer.core.datamodule`), and
+`trainer.core.optimizer.LightningOptimizer` is the type of the optimizers hooks receive.
 """
 
 from __future__ import annotations

@@ -170,7 +170,7 @@ class TrainerFit:
             if compile_cache is not None:
                 compile_cache.report()
             if self._run.simple_profiler is not None and self.strategy.is_global_zero:  # profiler="simple"
-                log.info("%s", self._run.simple_profiler.summary())
+                self._run.simple_profiler.report(lambda: self._run.output.run_dir)
         finally:
             self._fit_loaders = None
             self._run.checkpoints.forget_resume()
@@ -207,7 +207,7 @@ class TrainerFit:
                 self._run.signals = self._run.agreement = None
                 with signals.deferred():
                     try:
-                        self._run.output.end_run()
+                        self._run.output.end_run(failed=self._interrupted)
                     finally:
                         self._run.checkpoints.end_run()
         self.strategy.teardown()

@@ -85,6 +85,9 @@ def translate(arguments: dict[str, Any], lightning: dict[str, Any], known: Itera
                 f"Trainer(precision={precision!r}) means {_PRECISION_REFUSED[precision]}. "
                 "Expected one of 'fp32', 'amp', 'bf16' (Lightning's '32-true', '16-mixed', 'bf16-mixed')."
             )
+    setting = getattr(out.get("profiler"), "trainer_setting", None)
+    if callable(setting):  # Lightning's profiler objects (trainer.profilers): what they stand for here
+        out["profiler"] = setting()
     callbacks = out.get("callbacks")
     if callbacks is not None and not isinstance(callbacks, (list, tuple)):
         out["callbacks"] = [callbacks]  # Lightning takes one callback alone too
@@ -94,7 +97,10 @@ def translate(arguments: dict[str, Any], lightning: dict[str, Any], known: Itera
         if name == "default_root_dir":
             if value is not None:  # Lightning's default (None): the Trainer's own root_dir
                 out["root_dir"] = value
+        elif name == "plugins":
+            _check_plugins(value)
         elif name == "accelerator":
+            value = getattr(value, "trainer_device", value)  # CUDAAccelerator() and the like: its device name
             if value not in _ACCELERATORS:
                 raise ValueError(
                     f"Trainer(accelerator={value!r}) expected one of {', '.join(map(repr, _ACCELERATORS))}. "
@@ -107,6 +113,16 @@ def translate(arguments: dict[str, Any], lightning: dict[str, Any], known: Itera
         else:
             raise ValueError(_unknown(name, known))
     return out
+
+
+def _check_plugins(value: Any) -> None:
+    """Lightning's `plugins=`: None or empty (its default) is accepted; each plugin given names
+    the argument that replaces it here (`trainer.plugins`), and the first raises."""
+    items = [] if value is None else list(value) if isinstance(value, (list, tuple)) else [value]
+    for item in items:
+        instead = getattr(item, "trainer_instead", None)
+        what, given = (instead(), f"{type(item).__name__}(...)") if callable(instead) else (_INSTEAD["plugins"], repr(item))
+        raise ValueError(f"Trainer(plugins=[{given}]) is Lightning's; the Trainer takes no plugins. Write instead: {what}.")
 
 
 def _check_devices(value: list[Any], out: dict[str, Any]) -> None:

@@ -37,7 +37,7 @@ from typing import Any
 from trainer.logging.extras import plain_params, require
 from trainer.logging.tensorboard import flatten_params, with_prefix
 
-__all__ = ["MLflowLogger"]
+__all__ = ["MLflowLogger", "MLFlowLogger"]
 
 log = logging.getLogger("trainer")
 
@@ -222,6 +222,9 @@ def _name(key: str) -> str:
     """A metric or param name MLflow accepts (other characters become `_`)."""
     return _BAD_NAME.sub("_", str(key))
 
+
+
+MLFlowLogger = MLflowLogger  # Lightning's spelling (`from trainer.loggers.mlflow import MLFlowLogger`)
 
 def _text(value: Any) -> str:
     text = str(value)

@@ -24,6 +24,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from trainer.logging.base import finish, log_hyperparams, write
 from trainer.logging.identity import same_folder
 
 __all__ = ["LoggerList"]
@@ -55,12 +56,25 @@ class LoggerList:
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         self._share_folder()
         for logger in self.loggers:
-            logger.log_metrics(metrics, step=step)
+            write(logger, metrics, step)
 
-    def log_hyperparams(self, params: Mapping[str, Any], metrics: Mapping[str, float] | None = None) -> None:
+    def log_hyperparams(self, params: Mapping[str, Any], metrics: Mapping[str, float] | None = None,
+                        lightning_params: Mapping[str, Any] | None = None) -> None:
+        """`params` to each logger; `lightning_params`, when given, to those written the Lightning way."""
         self._share_folder()
         for logger in self.loggers:
-            logger.log_hyperparams(params, metrics)
+            log_hyperparams(logger, params, lightning_params, metrics)
+
+    def finish(self, failed: bool) -> None:
+        """The run's end for each logger (`base.finish`), even when one of them fails; then the first error."""
+        first: BaseException | None = None
+        for logger in self.loggers:
+            try:
+                finish(logger, failed)
+            except Exception as error:  # noqa: BLE001 - the others still finish; re-raised below
+                first = first or error
+        if first is not None:
+            raise first
 
     def flush(self) -> None:
         self._each("flush")

@@ -25,13 +25,15 @@ from typing import Any
 
 import torch
 
+from trainer.logging.base import finish, lightning_style, log_hyperparams, write
 from trainer.logging.metrics import batch_size_of, to_floats
+from trainer.logging.multi import LoggerList
 from trainer.logging.host import RunHost
 from trainer.logging.output_folder import OutputFolder
 from trainer.logging.progress import ProgressBar
 from trainer.logging.live import LineProgress, LiveNumbers, fresh_values, line_settings, ordered, run_progress, wants_lines
 from trainer.logging.throughput import Throughput
-from trainer.logging.summary import example_sizes, fit_summary, run_hyperparameters, summarize
+from trainer.logging.summary import example_sizes, fit_summary, lightning_hyperparameters, run_hyperparameters, summarize
 from trainer._utils import WeakAttribute
 from trainer.module.transfer import batch_mover
 
@@ -116,9 +118,19 @@ class RunOutput(OutputFolder):
         if self.writes and args.enable_progress_bar:
             self._progress = self._new_bar()
         logger = self.logger
+        # a logger written the Lightning way gets the module's hyperparameters at every fit, as from Lightning
+        theirs = self._lightning_hyperparameters(module)
         if logger is not None and not self._hparams_logged:
-            logger.log_hyperparams(run_hyperparameters(module, args, self.context.precision, self.context.experiment_config))
+            ours = run_hyperparameters(module, args, self.context.precision, self.context.experiment_config)
+            if isinstance(logger, LoggerList):
+                logger.log_hyperparams(ours, lightning_params=theirs)
+            else:
+                log_hyperparams(logger, ours, theirs)
             self._hparams_logged = True
+        elif theirs is not None:
+            for each in self.loggers:
+                if lightning_style(each):
+                    log_hyperparams(each, {}, theirs)
         self.log_graph(module)
         self._last_log_time = time.perf_counter()
         self._last_log_step = self.context.state.global_step
@@ -130,6 +142,11 @@ class RunOutput(OutputFolder):
         the trace runs the forward, so a forward that draws random numbers draws them here too."""
         if self._logger is None and self._logger_arg is True:
             return  # the default logger, not made yet, has log_graph off (a URL root_dir: no listing for nothing)
+        theirs = None if self._in_fit else self._lightning_hyperparameters(module)
+        if theirs is not None:  # validate/test/predict: a logger written the Lightning way gets the hyperparameters again
+            for each in self.loggers:
+                if lightning_style(each):
+                    log_hyperparams(each, {}, theirs)
         for each in self.loggers:
             if not callable(getattr(each, "log_graph", None)):
                 continue
@@ -147,9 +164,16 @@ class RunOutput(OutputFolder):
             warnings.simplefilter("ignore")
             return batch_mover(module, self.context.datamodule, self.context.strategy.device)
 
-    def end_run(self) -> None:
+    def _lightning_hyperparameters(self, module: Any) -> dict[str, Any] | None:
+        """What Lightning gives a logger of one's own (`lightning_hyperparameters`); None, and
+        nothing read, when no logger is written the Lightning way."""
+        if not any(lightning_style(each) for each in self.loggers):
+            return None
+        return lightning_hyperparameters(module, getattr(self.context, "datamodule", None))
+
+    def end_run(self, failed: bool = False) -> None:
         """Close the bars and the logger; runs in `fit`'s finally, so also after an error
-        (then the run's checkpoints complete a write in flight: `Checkpoints.end_run`)."""
+        (`failed`; then the run's checkpoints complete a write in flight: `Checkpoints.end_run`)."""
         self._in_fit = False
         try:
             self._write_epoch_row()  # an epoch's end that failed after its means were taken
@@ -158,8 +182,14 @@ class RunOutput(OutputFolder):
         finally:
             self._progress = None
             if self._logger is not None:
-                self._logger.flush()
-                self._logger.close()
+                self._finish(failed)
+
+    def _finish(self, failed: bool) -> None:
+        """The logger's end of a run: `finalize(status)` for one written the Lightning way, else flush and close."""
+        if isinstance(self._logger, LoggerList):
+            self._logger.finish(failed)
+        else:
+            finish(self._logger, failed)
 
     def end_epoch(self) -> None:
         """After a finished epoch: one `history` row, flush the event file (the loop then writes last.ckpt)."""
@@ -221,8 +251,8 @@ class RunOutput(OutputFolder):
         self.logged.update(reported)
         self._last_loss, self._logged_step, self._step_unwritten = None, context.state.global_step, False
         if self.logger is not None:  # with `epoch` (an int), as Lightning writes it beside every logged value
-            self.logger.log_metrics({**floats, "epoch": context.state.epoch if epoch is None else epoch},
-                                    step=context.state.global_step)
+            write(self.logger, {**floats, "epoch": context.state.epoch if epoch is None else epoch},
+                  step=context.state.global_step)
         shown.update({k: floats[k] for k in context.metrics.prog_bar if k in floats and k != "train/loss"})
         self.shown.update(shown)
         if self._progress is not None:
@@ -257,7 +287,7 @@ class RunOutput(OutputFolder):
             if step == self.context.checkpoints.resumed_at:  # a resumed run: a point the tracker already holds is not written twice
                 self._log_once_at(step, {**row, "epoch": self._epoch_row_epoch})
             else:
-                self.logger.log_metrics({**row, "epoch": self._epoch_row_epoch}, step=step)
+                write(self.logger, {**row, "epoch": self._epoch_row_epoch}, step)
 
     def log_eval(self, results: dict[str, float], training_epoch: bool = False) -> None:
         """Write epoch-level results at `global_step`; inside fit they join the epoch's `history` row.
@@ -279,10 +309,9 @@ class RunOutput(OutputFolder):
             if self._in_fit and step == self.context.checkpoints.resumed_at:
                 self._log_once_at(step, {**written, "epoch": self.context.state.epoch})
             else:
-                self.logger.log_metrics({**written, "epoch": self.context.state.epoch}, step=step)
+                write(self.logger, {**written, "epoch": self.context.state.epoch}, step)
             if not self._in_fit:  # standalone validate/test: leave no writer open
-                self.logger.flush()
-                self.logger.close()
+                self._finish(False)
 
     def _log_once_at(self, step: int, values: dict[str, float]) -> None:
         """Epoch-level values at the step a run resumed at (a validation the checkpoint was cut
@@ -294,7 +323,7 @@ class RunOutput(OutputFolder):
             known = held(step, [k for k in values if k != "epoch"]) if callable(held) else set()
             fresh = {k: v for k, v in values.items() if k not in known}
             if set(fresh) - {"epoch"}:
-                logger.log_metrics(fresh, step=step)
+                write(logger, fresh, step)
 
     def forget_shown(self) -> None:
         """A new fit/validate/test/predict: `logged_metrics` and `progress_bar_metrics` start

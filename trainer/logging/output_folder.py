@@ -13,6 +13,7 @@ from typing import Any
 
 from trainer.checkpoint.bucket_runs import log_root, taken_versions
 from trainer.checkpoint.storage import is_remote
+from trainer.logging.base import lightning_run_dir, lightning_style
 from trainer.logging.host import RunHost
 from trainer.logging.multi import LoggerList
 from trainer.logging.runs import DEFAULT_NAME, make_run_dir, planned_folder, planned_run_dir, release_folder
@@ -66,6 +67,8 @@ class OutputFolder:
             logger = self.logger
             if logger is not None and getattr(logger, "log_dir", None) is not None:
                 self._run_dir = Path(logger.log_dir)
+            elif lightning_style(logger):  # a Logger subclass without a folder: Lightning's save_dir/name/version
+                self._run_dir = lightning_run_dir(logger, log_root(self.context.args.root_dir))
             else:
                 args = self.context.args
                 self._run_dir = self.continued_dir or make_run_dir(

@@ -44,8 +44,14 @@ class StepProfiler:
         record_shapes: bool = False,
         with_stack: bool = False,
         row_limit: int = 15,
+        skip_first: int = 0,
+        dirpath: str | Path | None = None,
+        filename: str | None = None,
     ) -> None:
         self.schedule_args = {"wait": wait, "warmup": warmup, "active": active, "repeat": repeat}
+        if skip_first:
+            self.schedule_args["skip_first"] = skip_first
+        self.dirpath, self.summary_name = dirpath, f"{filename}.txt" if filename else "summary.txt"
         self.record_memory, self.record_shapes, self.with_stack = record_memory, record_shapes, with_stack
         self.row_limit = row_limit
         self._profile: Any = None
@@ -60,7 +66,7 @@ class StepProfiler:
     def start(self, folder: Path) -> None:
         from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
-        self.folder = folder
+        self.folder = folder = Path(self.dirpath) if self.dirpath is not None else folder
         folder.mkdir(parents=True, exist_ok=True)
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
         self._profile = profile(
@@ -91,8 +97,8 @@ class StepProfiler:
                         self.schedule_args["wait"] + self.schedule_args["warmup"])
             return
         assert self.folder is not None
-        (self.folder / "summary.txt").write_text(table, encoding="utf-8")
-        log.info("Profiler: traces and summary.txt in %s\n%s", self.folder, table)
+        (self.folder / self.summary_name).write_text(table, encoding="utf-8")
+        log.info("Profiler: traces and %s in %s\n%s", self.summary_name, self.folder, table)
 
 
 class SimpleProfiler:
@@ -109,8 +115,23 @@ class SimpleProfiler:
         (1, 1)
     """
 
-    def __init__(self) -> None:
+    def __init__(self, dirpath: str | Path | None = None, filename: str | None = None, extended: bool = True) -> None:
         self.durations: dict[str, list[float]] = {}
+        self.dirpath, self.filename, self.extended = dirpath, filename, extended
+
+    def trainer_setting(self) -> str:
+        """What `Trainer(profiler=SimpleProfiler(...))` stands for (the Trainer then uses this object)."""
+        return "simple"
+
+    def report(self, run_dir: Any) -> None:
+        """When fit ends: with a `filename`, the summary goes to `<dirpath>/fit-<filename>.txt` (`dirpath`
+        defaults to the run's folder, `run_dir()`), as Lightning writes it; else it is logged at INFO."""
+        if self.filename is None:
+            log.info("%s", self.summary())
+            return
+        folder = Path(self.dirpath) if self.dirpath is not None else Path(run_dir())
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"fit-{self.filename}.txt").write_text(self.summary() + "\n", encoding="utf-8")
 
     def wrap(self, fn: Any, action: str) -> Any:
         import functools

@@ -35,7 +35,8 @@ if TYPE_CHECKING:
     from trainer.precision import Precision
     from trainer.strategies import Strategy
 
-__all__ = ["summarize", "example_sizes", "human_count", "fit_summary", "run_hyperparameters", "SummaryHost"]
+__all__ = ["summarize", "example_sizes", "human_count", "fit_summary", "run_hyperparameters", "lightning_hyperparameters",
+           "SummaryHost"]
 
 #: Lightning's mark for a size the example input did not reach (or that is not a tensor's).
 UNKNOWN_SIZE = "?"
@@ -203,4 +204,24 @@ def run_hyperparameters(module: torch.nn.Module, args: TrainerArgs, precision: A
     if experiment:
         # Each value once: the YAML's model/data/seed; its trainer section is the one above.
         params = {"trainer": params["trainer"], "experiment": {k: v for k, v in experiment.items() if k != "trainer"}}
+    return params
+
+
+def lightning_hyperparameters(module: torch.nn.Module, datamodule: Any) -> dict[str, Any]:
+    """What Lightning gives a logger of the user's own (a `Logger` subclass) as hyperparameters:
+    the module's `hparams_initial`, merged with the DataModule's when there is one.
+
+    Raises:
+        ValueError: a name is in both with different values (Lightning's error).
+    """
+    params = dict(getattr(module, "hparams_initial", {}) or {})
+    if datamodule is not None:
+        theirs = dict(getattr(datamodule, "hparams_initial", {}) or {})
+        clash = sorted(k for k in set(params) & set(theirs) if params[k] is not theirs[k] and params[k] != theirs[k])
+        if clash:
+            raise ValueError(
+                f"The hyperparameters {clash} are in both the module's and the DataModule's hparams with different "
+                "values, so the logger can't be given one value for each. Rename one of them, or save it in one place."
+            )
+        params.update(theirs)
     return params

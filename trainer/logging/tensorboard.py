@@ -1,5 +1,5 @@
-"""`TensorBoardLogger`, the default logger; with it `Logger`, the protocol every logger
-follows, and the helpers the other loggers share (`with_prefix`, `flatten_params`, `hparam_value`).
+"""`TensorBoardLogger`, the default logger; with it the helpers the other loggers share
+(`with_prefix`, `flatten_params`, `hparam_value`; the `Logger` type is in `base.py`).
 
 `torch.utils.tensorboard` (and so tensorboard itself) is imported only when the first
 event is written, so `import trainer` stays fast, and a logger that never writes creates
@@ -32,8 +32,9 @@ import logging
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
+from trainer.logging.base import Logger
 from trainer.logging.identity import folder_to_continue, same_folder
 from trainer.logging.params import flatten_params, hparam_value, write_hparams_yaml
 from trainer.logging.runs import RunFolder, next_version_dir, planned_run_dir
@@ -41,18 +42,6 @@ from trainer.logging.runs import RunFolder, next_version_dir, planned_run_dir
 __all__ = ["Logger", "TensorBoardLogger", "next_version_dir", "flatten_params", "hparam_value", "with_prefix"]
 
 log = logging.getLogger("trainer")
-
-
-@runtime_checkable
-class Logger(Protocol):
-    """What the Trainer needs from a logger (any object with these methods will do)."""
-
-    @property
-    def log_dir(self) -> Path: ...
-    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None: ...
-    def log_hyperparams(self, params: Mapping[str, Any], metrics: Mapping[str, float] | None = None) -> None: ...
-    def flush(self) -> None: ...
-    def close(self) -> None: ...
 
 
 class TensorBoardLogger(RunFolder):

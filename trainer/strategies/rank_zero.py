@@ -27,7 +27,7 @@ from typing import Any, TypeVar, overload
 
 __all__ = [
     "rank_zero_only", "rank_zero_info", "rank_zero_warn", "rank_zero_debug", "rank_zero_deprecation",
-    "rank_prefixed_message", "WarningCache", "LightningDeprecationWarning",
+    "rank_prefixed_message", "WarningCache", "LightningDeprecationWarning", "PossibleUserWarning",
 ]
 
 log = logging.getLogger("trainer")
@@ -83,6 +83,13 @@ def rank_prefixed_message(message: str, rank: int | None) -> str:
 
 class LightningDeprecationWarning(DeprecationWarning):
     """The category of `rank_zero_deprecation`'s warnings (Lightning's name)."""
+
+
+class PossibleUserWarning(UserWarning):
+    """Lightning's category for a warning about a setting that may be a mistake (few DataLoader
+    workers, a logging interval longer than the epoch, ...), which a script may silence with
+    `warnings.filterwarnings("ignore", category=PossibleUserWarning)`. The Trainer here gives
+    none of those warnings; a callback may use the category for its own."""
 
 
 def rank_zero_info(message: Any, *args: Any, stacklevel: int = 2, **kwargs: Any) -> None:

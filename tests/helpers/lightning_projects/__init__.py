@@ -37,6 +37,8 @@ IMPORT_RULES: tuple[tuple[str, str], ...] = (
     (r"^(\s*)from trainer\.utilities\.combined_loader import ", r"\1from lightning.pytorch.utilities.combined_loader import "),
     (r"^(\s*)from trainer\.demos(\.\w+)? import ", r"\1from lightning.pytorch.demos\2 import "),
     (r"^(\s*)from trainer\.(core|trainer|utilities\.imports|utilities\.exceptions) import ", r"\1from lightning.pytorch.\2 import "),
+    (r"^(\s*)from trainer\.((?:loggers|profilers|plugins|accelerators|utilities|core)(?:\.\w+)*) import ",
+     r"\1from lightning.pytorch.\2 import "),
 )
 
 _OURS = re.compile(r"^\s*(import (trainer|callbacks)\b|from (trainer|callbacks)[ .])")
