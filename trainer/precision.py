@@ -70,9 +70,10 @@ class Precision:
     """
 
     name: str = "fp32"
-    #: Lightning's name of this precision: `trainer.precision == "16-mixed"` holds under AMP, as
-    #: `"32" in trainer.precision` does under fp32, so a project's checks of Lightning's string run.
-    lightning_name: str = "32-true"
+    #: Lightning's name of this precision, so a project's checks of Lightning's string run
+    #: (`trainer.precision == <that name>`, `"mixed" in trainer.precision`); the names are set with
+    #: Lightning's other spellings, in trainer/lightning/arguments.py. None: our `name` stands in.
+    lightning_name: str | None = None
     #: True when the strategy itself skips steps whose gradients are not finite
     #: (AMP's GradScaler); otherwise the Trainer guards against non-finite losses.
     handles_nonfinite: bool = False
@@ -160,20 +161,20 @@ class Precision:
 
     @property
     def precision(self) -> str:
-        """Lightning's `trainer.precision_plugin.precision`: the name, e.g. `"bf16-mixed"`."""
-        return self.lightning_name
+        """Lightning's `trainer.precision_plugin.precision`: its name for this precision."""
+        return self.lightning_name or self.name
 
     def __eq__(self, other: object) -> bool:
         """Equal to Lightning's name (`"16-mixed"` for AMP; our own is `.name`)."""
         if isinstance(other, str):
-            return other == self.lightning_name
+            return other == self.precision
         return self is other
 
     __hash__ = object.__hash__
 
     def __contains__(self, text: object) -> bool:
         """`"mixed" in trainer.precision`, as on Lightning's string."""
-        return isinstance(text, str) and text in self.lightning_name
+        return isinstance(text, str) and text in self.precision
 
 
 class FP32(Precision):
@@ -192,7 +193,6 @@ class BF16(Precision):
     """
 
     name = "bf16"
-    lightning_name = "bf16-mixed"
 
     def __init__(self, autocast_cache: bool = True) -> None:
         self.autocast_cache = autocast_cache
@@ -216,7 +216,6 @@ class AMP(Precision):
     """
 
     name = "amp"
-    lightning_name = "16-mixed"
     handles_nonfinite = True
 
     def __init__(

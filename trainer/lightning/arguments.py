@@ -263,3 +263,15 @@ def lightning_trainer_section(
         return translate(values, lightning, known), problems
     except ValueError as error:
         return values, problems + [("trainer", str(error))]
+
+
+def _name_precisions() -> None:
+    """Give each of our precisions Lightning's name for it (`Precision.lightning_name`), so
+    `trainer.precision == "16-mixed"` holds under AMP as in Lightning."""
+    from trainer.precision import AMP, BF16, FP32, Precision
+
+    for kind, name in ((Precision, "32-true"), (FP32, "32-true"), (BF16, "bf16-mixed"), (AMP, "16-mixed")):
+        kind.lightning_name = name
+
+
+_name_precisions()
