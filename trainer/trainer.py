@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,11 @@ from trainer.loops.hooks import CallbackBase, Dispatcher, checkpoint_callbacks_l
 from trainer.strategies import Strategy, resolve_strategy
 from trainer.strategies.launch import launch_processes
 from trainer.strategies.requeue import Requeue
+from trainer import states
+
+# Lightning's `from lightning.pytorch.trainer.states import RunningStage, TrainerFn` reads
+# `from trainer.trainer.states import ...` here (Python finds a submodule in sys.modules first)
+sys.modules[f"{__name__}.states"] = states
 from trainer.module import Module
 from trainer.core.activation_checkpointing import checkpoint_activations
 from trainer.precision import Precision, needs_closure
@@ -229,7 +235,7 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation, TrainerFit):
         if self._run.module_callbacks:
             self.callbacks = with_module_callbacks(self.callbacks, model)
         self._run.hooks = Dispatcher(model, self.callbacks, self._run.simple_profiler)
-        self._run.call("setup", stage)  # before the model is moved or wrapped: layers made here count
+        self._run.call("setup", states.TrainerFn(stage))  # Lightning passes the enum (equal to "fit"); before the model is moved or wrapped: layers made here count
         if type(model).configure_model is not Module.configure_model:
             model.configure_model()  # Lightning's: after setup, before configure_optimizers (each stage)
         if self.args.sync_batchnorm:

@@ -32,7 +32,7 @@ class Recorder(Callback):
 def _record_callback(hook: str) -> Any:
     def method(self: Recorder, trainer: Any, module: Any, *args: Any) -> None:
         assert trainer is not None and module is not None
-        self.calls.append(f"Callback.{hook}" + (f"({args[0]})" if hook in ("setup", "teardown") else ""))
+        self.calls.append(f"Callback.{hook}" + (f"({args[0].value})" if hook in ("setup", "teardown") else ""))
 
     return method
 
@@ -75,7 +75,7 @@ class HookedNet(TinyNet):
 
 def _record_module(hook: str) -> Any:
     def method(self: HookedNet, *args: Any) -> None:
-        self.recorded.append(hook + (f"({args[0]})" if hook in ("setup", "teardown") else ""))
+        self.recorded.append(hook + (f"({args[0].value})" if hook in ("setup", "teardown") else ""))
 
     return method
 

@@ -25,6 +25,7 @@ from trainer.loops.hooks import Dispatcher, with_module_callbacks
 from trainer.loops.loaders import EvalLoaders, loader_list
 from trainer.module import Module
 from trainer.loops.schedule import batch_limit
+from trainer.states import TrainerFn
 
 if TYPE_CHECKING:
     from trainer._args import TrainerArgs
@@ -92,6 +93,7 @@ class TrainerEvaluation:
     _eval_batches: dict[str, list[int | float]] | None
     _interrupted: bool
     _running: str | None
+    _last_call: str | None
     _ckpt_path: str | None
 
     def validate(self, model: Module | None = None, loader: Any = None, ckpt_path: str | Path | None = None,
@@ -132,7 +134,7 @@ class TrainerEvaluation:
                 log.warning("%s(ckpt_path=None) was called without a model: the best checkpoint of the previous fit "
                             "is used (Lightning's rule). Pass ckpt_path='best' or 'last' to choose.", verb)
         check_module(model, verb)
-        self._running, self._interrupted = verb, False
+        self._running, self._last_call, self._interrupted = verb, verb, False
         try:
             (loader,) = self._loaders(verb, model, datamodule, loader if loader is not None else dataloaders)
             self._evaluation_loader(model, stage, loader, call=False)  # no loader at all: an error before any work
@@ -153,7 +155,7 @@ class TrainerEvaluation:
         model._attach(self, self._run)
         self.callbacks = with_module_callbacks(self.callbacks, model)
         self._run.hooks = Dispatcher(model, self.callbacks, self._run.simple_profiler)
-        hook_stage = "validate" if stage == "validation" else stage
+        hook_stage = TrainerFn("validate" if stage == "validation" else stage)  # Lightning passes the enum
         self._run.metrics.clear_latest()  # a new callback_metrics dict holds this call's values, as Lightning's
         self._run.output.forget_shown()
         self._run.call("setup", hook_stage)

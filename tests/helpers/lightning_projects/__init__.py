@@ -36,6 +36,7 @@ IMPORT_RULES: tuple[tuple[str, str], ...] = (
     (r"^(\s*)from trainer\.utilities import ", r"\1from lightning.pytorch.utilities import "),
     (r"^(\s*)from trainer\.utilities\.combined_loader import ", r"\1from lightning.pytorch.utilities.combined_loader import "),
     (r"^(\s*)from trainer\.demos(\.\w+)? import ", r"\1from lightning.pytorch.demos\2 import "),
+    (r"^(\s*)from trainer\.trainer\.states import ", r"\1from lightning.pytorch.trainer.states import "),
     (r"^(\s*)from trainer\.(core|trainer|utilities\.imports|utilities\.exceptions) import ", r"\1from lightning.pytorch.\2 import "),
 )
 

@@ -1,0 +1,183 @@
+"""More real Lightning projects nobody here wrote, with only their imports changed
+(tests/helpers/lightning_projects/real_*.py; each cites its source and what was shrunk or
+substituted), trained under this package and under Lightning 2.6 in one process and compared
+with `torch.equal`: weights, counters, `callback_metrics`, what validate/test return,
+checkpoint files, and what the projects record themselves.
+
+Accounted for (docs/lightning.md): `validate`/`test` with one loader return the dict itself
+(Lightning: a one-item list); our own `train/*` scalars join `callback_metrics` and
+`logged_metrics` (`lightnings_values` compares what Lightning reports).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests.helpers.lightning_projects import assert_same_run, assert_same_weights, both, lightnings_values, load_source
+
+pytest.importorskip("lightning")
+
+
+def metrics(values: dict[str, Any]) -> dict[str, float]:
+    return {key: float(value) for key, value in values.items()}
+
+
+@pytest.fixture
+def one_thread() -> Any:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+# ------------------------------- the Lightning-Hydra template: torchmetrics objects, partial factories
+def test_hydra_template_logs_metric_objects_and_tests_the_best_checkpoint(tmp_path: Path, one_thread: None) -> None:
+    ours, theirs = both("real_hydra_template", tmp_path)
+    assert_same_run(ours, theirs)
+    lightnings_values(ours["val"], theirs["val"])
+    assert {"train/loss", "train/acc", "val/loss", "val/acc", "val/acc_best"} <= set(theirs["val"])
+    assert ours["test"] == theirs["test"][0]
+    assert ours["best"] == theirs["best"] and ours["files"] == theirs["files"]
+    assert "last.ckpt" in ours["files"]
+    assert ours["lr"] == theirs["lr"]
+    assert_same_weights(ours["tested"], theirs["tested"])  # the best checkpoint's weights, read back
+
+
+# ---------------------------------------- a VAE annealed by trainer.state.stage, epoch and step
+@pytest.mark.parametrize("schedule", ["linear", "sigmoid", "stairs"])
+def test_vae_annealing_reads_the_trainer_state_stage(tmp_path: Path, schedule: str) -> None:
+    ours, theirs = both("real_vae_annealing", tmp_path, schedule=schedule)
+    assert_same_run(ours, theirs)
+    lightnings_values(metrics(ours["val"]), metrics(theirs["val"]))
+    lightnings_values(metrics(ours["logged"]), metrics(theirs["logged"]))
+    assert ours["factors"] == theirs["factors"]  # the stage each step saw and the factor it made of it
+    assert {stage for stage, _ in theirs["factors"]} == {"RunningStage.SANITY_CHECKING", "RunningStage.TRAINING",
+                                                          "RunningStage.VALIDATING"}
+    assert ours["hparams"] == theirs["hparams"] and "vae" not in theirs["hparams"]
+    assert ours["stages"] == theirs["stages"] and ours["state"] == theirs["state"]
+
+
+STATES = '''
+import torch
+import trainer as L
+from torch.utils.data import DataLoader, TensorDataset
+from trainer.trainer.states import RunningStage, TrainerFn, TrainerStatus
+
+
+class Model(L.LightningModule):
+    def __init__(self, seen):
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+        self.seen = seen
+
+    def note(self, where):
+        state = self.trainer.state
+        self.seen.append((where, state.fn, state.stage, state.status, state.finished, state.stopped,
+                          None if state.stage is None else (state.stage.evaluating, state.stage.dataloader_prefix)))
+
+    def setup(self, stage):
+        self.note(f"setup {stage}")
+
+    def teardown(self, stage):
+        self.note(f"teardown {stage}")
+
+    def configure_optimizers(self):
+        self.note("configure_optimizers")
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    def training_step(self, batch, batch_idx):
+        self.note("training_step")
+        return self.layer(batch[0]).pow(2).mean()
+
+    def validation_step(self, batch, batch_idx):
+        self.note("validation_step")
+
+    def test_step(self, batch, batch_idx):
+        self.note("test_step")
+
+    def predict_step(self, batch, batch_idx):
+        self.note("predict_step")
+        return self.layer(batch[0])
+
+
+HOOKS = ["on_fit_start", "on_sanity_check_start", "on_sanity_check_end", "on_train_start", "on_train_epoch_start",
+         "on_validation_start", "on_validation_epoch_end", "on_train_epoch_end", "on_train_end", "on_fit_end",
+         "on_test_start", "on_predict_start"]
+
+
+class Watch(L.Callback):
+    def __init__(self, seen):
+        self.seen = seen
+
+
+for _hook in HOOKS:
+    def _make(name):
+        def hook(self, trainer, module):
+            module.note(name)
+        return hook
+    setattr(Watch, _hook, _make(_hook))
+
+
+def main(root):
+    seen = []
+    data = DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=4)
+    trainer = L.Trainer(max_epochs=1, callbacks=[Watch(seen)], logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, default_root_dir=root)
+    model = Model(seen)
+    before = (trainer.state.fn, trainer.state.stage, trainer.state.status)
+    trainer.fit(model, data, data)
+    after_fit = (trainer.state.fn, trainer.state.stage, trainer.state.status)
+    trainer.validate(model, data, verbose=False)
+    trainer.test(model, data, verbose=False)
+    trainer.predict(model, data)
+    enums = (TrainerFn.FITTING == "FIT", RunningStage.TRAINING == "train", "validate" == RunningStage.VALIDATING,
+             RunningStage.SANITY_CHECKING.evaluating, TrainerStatus.INTERRUPTED.stopped,
+             {RunningStage.TESTING: 1}.get("test"), [m.value for m in RunningStage], str(TrainerFn.TESTING))
+    return [before, after_fit, *seen], enums
+'''
+
+
+def test_trainer_state_fn_stage_and_status_in_every_hook_as_lightnings(tmp_path: Path) -> None:
+    """`trainer.state.fn` / `.stage` / `.status` (Lightning's `TrainerState`) and the enums of
+    `trainer.trainer.states`, read before, inside every stage's hooks and steps, and after each
+    call: Lightning's values, each the same enum member and the same string."""
+    ours = load_source(STATES, "ours", "states").main(str(tmp_path / "ours"))
+    theirs = load_source(STATES, "lightning", "states").main(str(tmp_path / "lightning"))
+    assert [tuple(str(v) for v in row) for row in ours[0]] == [tuple(str(v) for v in row) for row in theirs[0]]
+    assert ours[0] == theirs[0] and ours[1] == theirs[1]
+    stages = {str(row[2]) for row in theirs[0][2:]}
+    assert {"RunningStage.TRAINING", "RunningStage.SANITY_CHECKING", "RunningStage.VALIDATING",
+            "RunningStage.TESTING", "RunningStage.PREDICTING"} <= stages
+    assert {"setup TrainerFn.FITTING", "teardown TrainerFn.TESTING"} <= {row[0] for row in theirs[0][2:]}
+
+
+def test_trainer_state_still_reads_and_writes_the_loop_counters(tmp_path: Path) -> None:
+    """`trainer.state.skipped_steps`, `.batches_done`, ... (docs/logging.md) read the loop's own
+    state; Lightning's names can't be assigned."""
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from trainer import LightningModule, Trainer
+
+    class Model(LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            return self.layer(batch[0]).pow(2).mean()
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    trainer = Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False, root_dir=tmp_path)
+    assert str(trainer.state.status) == "TrainerStatus.INITIALIZING" and trainer.state.fn is None
+    trainer.fit(Model(), DataLoader(TensorDataset(torch.randn(12, 4)), batch_size=4))
+    assert trainer.state.epoch == 1 and trainer.state.skipped_steps == 0 and trainer.state.global_step == 3
+    trainer.state.skipped_steps = 2
+    assert trainer._run.state.skipped_steps == 2
+    with pytest.raises(AttributeError, match="trainer.state.stage is set by the Trainer"):
+        trainer.state.stage = "train"  # type: ignore[misc]
