@@ -181,3 +181,87 @@ def test_trainer_state_still_reads_and_writes_the_loop_counters(tmp_path: Path) 
     assert trainer._run.state.skipped_steps == 2
     with pytest.raises(AttributeError, match="trainer.state.stage is set by the Trainer"):
         trainer.state.stage = "train"  # type: ignore[misc]
+
+
+# ------------------------------------------- a flow-matching refiner: log_dict, its own clipping
+@pytest.mark.parametrize("mode", ["cartesian_optimizer", "flexbond4d_only_optimizer", "flexbond4d_hybrid_optimizer"])
+def test_flow_refiner_clips_and_logs_in_configure_gradient_clipping(tmp_path: Path, mode: str) -> None:
+    ours, theirs = both("real_flow_refiner", tmp_path, mode=mode)
+    assert_same_run(ours, theirs)
+    lightnings_values(metrics(ours["val"]), metrics(theirs["val"]))
+    assert {"grad_norm", "learning_rate", "train/loss_step", "train/loss_epoch", "val/loss"} <= set(theirs["val"])
+    # log_every_n_steps=2 and 5 steps an epoch: the last step is no logging step; Lightning's
+    # logged_metrics still holds its values (it takes every step's), and so does ours
+    lightnings_values(metrics(ours["logged"]), metrics(theirs["logged"]))
+
+
+LOGGED = '''
+import torch
+import trainer as L
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Model(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+
+    def training_step(self, batch, batch_idx):
+        loss = self.layer(batch[0]).pow(2).mean()
+        self.log("loss_step_only", loss)
+        self.log("both", loss * 2, on_step=True, on_epoch=True)
+        self.log("hidden", loss * 3, logger=False)
+        self.log("shared", loss + 100)
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        self.log("val_loss", self.layer(batch[0]).pow(2).mean())
+        self.log("shared", float(batch_idx))
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+class Reader(L.Callback):
+    def __init__(self):
+        self.seen = []
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        self.seen.append(("batch", trainer.global_step, {k: float(v) for k, v in trainer.logged_metrics.items()}))
+
+    def on_train_epoch_end(self, trainer, module):
+        self.seen.append(("epoch", trainer.global_step, {k: float(v) for k, v in trainer.logged_metrics.items()}))
+
+
+def main(root, max_steps):
+    L.seed_everything(3)
+    reader = Reader()
+    data = DataLoader(TensorDataset(torch.randn(20, 4)), batch_size=4, shuffle=True)
+    trainer = L.Trainer(max_epochs=2, max_steps=max_steps, logger=False, log_every_n_steps=3, callbacks=[reader],
+                        enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
+                        num_sanity_val_steps=0, default_root_dir=root)
+    trainer.fit(Model(), data, DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=4))
+    return reader.seen, {k: float(v) for k, v in trainer.logged_metrics.items()}
+'''
+
+
+@pytest.mark.parametrize("max_steps", [-1, 7])
+def test_logged_metrics_take_every_steps_values_as_lightnings(tmp_path: Path, max_steps: int) -> None:
+    """`trainer.logged_metrics` holds each step's values from that step on, whether or not the
+    step writes to the logger (log_every_n_steps=3), and a validation's value of a name training
+    logs too replaces the training step's, as Lightning's (read in the batch and epoch hooks and
+    after fit; a run stopped by max_steps between logging steps too)."""
+    ours = load_source(LOGGED, "ours", "logged").main(str(tmp_path / "ours"), max_steps)
+    theirs = load_source(LOGGED, "lightning", "logged").main(str(tmp_path / "lightning"), max_steps)
+    rows = list(theirs[0])
+    if max_steps > 0:  # Lightning ends the cut epoch with on_train_epoch_end; here it stays unfinished (docs/lightning.md)
+        assert rows[-1][:2] == ("epoch", max_steps)
+        rows = rows[:-1]
+    assert [(kind, step) for kind, step, _ in ours[0]] == [(kind, step) for kind, step, _ in rows]
+    for (_, _, mine), (_, _, other) in zip(ours[0], rows, strict=True):
+        lightnings_values(mine, other)
+    after = dict(theirs[1])
+    if max_steps > 0:  # the cut epoch's means: Lightning closes the epoch, here it stays open (docs/lightning.md)
+        after.pop("both_epoch")
+    lightnings_values(ours[1], after)
+    assert "hidden" not in theirs[1] and "loss_step_only" in theirs[1]

@@ -199,8 +199,11 @@ class TrainerProperties:
 
     @property
     def logged_metrics(self) -> dict[str, float]:
-        """What was last written to the logger, by name (floats: `MetricValue`s)."""
-        return {name: MetricValue(value) for name, value in self._run.output.logged.items()}
+        """What was last written to the logger, updated with the newest per-step value of every
+        metric logged since (as Lightning's, which takes each step's values whether or not the
+        step writes them): floats (`MetricValue`s), read from the device on access."""
+        pending = to_floats(self._run.metrics.pending_step_values())
+        return {name: MetricValue(value) for name, value in {**self._run.output.logged, **pending}.items()}
 
     @property
     def progress_bar_metrics(self) -> dict[str, float]:
