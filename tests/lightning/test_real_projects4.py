@@ -265,3 +265,15 @@ def test_logged_metrics_take_every_steps_values_as_lightnings(tmp_path: Path, ma
         after.pop("both_epoch")
     lightnings_values(ours[1], after)
     assert "hidden" not in theirs[1] and "loss_step_only" in theirs[1]
+
+
+# --------------------------- an autoregressive LSTM forecaster: early stop, top-5 files, torch.load
+def test_lstm_forecaster_stops_early_keeps_the_top_five_and_reloads_by_torch_load(tmp_path: Path, one_thread: None) -> None:
+    ours, theirs = both("real_lstm_forecaster", tmp_path)
+    assert_same_run(ours, theirs)
+    lightnings_values(metrics(ours["val"]), metrics(theirs["val"]))
+    assert theirs["stopped_epoch"] > 0 and ours["stopped_epoch"] == theirs["stopped_epoch"]
+    assert ours["wait"] == theirs["wait"]
+    assert ours["files"] == theirs["files"] and len(theirs["files"]) == 5
+    assert ours["top"] == theirs["top"] and ours["best"] == theirs["best"] and ours["best_score"] == theirs["best_score"]
+    assert_same_weights(ours["reloaded"], theirs["reloaded"])  # torch.load(best)['state_dict'] into a new wrapper
