@@ -277,3 +277,15 @@ def test_lstm_forecaster_stops_early_keeps_the_top_five_and_reloads_by_torch_loa
     assert ours["files"] == theirs["files"] and len(theirs["files"]) == 5
     assert ours["top"] == theirs["top"] and ours["best"] == theirs["best"] and ours["best_score"] == theirs["best_score"]
     assert_same_weights(ours["reloaded"], theirs["reloaded"])  # torch.load(best)['state_dict'] into a new wrapper
+
+
+# -------------------- a Kaggle solution: a timm scheduler through lr_scheduler_step, EMA validation
+def test_rna_solution_steps_a_timm_scheduler_by_lr_scheduler_step(tmp_path: Path, one_thread: None) -> None:
+    ours, theirs = both("real_rna_timm", tmp_path)
+    assert_same_run(ours, theirs)  # the EMA copy included
+    lightnings_values(metrics(ours["val"]), metrics(theirs["val"]))
+    assert {"loss", "loss_step", "loss_epoch", "val_loss", "lr-AdamW/pg1", "lr-AdamW/pg2"} <= set(theirs["val"])
+    assert ours["lrs"] == theirs["lrs"] and len(theirs["lrs"]) == 4  # scheduler.step(epoch=self.current_epoch)
+    assert ours["monitor"] == theirs["monitor"]  # what LearningRateMonitor read off the non-torch scheduler
+    assert ours["best"] == theirs["best"] and ours["last"] == theirs["last"] and ours["files"] == theirs["files"]
+    assert ours["csv"] == theirs["csv"] and ours["csv"].count("\n") > 100  # the test predictions, through numpy and pandas
