@@ -289,3 +289,49 @@ def test_rna_solution_steps_a_timm_scheduler_by_lr_scheduler_step(tmp_path: Path
     assert ours["monitor"] == theirs["monitor"]  # what LearningRateMonitor read off the non-torch scheduler
     assert ours["best"] == theirs["best"] and ours["last"] == theirs["last"] and ours["files"] == theirs["files"]
     assert ours["csv"] == theirs["csv"] and ours["csv"].count("\n") > 100  # the test predictions, through numpy and pandas
+
+
+# --------------------------- Deep SVDD on machine sounds: a module that builds its own Trainer
+def test_svdd_experiment_builds_its_own_trainer_and_keeps_its_centre_in_checkpoints(tmp_path: Path, one_thread: None) -> None:
+    ours, theirs = both("real_svdd_audio", tmp_path)
+    assert_same_run(ours, theirs)  # the centre buffer (registered as None, set in on_fit_start) included
+    lightnings_values(ours["val"], theirs["val"])
+    assert {"train_loss", "val_auroc"} <= set(theirs["val"])
+    assert ours["files"] == theirs["files"] == ["best.ckpt", "initial.ckpt", "last.ckpt"]
+    assert ours["best_score"] == theirs["best_score"] and ours["lr"] == theirs["lr"]
+    assert ours["csv"] == theirs["csv"] and ours["csv"].count("\n") == 19  # file ids, scores, labels of the test set
+    assert [s for s in ours["seen"] if s[0] == "test_auroc"] == [s for s in theirs["seen"] if s[0] == "test_auroc"]
+    assert torch.equal(ours["reloaded_c"], theirs["reloaded_c"])  # on_load_checkpoint of best.ckpt
+    # on_save_checkpoint saw the same centre each time; it runs more often here: the Trainer
+    # also writes its own last.ckpt at every epoch end (docs/lightning.md, enable_checkpointing)
+    saved = [c for kind, c in ours["seen"] if kind == "saved"]
+    their_saved = [c for kind, c in theirs["seen"] if kind == "saved"]
+    assert len(saved) >= len(their_saved) and all(torch.equal(c, their_saved[0]) for c in saved + their_saved)
+
+
+def test_a_module_holds_the_trainer_it_assigns_itself(tmp_path: Path) -> None:
+    """Lightning's `LightningModule.trainer` setter: `self.trainer = Trainer(...)` in `__init__`
+    keeps that Trainer (the module is its only owner) until fit attaches it; None detaches; a
+    copy leaves it behind."""
+    import copy
+    import gc
+
+    from trainer import LightningModule, Trainer
+
+    class Child(LightningModule):
+        pass
+
+    class Owner(LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.child = Child()
+            self.trainer = Trainer(max_epochs=1, logger=False, enable_progress_bar=False, root_dir=tmp_path)
+
+    model = Owner()
+    gc.collect()
+    assert isinstance(model.trainer, Trainer) and model.child.trainer is model.trainer
+    with pytest.raises(RuntimeError, match="not attached to a Trainer"):
+        copy.deepcopy(model).trainer  # noqa: B018
+    model.trainer = None
+    with pytest.raises(RuntimeError, match="not attached to a Trainer"):
+        model.trainer  # noqa: B018
