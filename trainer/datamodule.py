@@ -236,7 +236,7 @@ def resolve_loaders(stage: str, datamodule: Any, *loaders: Any, call: bool = Tru
         )
     setup = getattr(datamodule, "setup", None)  # prepare_data ran before (the Trainer's, rank-aware)
     if callable(setup):
-        setup(TrainerFn(stage))  # Lightning passes the enum: equal to "fit", f-strings show "TrainerFn.FITTING"
+        setup(stage=TrainerFn(stage))  # by name, as Lightning passes it; the enum: equal to "fit", f-strings show "TrainerFn.FITTING"
     if not call:
         return (None,) * len(loaders)
     if stage == "fit":

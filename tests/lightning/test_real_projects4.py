@@ -335,3 +335,46 @@ def test_a_module_holds_the_trainer_it_assigns_itself(tmp_path: Path) -> None:
     model.trainer = None
     with pytest.raises(RuntimeError, match="not attached to a Trainer"):
         model.trainer  # noqa: B018
+
+
+# -------------------------------- a recommender whose setup/teardown take the stage only by name
+def test_ncf_recommender_datamodule_setup_takes_kwargs_only(tmp_path: Path) -> None:
+    """`setup(self, **kwargs)` (and a callback's `setup(trainer, pl_module, **kwargs)`): Lightning
+    passes the stage by name to the DataModule's, the callbacks' and the module's setup and
+    teardown, so these run there; they run here too, with the same stages."""
+    ours, theirs = both("real_ncf_recommender", tmp_path)
+    assert_same_run(ours, theirs)
+    lightnings_values(metrics(ours["val"]), metrics(theirs["val"]))
+    assert ours["validate"] == theirs["validate"][0] and ours["test"] == theirs["test"][0]
+    assert ours["stages"] == theirs["stages"] == ["fit", "teardown fit", "validate", "teardown validate", "test",
+                                                  "teardown test"]
+    assert ours["seen"] == theirs["seen"]
+
+
+def test_lambda_callback_setup_receives_the_stage_by_name(tmp_path: Path) -> None:
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from callbacks import LambdaCallback
+    from trainer import LightningModule, Trainer
+
+    class Model(LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(2, 1)
+            self.stages: list[str] = []
+
+        def setup(self, **kwargs: Any) -> None:
+            self.stages.append(kwargs["stage"])
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            return self.layer(batch[0]).sum()
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    seen: list[str] = []
+    model = Model()
+    trainer = Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False, root_dir=tmp_path,
+                      callbacks=[LambdaCallback(setup=lambda trainer, module, stage: seen.append(stage))])
+    trainer.fit(model, DataLoader(TensorDataset(torch.randn(4, 2)), batch_size=2))
+    assert seen == model.stages == ["fit"]

@@ -190,7 +190,7 @@ class TrainerEvaluation:
             self._run.metrics.renew_view()
             self._run.call("teardown", hook_stage)
             if self._run.datamodule is not None and callable(getattr(self._run.datamodule, "teardown", None)):
-                self._run.datamodule.teardown(hook_stage)
+                self._run.datamodule.teardown(stage=hook_stage)
         if stage == "predict":
             return results if keep else None
         if isinstance(results, list):  # several loaders: Lightning's list, one dict per loader

@@ -177,7 +177,7 @@ class TrainerFit:
             self._run.metrics.renew_view()
             self._run.call("teardown", TrainerFn.FITTING)
             if self._run.datamodule is not None and callable(getattr(self._run.datamodule, "teardown", None)):
-                self._run.datamodule.teardown(TrainerFn.FITTING)
+                self._run.datamodule.teardown(stage=TrainerFn.FITTING)
 
     def _fit_with_signals(self, train_loader: Any, val_loader: Any) -> None:
         with SignalGuard(self._preempt, self._requeue.signals) as signals:
