@@ -54,7 +54,7 @@ class ModuleLink(ModuleTools):
         return ref
 
     @trainer.setter
-    def trainer(self, trainer: Any) -> None:
+    def trainer(self, trainer: object) -> None:
         """Lightning's setter, for a module that builds its own Trainer (`self.trainer =
         Trainer(...)` in `__init__`, then `self.trainer.fit(self)`): the module keeps that Trainer
         alive (it is its only owner) and reads it as `self.trainer` until `fit`/`validate`/... attach

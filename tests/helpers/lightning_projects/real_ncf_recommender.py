@@ -8,7 +8,7 @@ parameter: it takes the stage only by name, as Lightning passes it), its pandas 
 positional ids, `MinMaxScaler` on the ratings, the sort by timestamp and sklearn's
 `train_test_split` (drawing from NumPy's global generator), and its loaders with DataLoader's
 default batch size of 1 over numpy rows (each batch three `(1, 1)` tensors, ratings float64).
-Substituted: `get_movielens_1m()` is 30 users, 20 movies and 150 random ratings as the same
+Substituted: `get_movielens_1m()` is 30 users, 20 movies and 60 random ratings as the same
 three DataFrames; embedding and layer sizes shrunk (4, 8, 4); the script's driver (not in the
 repo) is a two-epoch `fit` with the DataModule then `validate` and `test`.
 """
@@ -34,8 +34,8 @@ def get_movielens_1m():
     rng = np.random.default_rng(5)
     movies = pd.DataFrame({"MovieID": np.arange(100, 120), "Title": [f"movie {i}" for i in range(20)]})
     users = pd.DataFrame({"UserID": np.arange(1, 31), "Gender": rng.choice(["F", "M"], 30)})
-    ratings = pd.DataFrame({"UserID": rng.integers(1, 31, 150), "MovieID": rng.integers(100, 120, 150),
-                            "Rating": rng.integers(1, 6, 150), "Timestamp": rng.permutation(150) + 10**9})
+    ratings = pd.DataFrame({"UserID": rng.integers(1, 31, 60), "MovieID": rng.integers(100, 120, 60),
+                            "Rating": rng.integers(1, 6, 60), "Timestamp": rng.permutation(60) + 10**9})
     return movies, users, ratings
 
 
