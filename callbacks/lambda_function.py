@@ -56,8 +56,8 @@ class LambdaCallback(Callback):
 
 
 def _as_method(fn: Callable[..., Any]) -> Callable[..., Any]:
-    def method(self: Any, *args: Any) -> Any:
-        return fn(*args)
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
 
     method.__name__ = getattr(fn, "__name__", "hook")
     return method

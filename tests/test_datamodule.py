@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader
 from tests.helpers.reference import TinyNet, make_data
 from trainer import DataModule, Trainer
 from trainer.checkpoint import load_checkpoint
+from trainer.trainer.states import TrainerFn
 
 QUIET = dict(logger=False, enable_progress_bar=False, num_sanity_val_steps=0, device="cpu")
 
@@ -28,10 +29,12 @@ class Data(DataModule):
         self.calls.append("prepare_data")
 
     def setup(self, stage: str) -> None:
-        self.calls.append(f"setup({stage})")
+        assert isinstance(stage, TrainerFn)  # Lightning's enum, equal to its value ("fit", "test", ...)
+        self.calls.append(f"setup({stage.value})")
 
     def teardown(self, stage: str) -> None:
-        self.calls.append(f"teardown({stage})")
+        assert isinstance(stage, TrainerFn)
+        self.calls.append(f"teardown({stage.value})")
 
     def train_dataloader(self) -> Any:
         return DataLoader(make_data(16), batch_size=self.batch_size)

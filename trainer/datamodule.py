@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from trainer._hparams import AttributeDict, _capturing_init, read_hparams_file
+from trainer.states import TrainerFn
 
 __all__ = ["DataModule", "resolve_loaders", "is_datamodule"]
 
@@ -224,7 +225,7 @@ def resolve_loaders(stage: str, datamodule: Any, *loaders: Any, call: bool = Tru
         )
     setup = getattr(datamodule, "setup", None)  # prepare_data ran before (the Trainer's, rank-aware)
     if callable(setup):
-        setup(stage)
+        setup(stage=TrainerFn(stage))  # by name, as Lightning passes it; the enum: equal to "fit", f-strings show "TrainerFn.FITTING"
     if not call:
         return (None,) * len(loaders)
     if stage == "fit":

@@ -19,7 +19,6 @@ from trainer.checkpoint.parts import trainer_parts
 from trainer.checkpoint.bucket_runs import checkpoint_folder, log_root
 from trainer.checkpoint.storage import RemotePath
 from trainer.loops.optimizers import optimizers_or_none, parse_optimizers
-from trainer.loops import state as states
 from trainer.loops.state import LoopState
 from trainer.logging.output import RunOutput
 from trainer.loops import early_signals
@@ -40,6 +39,11 @@ from trainer.loops.hooks import CallbackBase, Dispatcher, checkpoint_callbacks_l
 from trainer.strategies import Strategy, resolve_strategy
 from trainer.strategies.launch import launch_processes
 from trainer.strategies.requeue import Requeue
+from trainer import states
+
+# Lightning's `from lightning.pytorch.trainer.states import RunningStage, TrainerFn` reads
+# `from trainer.trainer.states import ...` here (Python finds a submodule in sys.modules first)
+sys.modules[f"{__name__}.states"] = states
 from trainer.module import Module
 from trainer.core.activation_checkpointing import checkpoint_activations
 from trainer.precision import Precision, needs_closure
@@ -48,9 +52,6 @@ from trainer.lightning.arguments import precision_of, translate
 __all__ = ["Trainer"]
 
 log = logging.getLogger("trainer")
-
-# Lightning's path for the state names: `from trainer.trainer.states import TrainerFn, RunningStage`
-sys.modules.setdefault(f"{__name__}.states", states)
 
 
 class Trainer(TrainerSettings, TrainerData, TrainerEvaluation, TrainerFit):
@@ -161,7 +162,6 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation, TrainerFit):
         simple = (profiler if isinstance(profiler, SimpleProfiler) else SimpleProfiler()) if self.args.profiler == "simple" else None
         self._run = run = RunContext(self, self.args, strategy, precision, MetricStore(), DataOrder(),
                               Dispatcher(None, self.callbacks), simple)
-        run.state.stage_of = self._stage
         run.output = RunOutput(run)
         run.checkpoints = Checkpoints(run)
         run.set_loader_source(self._reload_loaders)
@@ -230,13 +230,12 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation, TrainerFit):
         new_run = self._starts_run(model)
         if new_run:  # a new model (or one only evaluated so far): new optimizer, counters restart
             self._run.module = model
-            old = self._run.state  # what the Trainer is doing carries over; where the loop is restarts
-            self._run.state = LoopState(fn=old.fn, status=old.status, stage_of=old.stage_of)
+            self._run.state = LoopState()
         model._attach(self, self._run)
         if self._run.module_callbacks:
             self.callbacks = with_module_callbacks(self.callbacks, model)
         self._run.hooks = Dispatcher(model, self.callbacks, self._run.simple_profiler)
-        self._run.call("setup", stage)  # before the model is moved or wrapped: layers made here count
+        self._run.call("setup", states.TrainerFn(stage))  # Lightning passes the enum (equal to "fit"); before the model is moved or wrapped: layers made here count
         if type(model).configure_model is not Module.configure_model:
             model.configure_model()  # Lightning's: after setup, before configure_optimizers (each stage)
         if self.args.sync_batchnorm:

@@ -19,6 +19,7 @@ import callbacks
 import trainer as L
 import trainer as pl
 from tests.lightning.test_lightning_flags import QUIET, Boring
+from trainer.trainer.states import TrainerFn
 
 
 def test_lightning_names_exist() -> None:
@@ -103,7 +104,8 @@ def test_fit_takes_the_modules_own_loaders_after_setup(tmp_path: Path) -> None:
 
     trainer = L.Trainer(max_epochs=1, root_dir=tmp_path, num_sanity_val_steps=0, **QUIET)
     trainer.fit(Later())
-    assert order == ["setup fit", "train_dataloader", "val_dataloader"] and trainer.global_step == 3
+    # `stage` is Lightning's TrainerFn member, formatted as Python formats a str enum
+    assert order == [f"setup {TrainerFn.FITTING}", "train_dataloader", "val_dataloader"] and trainer.global_step == 3
     assert trainer.callback_metrics["val_loss"] == pytest.approx(trainer.validate(verbose=False)["val_loss"])
     with pytest.raises(ValueError, match="train_dataloader\\(\\) method on"):
         L.Trainer(**QUIET).fit(L.Module())

@@ -30,9 +30,9 @@ class Recorder(Callback):
 
 
 def _record_callback(hook: str) -> Any:
-    def method(self: Recorder, trainer: Any, module: Any, *args: Any) -> None:
+    def method(self: Recorder, trainer: Any, module: Any, *args: Any, **kwargs: Any) -> None:
         assert trainer is not None and module is not None
-        self.calls.append(f"Callback.{hook}" + (f"({args[0]})" if hook in ("setup", "teardown") else ""))
+        self.calls.append(f"Callback.{hook}" + (f"({kwargs['stage'].value})" if hook in ("setup", "teardown") else ""))
 
     return method
 
@@ -74,8 +74,8 @@ class HookedNet(TinyNet):
 
 
 def _record_module(hook: str) -> Any:
-    def method(self: HookedNet, *args: Any) -> None:
-        self.recorded.append(hook + (f"({args[0]})" if hook in ("setup", "teardown") else ""))
+    def method(self: HookedNet, *args: Any, **kwargs: Any) -> None:  # setup/teardown: stage by name, as Lightning passes it
+        self.recorded.append(hook + (f"({kwargs['stage'].value})" if hook in ("setup", "teardown") else ""))
 
     return method
 

@@ -25,6 +25,7 @@ from trainer.loops.hooks import Dispatcher, with_module_callbacks
 from trainer.loops.loaders import EvalLoaders, loader_list
 from trainer.module import Module
 from trainer.loops.schedule import batch_limit
+from trainer.states import TrainerFn
 
 if TYPE_CHECKING:
     from trainer._args import TrainerArgs
@@ -92,11 +93,8 @@ class TrainerEvaluation:
     _eval_batches: dict[str, list[int | float]] | None
     _interrupted: bool
     _running: str | None
+    _last_call: str | None
     _ckpt_path: str | None
-
-    if TYPE_CHECKING:
-        def _begin_call(self, verb: str) -> None: ...
-        def _end_call(self) -> None: ...
 
     def validate(self, model: Module | None = None, loader: Any = None, ckpt_path: str | Path | None = None,
                  verbose: bool = True, *, dataloaders: Any = None, datamodule: Any = None,
@@ -136,7 +134,7 @@ class TrainerEvaluation:
                 log.warning("%s(ckpt_path=None) was called without a model: the best checkpoint of the previous fit "
                             "is used (Lightning's rule). Pass ckpt_path='best' or 'last' to choose.", verb)
         check_module(model, verb)
-        self._begin_call(verb)
+        self._running, self._last_call, self._interrupted = verb, verb, False
         try:
             (loader,) = self._loaders(verb, model, datamodule, loader if loader is not None else dataloaders)
             self._evaluation_loader(model, stage, loader, call=False)  # no loader at all: an error before any work
@@ -149,7 +147,7 @@ class TrainerEvaluation:
             with torch_flags(self.args):
                 return self._run_evaluation(stage, model, loader, checkpoint, verbose, keep)
         finally:
-            self._end_call()
+            self._running = None
 
     def _run_evaluation(self, stage: str, model: Module, loader: Any, checkpoint: Any, verbose: bool, keep: bool) -> Any:
         if model is not self._run.module:  # another model: a later fit starts a fresh run for it
@@ -157,7 +155,7 @@ class TrainerEvaluation:
         model._attach(self, self._run)
         self.callbacks = with_module_callbacks(self.callbacks, model)
         self._run.hooks = Dispatcher(model, self.callbacks, self._run.simple_profiler)
-        hook_stage = "validate" if stage == "validation" else stage
+        hook_stage = TrainerFn("validate" if stage == "validation" else stage)  # Lightning passes the enum
         self._run.metrics.clear_latest()  # a new callback_metrics dict holds this call's values, as Lightning's
         self._run.output.forget_shown()
         self._run.call("setup", hook_stage)
@@ -192,7 +190,7 @@ class TrainerEvaluation:
             self._run.metrics.renew_view()
             self._run.call("teardown", hook_stage)
             if self._run.datamodule is not None and callable(getattr(self._run.datamodule, "teardown", None)):
-                self._run.datamodule.teardown(hook_stage)
+                self._run.datamodule.teardown(stage=hook_stage)
         if stage == "predict":
             return results if keep else None
         if isinstance(results, list):  # several loaders: Lightning's list, one dict per loader

@@ -21,6 +21,7 @@ from trainer.loops.combined import as_train_loader
 from trainer.loops.fit import FitLoop
 from trainer.loops.manual import check_manual_arguments
 from trainer.loops.resume import check_resume
+from trainer.states import TrainerFn
 from trainer.loops.signals import SignalGuard
 from trainer.module import Module
 
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from trainer._args import TrainerArgs
     from trainer.loops.context import RunContext
     from trainer.loops.evaluation import EvalLoop
-    from trainer.loops.state import LoopState
+    from trainer.states import TrainerState
     from trainer.strategies import Strategy
     from trainer.strategies.requeue import Requeue
 
@@ -53,12 +54,11 @@ class TrainerFit:
         _handling_error: bool
         _interrupted: bool
         _running: str | None
-        def _begin_call(self, verb: str) -> None: ...
-        def _end_call(self) -> None: ...
+        _last_call: str | None
         _ckpt_path: str | None
 
         @property
-        def state(self) -> LoopState: ...
+        def state(self) -> TrainerState: ...
         @property
         def global_step(self) -> int: ...
         def _loaders(self, stage: str, model: Module, datamodule: Any, *loaders: Any) -> tuple[Any, ...]: ...
@@ -108,13 +108,13 @@ class TrainerFit:
         Loaders come from the arguments, a `datamodule`, or the module's own `train_dataloader()`
         / `val_dataloader()` methods (Lightning's), called after its `setup("fit")`.
         """
-        self._begin_call("fit")
+        self._running, self._last_call, self._interrupted = "fit", "fit", False
         try:
             with torch_flags(self.args):  # deterministic, benchmark, detect_anomaly: restored when fit ends
                 self._fit(model, train_loader if train_loader is not None else train_dataloaders,
                           val_loader if val_loader is not None else val_dataloaders, ckpt_path, datamodule)
         finally:
-            self._end_call()
+            self._running = None
 
     def _fit(self, model: Module, train_loader: Any, val_loader: Any, ckpt_path: Any, datamodule: Any) -> None:
         check_module(model)
@@ -157,7 +157,7 @@ class TrainerFit:
             if checkpoint is not None:
                 self._run.checkpoints.restore(checkpoint)
             compile_cache = start_compile_cache(self.args, self.strategy, self._run.checkpoints, checkpoint)
-            self.state.stop_requested = self._run.stop_request = self._run.preempted = False
+            self._run.state.stop_requested = self._run.stop_request = self._run.preempted = False
             self._run.train_loader, val_loader = train_loader, val_loader = fit_loaders()
             self._fit_loaders = None
             if checkpoint is not None:
@@ -175,9 +175,9 @@ class TrainerFit:
             self._fit_loaders = None
             self._run.checkpoints.forget_resume()
             self._run.metrics.renew_view()
-            self._run.call("teardown", "fit")
+            self._run.call("teardown", TrainerFn.FITTING)
             if self._run.datamodule is not None and callable(getattr(self._run.datamodule, "teardown", None)):
-                self._run.datamodule.teardown("fit")
+                self._run.datamodule.teardown(stage=TrainerFn.FITTING)
 
     def _fit_with_signals(self, train_loader: Any, val_loader: Any) -> None:
         with SignalGuard(self._preempt, self._requeue.signals) as signals:

@@ -18,7 +18,7 @@ from trainer.logging.reduction import MetricValue
 from trainer.loops.combined import CombinedLoader
 from trainer.loops.loaders import public_loaders
 from trainer.loops.schedule import batch_limit
-from trainer.loops.state import LoopState, RunningStage, TrainerFn, TrainerStatus
+from trainer.states import RunningStage, TrainerFn, TrainerState, TrainerStatus
 
 if TYPE_CHECKING:
     from trainer._args import TrainerArgs
@@ -60,12 +60,32 @@ class TrainerProperties:
     _eval_batches: dict[str, list[int | float]] | None = None
     _interrupted: bool = False
     _running: str | None = None  # "fit", "validate", "test", "predict" while that call runs
+    _last_call: str | None = None  # the call that runs or ran last (trainer.state.fn)
     _ckpt_path: str | None = None
 
     @property
-    def state(self) -> LoopState:
-        """Where the loop is: epoch, global step, batches of the epoch (checkpointed as is)."""
-        return self._run.state
+    def state(self) -> TrainerState:
+        """Lightning's `status`, `fn` and `stage` (trainer/states.py), and where the loop is:
+        epoch, global step, batches of the epoch (the run's `LoopState`, checkpointed as is)."""
+        return TrainerState(self._run.state, self._state_fn, self._state_stage, self._state_status)
+
+    def _state_fn(self) -> TrainerFn | None:
+        return None if self._last_call is None else TrainerFn(self._last_call)
+
+    def _state_stage(self) -> RunningStage | None:
+        for stage, now in ((RunningStage.SANITY_CHECKING, self.sanity_checking), (RunningStage.VALIDATING, self.validating),
+                           (RunningStage.TESTING, self.testing), (RunningStage.PREDICTING, self.predicting),
+                           (RunningStage.TRAINING, self.training)):
+            if now:
+                return stage
+        return None
+
+    def _state_status(self) -> TrainerStatus:
+        if self._running is not None:
+            return TrainerStatus.RUNNING
+        if self._last_call is None:
+            return TrainerStatus.INITIALIZING
+        return TrainerStatus.INTERRUPTED if self._interrupted else TrainerStatus.FINISHED
 
     @property
     def strategy(self) -> Strategy:
@@ -85,11 +105,11 @@ class TrainerProperties:
     @property
     def global_step(self) -> int:
         """Optimizer steps taken (completed accumulation windows), skipped steps included."""
-        return self.state.global_step
+        return self._run.state.global_step
 
     @property
     def current_epoch(self) -> int:
-        return self.state.epoch
+        return self._run.state.epoch
 
     @property
     def precision(self) -> Precision:
@@ -150,7 +170,7 @@ class TrainerProperties:
     @property
     def should_stop(self) -> bool:
         """Whether a stop was requested; `trainer.should_stop = True` requests one (Lightning)."""
-        return bool(self.state.stop_requested)
+        return bool(self._run.state.stop_requested)
 
     @should_stop.setter
     def should_stop(self, value: bool) -> None:
@@ -187,8 +207,11 @@ class TrainerProperties:
 
     @property
     def logged_metrics(self) -> dict[str, float]:
-        """What was last written to the logger, by name (floats: `MetricValue`s)."""
-        return {name: MetricValue(value) for name, value in self._run.output.logged.items()}
+        """What was last written to the logger, updated with the newest per-step value of every
+        metric logged since (as Lightning's, which takes each step's values whether or not the
+        step writes them): floats (`MetricValue`s), read from the device on access."""
+        pending = to_floats(self._run.metrics.pending_step_values())
+        return {name: MetricValue(value) for name, value in {**self._run.output.logged, **pending}.items()}
 
     @property
     def progress_bar_metrics(self) -> dict[str, float]:
@@ -282,7 +305,7 @@ class TrainerProperties:
     @property
     def training(self) -> bool:
         """True while fit runs, outside its validation passes and sanity check."""
-        fitting = self._running == "fit" or self.state.clock_start is not None
+        fitting = self._running == "fit" or self._run.state.clock_start is not None
         return fitting and self._evaluation_stage() is None and not self._run.sanity_checking
 
     @property
@@ -306,25 +329,6 @@ class TrainerProperties:
         """True while validating, testing or sanity checking (Lightning's rule)."""
         return self.validating or self.testing or self._run.sanity_checking
 
-    def _stage(self) -> RunningStage | None:
-        """Lightning's `trainer.state.stage`: what the running call does now, None between calls."""
-        if self._run.sanity_checking:
-            return RunningStage.SANITY_CHECKING
-        for stage, now in ((RunningStage.TRAINING, self.training), (RunningStage.VALIDATING, self.validating),
-                           (RunningStage.TESTING, self.testing), (RunningStage.PREDICTING, self.predicting)):
-            if now:
-                return stage
-        return None
-
-    def _begin_call(self, verb: str) -> None:
-        """A fit/validate/test/predict starts: `_running`, `interrupted` and Lightning's `state.fn`/`status`."""
-        self._running, self._interrupted = verb, False
-        self.state.fn, self.state.status = TrainerFn(verb), TrainerStatus.RUNNING
-
-    def _end_call(self) -> None:
-        self._running = None
-        self.state.status = TrainerStatus.INTERRUPTED if self._interrupted else TrainerStatus.FINISHED
-
     def _evaluation_stage(self) -> str | None:
         return getattr(getattr(self, "_eval", None), "stage", None)
 
@@ -343,7 +347,8 @@ class TrainerProperties:
         """Whether the epoch's last training batch has run its optimizer step (True from its
         `on_train_batch_end` until the next epoch starts); False for a loader without len()."""
         total = self.num_training_batches
-        return self.state.batches_done > 0 and not math.isinf(total) and self.state.batches_done >= total
+        done = self._run.state.batches_done
+        return done > 0 and not math.isinf(total) and done >= total
 
     @property
     def ckpt_path(self) -> str | None:

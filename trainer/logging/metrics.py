@@ -77,6 +77,7 @@ class MetricStore(CallbackView):
 
     def __init__(self) -> None:
         self.step: dict[str, _Reduction] = {}
+        self._seen_steps: dict[str, _Reduction] = {}  # the `step` reductions already put in logged_metrics
         self.epoch: dict[str, _Reduction | MetricEntry] = {}
         self._eval_epoch: dict[str, _Reduction | MetricEntry] = {}
         # Metric objects logged in training / evaluation, reset when such an epoch is over
@@ -298,11 +299,23 @@ class MetricStore(CallbackView):
         if prog_bar:
             self._show(name, on_step, on_epoch, key)
 
+    def pending_step_values(self) -> dict[str, torch.Tensor]:
+        """The per-step values logged since the last write and not yet in `trainer.logged_metrics`
+        (device tensors; `mark_pending_seen` records them there), minus those logged with
+        `logger=False`: each name's newest step."""
+        return {name: reduction.compute() for name, reduction in self.step.items()
+                if reduction.source not in self.hidden and self._seen_steps.get(name) is not reduction}
+
+    def mark_pending_seen(self) -> None:
+        """The pending step values went into `logged_metrics` (a later write there, such as a
+        validation's value of the same name, must not be overwritten by them again)."""
+        self._seen_steps = dict(self.step)
+
     def take_step_values(self) -> dict[str, torch.Tensor]:
         """The per-step values logged since the last call (device tensors), minus those
         logged with `logger=False`."""
         values = {name: reduction.compute() for name, reduction in self.step.items() if reduction.source not in self.hidden}
-        self.step = {}
+        self.step, self._seen_steps = {}, {}
         return values
 
     def close_loader(self, gather: Callable[[Any], list[Any]]) -> None:

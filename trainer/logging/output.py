@@ -265,10 +265,20 @@ class RunOutput(OutputFolder):
         if self._progress is not None:
             self._live.step(self._progress, self.shown, window_loss, step, self._fresh_values)
 
+    def note_pending(self) -> None:
+        """Put the per-step values logged since the last write in `logged_metrics` (Lightning
+        takes every step's values there, written or not): one host read, before an epoch-level
+        write or the last step's, never per step."""
+        pending = self.context.metrics.pending_step_values()
+        if pending:
+            self.logged.update(to_floats(pending))
+            self.context.metrics.mark_pending_seen()
+
     def log_last_step(self) -> None:
         """Fit ends between logging steps: the last step's training scalars are written too
         (also when it returned no loss: what it logged, and the learning rates)."""
         if self._step_unwritten and self.context.state.global_step > self._logged_step:
+            self.note_pending()  # the step's values are logged_metrics' unless something wrote the name since
             self.log_step(self._last_loss, None, epoch=self._last_step_epoch, late=True)  # the epoch the step was in
 
     def close_train_epoch(self) -> None:
@@ -296,6 +306,7 @@ class RunOutput(OutputFolder):
             self._epoch_record.update(results)
         hidden = self.context.metrics.hidden
         written = {k: v for k, v in results.items() if k not in hidden and k.removesuffix("_epoch") not in hidden}
+        self.note_pending()  # the steps before this write come first in logged_metrics, as in Lightning
         self.logged.update(written)
         on_bar = {k: v for k, v in results.items() if k in self.context.metrics.prog_bar}
         if on_bar and self._in_fit and not self.context.sanity_checking:

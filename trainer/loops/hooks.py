@@ -115,6 +115,11 @@ def _is_plain_callback(callback: CallbackBase) -> bool:
     return type(callback).__name__ == "Callback" and type(callback).__module__ == "trainer.callback"
 
 
+# Lightning passes these hooks' stage by name (`setup(stage=...)`): a hook written
+# `def setup(self, **kwargs)` or `def setup(self, stage=None)` reads it the same way here.
+_STAGE_BY_NAME = frozenset({"setup", "teardown"})
+
+
 class Dispatcher:
     """Calls a hook on the overriding callbacks and on the module (if it defines it)."""
 
@@ -146,11 +151,17 @@ class Dispatcher:
     def call_module(self, hook: str, *args: Any) -> None:
         module_hook = self._module_hooks.get(hook)
         if module_hook is not None:
-            module_hook(*args)
+            if hook in _STAGE_BY_NAME:
+                module_hook(stage=args[0])
+            else:
+                module_hook(*args)
 
     def call_callbacks(self, hook: str, trainer: object, module: object, *args: Any) -> None:
         for fn in self._targets[hook]:
-            fn(trainer, module, *args)
+            if hook in _STAGE_BY_NAME:
+                fn(trainer, module, stage=args[0])
+            else:
+                fn(trainer, module, *args)
 
     def wants(self, hook: str) -> bool:
         return bool(self._targets[hook]) or hook in self._module_hooks

@@ -3,63 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
-import enum
 import time
-from collections.abc import Callable
 from typing import Any
 
-__all__ = ["LoopState", "RunningStage", "TrainerFn", "TrainerStatus"]
-
-
-class _Named(str, enum.Enum):
-    """A name that is also its string: `trainer.state.fn == "fit"` and `== TrainerFn.FITTING` both hold
-    (case-insensitive, as Lightning's)."""
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, str) and self.value.lower() == other.lower()
-
-    def __hash__(self) -> int:
-        return hash(self.value.lower())
-
-
-class TrainerFn(_Named):
-    """Which Trainer call runs (Lightning's names and values)."""
-
-    FITTING = "fit"
-    VALIDATING = "validate"
-    TESTING = "test"
-    PREDICTING = "predict"
-
-
-class RunningStage(_Named):
-    """What the running call is doing at this moment (Lightning's names and values)."""
-
-    TRAINING = "train"
-    SANITY_CHECKING = "sanity_check"
-    VALIDATING = "validate"
-    TESTING = "test"
-    PREDICTING = "predict"
-
-    @property
-    def evaluating(self) -> bool:
-        return self in (RunningStage.VALIDATING, RunningStage.TESTING, RunningStage.SANITY_CHECKING)
-
-    @property
-    def dataloader_prefix(self) -> str:
-        return "val" if self in (RunningStage.VALIDATING, RunningStage.SANITY_CHECKING) else str(self.value)
-
-
-class TrainerStatus(_Named):
-    """Whether a Trainer call runs, ended, or ended with an exception (Lightning's names and values)."""
-
-    INITIALIZING = "initializing"
-    RUNNING = "running"
-    FINISHED = "finished"
-    INTERRUPTED = "interrupted"
-
-    @property
-    def stopped(self) -> bool:
-        return self in (TrainerStatus.FINISHED, TrainerStatus.INTERRUPTED)
+__all__ = ["LoopState"]
 
 
 @dataclasses.dataclass
@@ -88,24 +35,6 @@ class LoopState:
     loss_mean: Any = None  # loss_spike_factor: the mean of the window losses, a device tensor (guard.py)
     loss_count: int = 0
     clock_start: float | None = dataclasses.field(default=None, repr=False)  # set while fit runs
-    # Lightning's `trainer.state.fn` / `.status` / `.stage`: what the Trainer is doing, never
-    # checkpointed. The stage is read from the Trainer when asked (`stage_of`, set by it).
-    fn: TrainerFn | None = dataclasses.field(default=None, compare=False)
-    status: TrainerStatus = dataclasses.field(default=TrainerStatus.INITIALIZING, compare=False)
-    stage_of: Callable[[], RunningStage | None] | None = dataclasses.field(default=None, repr=False, compare=False)
-
-    @property
-    def stage(self) -> RunningStage | None:
-        """The running stage (`"train"`, `"sanity_check"`, `"validate"`, `"test"`, `"predict"`), or None."""
-        return None if self.stage_of is None else self.stage_of()
-
-    @property
-    def finished(self) -> bool:
-        return self.status == TrainerStatus.FINISHED
-
-    @property
-    def stopped(self) -> bool:
-        return self.status.stopped
 
     def start_clock(self) -> None:
         self.clock_start = time.monotonic() - self.elapsed

@@ -116,6 +116,7 @@ class Module(ModuleOptimization):
         """Pickle and `copy.deepcopy` without the Trainer (a copy starts detached)."""
         state = super().__getstate__()
         state["_trainer_ref"] = state["_run_ref"] = None
+        state.pop("_owned_trainer", None)  # a Trainer the module built itself stays with the original
         return state
 
     @property

@@ -53,6 +53,19 @@ class ModuleLink(ModuleTools):
             )
         return ref
 
+    @trainer.setter
+    def trainer(self, trainer: object) -> None:
+        """Lightning's setter, for a module that builds its own Trainer (`self.trainer =
+        Trainer(...)` in `__init__`, then `self.trainer.fit(self)`): the module keeps that Trainer
+        alive (it is its only owner) and reads it as `self.trainer` until `fit`/`validate`/... attach
+        it; None detaches. Child modules follow, as in Lightning."""
+        for child in self.children():
+            if isinstance(child, ModuleLink):
+                child.trainer = trainer
+        object.__setattr__(self, "_owned_trainer", trainer)
+        object.__setattr__(self, "_trainer_ref", None if trainer is None else weakref.ref(trainer))
+        object.__setattr__(self, "_run_ref", None)  # a run links itself when the Trainer attaches the module
+
     def _attach(self, trainer: object, run: TrainerLink) -> None:
         # Weak: the Trainer holds the module, so a strong link back would be a reference cycle,
         # and a finished run's module (its GPU memory) would wait for the garbage collector.
