@@ -26,7 +26,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import trainer as L
 from callbacks import EarlyStopping, ModelCheckpoint
-# EARLY
+from callbacks.early_stopping import EarlyStoppingReason
 from trainer import Callback, LightningModule, Trainer
 
 N = 2
@@ -61,10 +61,13 @@ class Base(LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
-def fit(model: LightningModule, root_dir: Path, val: bool = True, **options: Any) -> dict[str, Any]:
+def fit(model: LightningModule, root_dir: Path, val: bool = True, ckpt_path: Any = None, shuffle: bool = True,
+        **options: Any) -> dict[str, Any]:
+    """`shuffle=False` for the runs that resume: Lightning does not restore the random streams a
+    shuffling loader draws from (this package does), so only an unshuffled resume compares."""
     options = {**QUIET, "max_epochs": 3, **options}
     trainer = Trainer(default_root_dir=root_dir, **options)
-    trainer.fit(model, loader(), loader(16, shuffle=False, seed=2) if val else None)
+    trainer.fit(model, loader(shuffle=shuffle), loader(16, shuffle=False, seed=2) if val else None, ckpt_path=ckpt_path)
     return {"model": model, "trainer": trainer}
 
 
@@ -213,8 +216,10 @@ class SchedulerDict(Base):
 
 
 class StrongerClipping(Base):
+    after_epoch = 5
+
     def configure_gradient_clipping(self, optimizer: Any, gradient_clip_val: Any = None, gradient_clip_algorithm: Any = None) -> None:
-        if self.current_epoch > 1:  # the page's 5, for a 3-epoch run
+        if self.current_epoch > self.after_epoch:
             gradient_clip_val = gradient_clip_val * 2
         self.clip_gradients(optimizer, gradient_clip_val=gradient_clip_val, gradient_clip_algorithm=gradient_clip_algorithm)
 
@@ -253,17 +258,172 @@ class OwnScheduler(Base):
 
 
 class OneCycle(Base):
+    lists = False  # the page returns `optimizer, scheduler`, which Lightning 2.6 refuses
+
     def configure_optimizers(self) -> Any:
         optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
         scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=1e-3, total_steps=self.trainer.estimated_stepping_batches)
-        return optimizer, scheduler
+        return ([optimizer], [scheduler]) if self.lists else (optimizer, scheduler)
 
 
-def run_optimization(root_dir: Path, name: str) -> dict[str, Any]:
+def run_optimization(root_dir: Path, name: str, **attributes: Any) -> dict[str, Any]:
+    """`attributes` set on the module: `after_epoch` (StrongerClipping), `lists` (OneCycle)."""
     torch.manual_seed(0)
     model = {"scheduler_dict": SchedulerDict, "stronger_clipping": StrongerClipping, "unwrapped_step": UnwrappedStep,
              "own_scheduler": OwnScheduler, "one_cycle": OneCycle}[name]()
+    for key, value in attributes.items():
+        setattr(model, key, value)
     options = {"gradient_clip_val": 0.01} if name == "stronger_clipping" else {}
     result = fit(model, root_dir, **options)
     result["lrs"] = [group["lr"] for opt in result["trainer"].optimizers for group in opt.param_groups]
     return result
+
+
+# ------------------------------------------------------------------------- early stopping page
+class MyEarlyStopping(EarlyStopping):
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+        # override this to disable early stopping at the end of val loop
+        pass
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        # instead, do it at the end of training loop
+        self._run_early_stopping_check(trainer)
+
+
+def run_early_stopping(root_dir: Path, name: str) -> dict[str, Any]:
+    """`patience`: val_loss falls, so mode="max" never improves; `threshold`: reached at once;
+    `subclass`: the page's `MyEarlyStopping`, with validation twice an epoch (checks at validation's
+    end, which the subclass turns off) and the check moved to the end of training."""
+    torch.manual_seed(0)
+    options: dict[str, Any] = {}
+    if name == "patience":
+        early_stopping = EarlyStopping(monitor="val_loss", patience=1, mode="max")
+    elif name == "threshold":
+        early_stopping = EarlyStopping(monitor="val_loss", stopping_threshold=100.0)
+    else:
+        early_stopping = MyEarlyStopping(monitor="val_loss", patience=1, mode="max")
+        options["val_check_interval"] = 0.5
+    result = fit(Base(), root_dir, callbacks=[early_stopping], max_epochs=4, **options)
+    printed = []
+    if early_stopping.stopping_reason == EarlyStoppingReason.PATIENCE_EXHAUSTED:
+        printed.append("Training stopped due to patience exhaustion")
+    elif early_stopping.stopping_reason == EarlyStoppingReason.STOPPING_THRESHOLD:
+        printed.append("Training stopped due to reaching stopping threshold")
+    elif early_stopping.stopping_reason == EarlyStoppingReason.NOT_STOPPED:
+        printed.append("Training completed normally without early stopping")
+    return {**result, "printed": printed, "message": early_stopping.stopping_reason_message,
+            "stopped_epoch": early_stopping.stopped_epoch, "wait_count": early_stopping.wait_count,
+            "state": early_stopping.state_dict()}
+
+
+# -------------------------------------------------------------------------- checkpointing pages
+class MyLightningModule(Base):
+    def __init__(self, learning_rate: float, another_parameter: str, *args: Any, **kwargs: Any) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.loaded: list[Any] = []
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=self.hparams.learning_rate)
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["something_cool_i_want_to_save"] = {"epoch_seen": self.current_epoch}
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.loaded.append(checkpoint["something_cool_i_want_to_save"])
+
+
+class LitCallback(Callback):
+    def __init__(self) -> None:
+        self.loaded: list[Any] = []
+
+    def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict[str, Any]) -> None:
+        checkpoint["something_cool_i_want_to_save"] = {"step_seen": trainer.global_step}
+
+    def on_load_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict[str, Any]) -> None:
+        self.loaded.append(checkpoint["something_cool_i_want_to_save"])
+
+
+class MyPrintingCallback(Callback):
+    def __init__(self) -> None:
+        self.printed: list[str] = []
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        self.printed.append("Training is starting")
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        self.printed.append("Training is ending")
+
+
+def run_top_k(root_dir: Path) -> dict[str, Any]:
+    torch.manual_seed(0)
+    checkpoint_callback = ModelCheckpoint(dirpath=root_dir / "my/path/", save_top_k=2, monitor="val_loss")
+    printing = MyPrintingCallback()
+    result = fit(Base(), root_dir, callbacks=[checkpoint_callback, printing])
+    trainer = result["trainer"]
+    assert trainer.checkpoint_callback is checkpoint_callback
+    return {**result, "files": sorted(p.name for p in (root_dir / "my/path").iterdir()),
+            "best": Path(checkpoint_callback.best_model_path).name, "last": checkpoint_callback.last_model_path,
+            "best_k": sorted(Path(p).name for p in checkpoint_callback.best_k_models), "printed": printing.printed}
+
+
+def run_save_and_load(root_dir: Path) -> dict[str, Any]:
+    """`trainer.save_checkpoint` then `load_from_checkpoint` (with a hyperparameter overridden),
+    the checkpoint's `hyper_parameters`, and the module's and a callback's own entries read back
+    on a resume."""
+    torch.manual_seed(0)
+    model = MyLightningModule(learning_rate=0.1, another_parameter="a")
+    callback = LitCallback()
+    result = fit(model, root_dir, callbacks=[callback], max_epochs=2, shuffle=False)
+    result["trainer"].save_checkpoint(root_dir / "example.ckpt")
+    new_model = MyLightningModule.load_from_checkpoint(checkpoint_path=root_dir / "example.ckpt")
+    changed = MyLightningModule.load_from_checkpoint(root_dir / "example.ckpt", learning_rate=0.05)
+    checkpoint = torch.load(root_dir / "example.ckpt", map_location=lambda storage, loc: storage, weights_only=True)
+    resumed, resumed_callback = MyLightningModule(learning_rate=0.1, another_parameter="a"), LitCallback()
+    again = fit(resumed, root_dir / "resumed", callbacks=[resumed_callback], max_epochs=3,
+                ckpt_path=root_dir / "example.ckpt", shuffle=False)
+    return {**result, "new_model": new_model, "hparams": dict(new_model.hparams), "changed": dict(changed.hparams),
+            "saved_hparams": dict(checkpoint["hyper_parameters"]), "cool": checkpoint["something_cool_i_want_to_save"],
+            "module_loaded": new_model.loaded + resumed.loaded, "callback_loaded": resumed_callback.loaded,
+            "resumed": again["model"], "resumed_step": again["trainer"].global_step}
+
+
+class Encoder(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = nn.Linear(4, 3)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.layer(x)
+
+
+class PartialModel(LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        # This model only trains the decoder, we don't save the encoder
+        self.encoder = Encoder().requires_grad_(False)
+        self.decoder = nn.Linear(3, 1)
+        # Set to False because we only care about the decoder
+        self.strict_loading = False
+
+    def state_dict(self, *args: Any, **kwargs: Any) -> Any:
+        # Don't save the encoder, it is not being trained
+        return {k: v for k, v in super().state_dict(*args, **kwargs).items() if "encoder" not in k}
+
+    def training_step(self, batch: Any, batch_idx: int) -> Tensor:
+        x, y = batch
+        return nn.functional.mse_loss(self.decoder(self.encoder(x)), y)
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.decoder.parameters(), lr=0.1)
+
+
+def run_strict_loading(root_dir: Path) -> dict[str, Any]:
+    torch.manual_seed(0)
+    first = fit(PartialModel(), root_dir, val=False, max_epochs=1, shuffle=False)
+    first["trainer"].save_checkpoint(root_dir / "partial.ckpt")
+    saved = sorted(torch.load(root_dir / "partial.ckpt", weights_only=True)["state_dict"])
+    torch.manual_seed(1)  # another encoder: the checkpoint does not have one
+    model = PartialModel()
+    result = fit(model, root_dir / "resumed", val=False, max_epochs=2, ckpt_path=root_dir / "partial.ckpt", shuffle=False)
+    return {**result, "saved_keys": saved, "weights": {k: v.clone() for k, v in nn.Module.state_dict(model).items()}}
