@@ -9,7 +9,7 @@ its paths, `save_checkpoint` + `load_from_checkpoint` with an overridden hyperpa
 `on_save_checkpoint`/`on_load_checkpoint` in a module and a callback, `strict_loading=False`
 with a `state_dict` that leaves the encoder out) and a printing callback.
 
-Each `run_<snippet>(root_dir)` returns what tests/lightning/test_lightning_docs_snippets.py
+Each `run_<snippet>(root_dir)` returns what the docs-snippets test (test_*_docs_snippets.py)
 compares with Lightning's run: `model`, `trainer`, and the snippet's own observations. What the
 snippets leave as `...` (`compute_loss`, `Generator`, the data, `N`) is filled in with the
 smallest thing that works.
