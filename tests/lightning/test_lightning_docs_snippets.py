@@ -121,3 +121,18 @@ def test_strict_loading_false_with_a_state_dict_that_leaves_the_encoder_out(snip
     assert ours["saved_keys"] == theirs["saved_keys"] == ["decoder.bias", "decoder.weight"]
     assert_same_weights(ours["weights"], theirs["weights"])
     assert ours["trainer"].global_step == theirs["trainer"].global_step == 8
+
+
+def test_evaluation_page_test_calls_with_three_test_loaders(snippets: dict[str, Any], tmp_path: Path) -> None:
+    """The module's three test loaders, `add_dataloader_idx` both ways, outputs kept per loader
+    for `on_test_epoch_end`, and `trainer.test` with "best", a path and the model: Lightning's
+    numbers. "last" is the fit's last weights here, Lightning's `ModelCheckpoint` last copy there
+    (docs/lightning.md, "Where we differ on purpose")."""
+    ours, theirs = both(snippets, "run_evaluation", tmp_path)
+    assert_same(ours, theirs, "best")
+    for key in ("final", "best", "last_model_path", "path", "model"):
+        assert len(theirs["results"][key]) == 3
+        assert ours["results"][key] == theirs["results"][key], key
+    assert ours["results"]["last"] == ours["results"]["final"]
+    assert theirs["results"]["last"] == theirs["results"]["last_model_path"]
+    assert ours["results"]["last"] != ours["results"]["last_model_path"]  # the run exercises the difference

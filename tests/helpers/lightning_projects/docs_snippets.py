@@ -427,3 +427,80 @@ def run_strict_loading(root_dir: Path) -> dict[str, Any]:
     model = PartialModel()
     result = fit(model, root_dir / "resumed", val=False, max_epochs=2, ckpt_path=root_dir / "partial.ckpt", shuffle=False)
     return {**result, "saved_keys": saved, "weights": {k: v.clone() for k, v in nn.Module.state_dict(model).items()}}
+
+
+# -------------------------------------------------------------- evaluation (intermediate) page
+def class_loader(n: int, seed: int, noise: float = 0.0) -> DataLoader:
+    g = torch.Generator().manual_seed(seed)
+    x, y = torch.randn(n, 4, generator=g), torch.randint(0, 3, (n,), generator=g)
+    return DataLoader(TensorDataset(x + noise * torch.randn(n, 4, generator=g), y), batch_size=8)
+
+
+class EvalModel(LightningModule):
+    """The page's test_dataloader with three loaders, test_step by dataloader_idx with both
+    naming styles, and outputs kept per loader for on_test_epoch_end."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = nn.Linear(4, 3)
+        self.test_outputs: dict[int, dict[str, list[Tensor]]] = {}
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.layer(x)
+
+    def training_step(self, batch: Any, batch_idx: int) -> Tensor:
+        x, y = batch
+        return nn.functional.cross_entropy(self(x), y)
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        x, y = batch
+        self.log("val_loss", nn.functional.cross_entropy(self(x), y))
+
+    def test_dataloader(self) -> Any:
+        return [class_loader(16, 5), class_loader(16, 5, noise=0.5), class_loader(8, 6, noise=2.0)]
+
+    def test_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> Tensor:
+        x, y = batch
+        y_hat = self(x)
+        loss = nn.functional.cross_entropy(y_hat, y)
+        acc = (y_hat.argmax(dim=1) == y).float().mean()
+        self.log("test_loss", loss, add_dataloader_idx=True)
+        self.log("test_acc", acc, add_dataloader_idx=True)
+        dataloader_names = {0: "clean", 1: "noisy", 2: "adversarial"}
+        dataset_name = dataloader_names.get(dataloader_idx, f"dataset_{dataloader_idx}")
+        self.log(f"test_loss_{dataset_name}", loss, add_dataloader_idx=False)
+        if dataloader_idx not in self.test_outputs:
+            self.test_outputs[dataloader_idx] = {"predictions": [], "targets": []}
+        self.test_outputs[dataloader_idx]["predictions"].append(y_hat)
+        self.test_outputs[dataloader_idx]["targets"].append(y)
+        return loss
+
+    def on_test_epoch_end(self) -> None:
+        for dataloader_idx, outputs in self.test_outputs.items():
+            all_predictions = torch.cat(outputs["predictions"], dim=0)
+            all_targets = torch.cat(outputs["targets"], dim=0)
+            overall_accuracy = (all_predictions.argmax(dim=1) == all_targets).float().mean()
+            self.log(f"test_overall_acc_dataloader_{dataloader_idx}", overall_accuracy)
+        self.test_outputs.clear()
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=0.5)
+
+
+def run_evaluation(root_dir: Path) -> dict[str, Any]:
+    """Fit, then `trainer.test(model)` on the fitted weights ("final") and the page's four
+    `trainer.test` calls, with the callback's `last_model_path` beside "last" (which file "last"
+    is differs on purpose: docs/lightning.md)."""
+    torch.manual_seed(0)
+    model = EvalModel()
+    checkpoint = ModelCheckpoint(monitor="val_loss", save_last=True)
+    trainer = Trainer(default_root_dir=root_dir, max_epochs=3, callbacks=[checkpoint], **QUIET)
+    trainer.fit(model, class_loader(32, 1), class_loader(16, 2))
+    results = {"final": trainer.test(model, verbose=False),
+               "best": trainer.test(ckpt_path="best", verbose=False),
+               "last": trainer.test(ckpt_path="last", verbose=False),
+               "last_model_path": trainer.test(ckpt_path=checkpoint.last_model_path, verbose=False),
+               "path": trainer.test(ckpt_path=checkpoint.best_model_path, verbose=False),
+               "model": trainer.test(model, verbose=False)}
+    return {"model": model, "trainer": trainer, "best": Path(checkpoint.best_model_path).name,
+            "results": {key: [{k: float(v) for k, v in row.items()} for row in value] for key, value in results.items()}}
