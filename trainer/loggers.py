@@ -15,6 +15,8 @@ Example:
 
 from __future__ import annotations
 
+import sys
+
 from trainer.logging.csv import CSVLogger
 from trainer.logging.identity import ContinuesRuns
 from trainer.logging.tensorboard import Logger, TensorBoardLogger, flatten_params, hparam_value, next_version_dir
@@ -23,10 +25,15 @@ from trainer.logging.multi import LoggerList
 from trainer.logging.wandb import WandbLogger
 
 from trainer.logging import tensorboard as logger  # Lightning's `loggers.logger.Logger` (the base logger type)
+from trainer.logging.tensorboard import rank_zero_experiment
+
+# `from trainer.loggers.logger import Logger, rank_zero_experiment` (Lightning's path for a custom
+# logger): Python finds the submodule in sys.modules once this module is imported.
+sys.modules[f"{__name__}.logger"] = logger
 
 MLFlowLogger = MLflowLogger  # Lightning's spelling
 
 __all__ = [
     "Logger", "TensorBoardLogger", "CSVLogger", "WandbLogger", "MLflowLogger", "MLFlowLogger", "LoggerList", "ContinuesRuns",
-    "next_version_dir", "flatten_params", "hparam_value",
+    "next_version_dir", "flatten_params", "hparam_value", "rank_zero_experiment",
 ]

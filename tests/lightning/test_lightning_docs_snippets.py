@@ -136,3 +136,35 @@ def test_evaluation_page_test_calls_with_three_test_loaders(snippets: dict[str, 
     assert ours["results"]["last"] == ours["results"]["final"]
     assert theirs["results"]["last"] == theirs["results"]["last_model_path"]
     assert ours["results"]["last"] != ours["results"]["last_model_path"]  # the run exercises the difference
+
+
+def test_the_logging_pages_custom_logger(snippets: dict[str, Any], tmp_path: Path) -> None:
+    """`from ...loggers.logger import Logger, rank_zero_experiment`, `@rank_zero_only` methods:
+    every `log_metrics` is followed by `save()`, and `finalize("success")` ends fit and the
+    validate after it, as in Lightning; the user's names are logged (the values and steps are
+    compared by the other logging tests; this package also writes its own `train/...` scalars)."""
+    ours, theirs = both(snippets, "run_custom_logger", tmp_path)
+    assert_same(ours, theirs, "experiment")
+    for calls in (ours["calls"], theirs["calls"]):
+        writes = [i for i, call in enumerate(calls) if call[0] == "log_metrics"]
+        assert writes and all(calls[i + 1] == ("save",) for i in writes)
+    finals = [[call for call in result["calls"] if call[0] == "finalize"] for result in (ours, theirs)]
+    assert finals[0] == finals[1] == [("finalize", "success")] * 2
+
+    def names(calls: list[Any]) -> set[str]:
+        return {name for call in calls if call[0] == "log_metrics" for name in call[1] if not name.startswith("train/")}
+
+    assert names(ours["calls"]) == names(theirs["calls"]) == {"epoch", "my_loss_step", "my_loss_epoch", "val_loss"}
+
+
+def test_a_logger_is_finalized_as_failed_when_fit_raises(snippets: dict[str, Any], tmp_path: Path) -> None:
+    class Failing(snippets["ours"].LoggingModel):  # type: ignore[name-defined,misc]
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            if self.global_step == 2:
+                raise RuntimeError("boom")
+            return super().training_step(batch, batch_idx)
+
+    logger = snippets["ours"].MyLogger()
+    with pytest.raises(RuntimeError, match="boom"):
+        snippets["ours"].fit(Failing(), tmp_path, logger=logger)
+    assert [call for call in logger.calls if call[0] == "finalize"] == [("finalize", "failed")]

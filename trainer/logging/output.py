@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -142,8 +143,25 @@ class RunOutput(OutputFolder):
         finally:
             self._progress = None
             if self._logger is not None:
+                self._finalize("failed" if sys.exc_info()[0] is not None else "success")  # in fit's finally
                 self._logger.flush()
                 self._logger.close()
+
+    def _write(self, values: dict[str, Any], step: int) -> None:
+        """`log_metrics` on the logger(s), then each one's `save()` if it has one (a Lightning
+        `Logger` subclass's hook, called after every write as Lightning does)."""
+        assert self.logger is not None
+        self.logger.log_metrics(values, step=step)
+        for each in self.loggers:
+            if callable(getattr(each, "save", None)):
+                each.save()
+
+    def _finalize(self, status: str) -> None:
+        """Each logger's `finalize(status)` if it has one (a Lightning `Logger` subclass's hook):
+        "success" when fit, validate or test ends, "failed" when fit ends with an error."""
+        for each in self.loggers:
+            if callable(getattr(each, "finalize", None)):
+                each.finalize(status)
 
     def end_epoch(self) -> None:
         """After a finished epoch: one `history` row, flush the event file (the loop then writes last.ckpt)."""
@@ -205,8 +223,7 @@ class RunOutput(OutputFolder):
         self.logged.update(reported)
         self._last_loss, self._logged_step, self._step_unwritten = None, context.state.global_step, False
         if self.logger is not None:  # with `epoch` (an int), as Lightning writes it beside every logged value
-            self.logger.log_metrics({**floats, "epoch": context.state.epoch if epoch is None else epoch},
-                                    step=context.state.global_step)
+            self._write({**floats, "epoch": context.state.epoch if epoch is None else epoch}, context.state.global_step)
         shown.update({k: floats[k] for k in context.metrics.prog_bar if k in floats and k != "train/loss"})
         self.shown.update(shown)
         if self._progress is not None:
@@ -241,7 +258,7 @@ class RunOutput(OutputFolder):
             if step == self.context.checkpoints.resumed_at:  # a resumed run: a point the tracker already holds is not written twice
                 self._log_once_at(step, {**row, "epoch": self._epoch_row_epoch})
             else:
-                self.logger.log_metrics({**row, "epoch": self._epoch_row_epoch}, step=step)
+                self._write({**row, "epoch": self._epoch_row_epoch}, step)
 
     def log_eval(self, results: dict[str, float], training_epoch: bool = False) -> None:
         """Write epoch-level results at `global_step`; inside fit they join the epoch's `history` row.
@@ -263,8 +280,9 @@ class RunOutput(OutputFolder):
             if self._in_fit and step == self.context.checkpoints.resumed_at:
                 self._log_once_at(step, {**written, "epoch": self.context.state.epoch})
             else:
-                self.logger.log_metrics({**written, "epoch": self.context.state.epoch}, step=step)
+                self._write({**written, "epoch": self.context.state.epoch}, step)
             if not self._in_fit:  # standalone validate/test: leave no writer open
+                self._finalize("success")
                 self.logger.flush()
                 self.logger.close()
 
@@ -279,6 +297,8 @@ class RunOutput(OutputFolder):
             fresh = {k: v for k, v in values.items() if k not in known}
             if set(fresh) - {"epoch"}:
                 logger.log_metrics(fresh, step=step)
+                if callable(getattr(logger, "save", None)):
+                    logger.save()
 
     def forget_shown(self) -> None:
         """A new fit/validate/test/predict: `logged_metrics` and `progress_bar_metrics` start

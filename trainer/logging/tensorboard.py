@@ -28,17 +28,19 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from trainer.logging.identity import folder_to_continue, same_folder
 from trainer.logging.runs import RunFolder, next_version_dir, planned_run_dir
 
-__all__ = ["Logger", "TensorBoardLogger", "next_version_dir", "flatten_params", "hparam_value", "with_prefix"]
+__all__ = ["Logger", "TensorBoardLogger", "next_version_dir", "flatten_params", "hparam_value", "with_prefix",
+           "rank_zero_experiment"]
 
 log = logging.getLogger("trainer")
 
@@ -53,6 +55,30 @@ class Logger(Protocol):
     def log_hyperparams(self, params: Mapping[str, Any], metrics: Mapping[str, float] | None = None) -> None: ...
     def flush(self) -> None: ...
     def close(self) -> None: ...
+
+
+class _NoExperiment:
+    """What `rank_zero_experiment` gives on ranks other than 0: every call on it does nothing."""
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        return lambda *args, **kwargs: None
+
+    def __getitem__(self, index: Any) -> _NoExperiment:
+        return self
+
+
+def rank_zero_experiment(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """Lightning's decorator for a custom logger's `experiment` property
+    (`from trainer.loggers.logger import Logger, rank_zero_experiment`): the experiment on rank 0,
+    elsewhere a stand-in on which every call does nothing."""
+
+    @functools.wraps(fn)
+    def experiment(self: Any) -> Any:
+        from trainer.strategies.rank_zero import rank_zero_only
+
+        return fn(self) if getattr(rank_zero_only, "rank", 0) == 0 else _NoExperiment()
+
+    return experiment
 
 
 class TensorBoardLogger(RunFolder):

@@ -33,6 +33,7 @@ IMPORT_RULES: tuple[tuple[str, str], ...] = (
     (r"^(\s*)from callbacks import ", r"\1from lightning.pytorch.callbacks import "),
     (r"^(\s*)from callbacks\.(\w+) import ", r"\1from lightning.pytorch.callbacks.\2 import "),
     (r"^(\s*)from trainer\.loggers import ", r"\1from lightning.pytorch.loggers import "),
+    (r"^(\s*)from trainer\.loggers\.logger import ", r"\1from lightning.pytorch.loggers.logger import "),
     (r"^(\s*)from trainer\.cli import LightningCLI\b", r"\1from lightning.pytorch.cli import LightningCLI"),
     (r"^(\s*)from trainer\.utilities import ", r"\1from lightning.pytorch.utilities import "),
     (r"^(\s*)from trainer\.utilities\.combined_loader import ", r"\1from lightning.pytorch.utilities.combined_loader import "),

@@ -28,6 +28,8 @@ import trainer as L
 from callbacks import EarlyStopping, ModelCheckpoint
 from callbacks.early_stopping import EarlyStoppingReason
 from trainer import Callback, LightningModule, Trainer
+from trainer.loggers.logger import Logger, rank_zero_experiment
+from trainer.utilities import rank_zero_only
 
 N = 2
 QUIET: dict[str, Any] = dict(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
@@ -504,3 +506,55 @@ def run_evaluation(root_dir: Path) -> dict[str, Any]:
                "model": trainer.test(model, verbose=False)}
     return {"model": model, "trainer": trainer, "best": Path(checkpoint.best_model_path).name,
             "results": {key: [{k: float(v) for k, v in row.items()} for row in value] for key, value in results.items()}}
+
+
+# ------------------------------------------------------------------------------- logging page
+class MyLogger(Logger):
+    """The page's custom logger, recording its calls."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+
+    @property
+    def name(self) -> str:
+        return "MyLogger"
+
+    @property
+    def version(self) -> str:
+        return "0.1"
+
+    @property
+    @rank_zero_experiment
+    def experiment(self) -> Any:
+        return self.calls
+
+    @rank_zero_only
+    def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
+        self.calls.append(("log_hyperparams",))
+
+    @rank_zero_only
+    def log_metrics(self, metrics: Any, step: Any = None) -> None:
+        self.calls.append(("log_metrics", tuple(sorted(metrics))))
+
+    @rank_zero_only
+    def save(self) -> None:
+        self.calls.append(("save",))
+
+    @rank_zero_only
+    def finalize(self, status: str) -> None:
+        self.calls.append(("finalize", status))
+
+
+class LoggingModel(Base):
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        loss = self.compute_loss(batch)
+        self.log("my_loss", loss, on_step=True, on_epoch=True, prog_bar=True, logger=True)
+        return loss
+
+
+def run_custom_logger(root_dir: Path) -> dict[str, Any]:
+    torch.manual_seed(0)
+    logger = MyLogger()
+    result = fit(LoggingModel(), root_dir, logger=logger, log_every_n_steps=2)
+    result["trainer"].validate(result["model"], loader(16, shuffle=False, seed=3), verbose=False)
+    return {**result, "calls": logger.calls, "experiment": logger.experiment is logger.calls}
