@@ -168,3 +168,33 @@ def test_a_logger_is_finalized_as_failed_when_fit_raises(snippets: dict[str, Any
     with pytest.raises(RuntimeError, match="boom"):
         snippets["ours"].fit(Failing(), tmp_path, logger=logger)
     assert [call for call in logger.calls if call[0] == "finalize"] == [("finalize", "failed")]
+
+
+def test_a_progress_bar_subclass_from_the_docs_is_told_its_override_does_nothing(snippets: dict[str, Any]) -> None:
+    """The progress-bar page customises the bar by overriding `get_metrics` and
+    `init_validation_tqdm`; Lightning calls them, the Trainer here never does: a warning says so
+    when the bar is built (and a plain bar, or one overriding only callback hooks, gets none)."""
+    from callbacks import TQDMProgressBar
+
+    class CustomProgressBar(TQDMProgressBar):
+        def get_metrics(self, *args: Any, **kwargs: Any) -> Any:
+            items = super().get_metrics(*args, **kwargs)  # type: ignore[misc]
+            items.pop("v_num", None)
+            return items
+
+    class LitProgressBar(TQDMProgressBar):
+        def init_validation_tqdm(self) -> Any:
+            bar = super().init_validation_tqdm()  # type: ignore[misc]
+            bar.set_description("running validation...")
+            return bar
+
+    class Hooks(TQDMProgressBar):
+        def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+            pass
+
+    for bar, method in ((CustomProgressBar, "get_metrics"), (LitProgressBar, "init_validation_tqdm")):
+        with pytest.warns(UserWarning, match=rf"{bar.__name__} overrides {method}, which .* never does"):
+            bar()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        TQDMProgressBar(refresh_rate=10), TQDMProgressBar(leave=True), Hooks()
