@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+from enum import Enum
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
@@ -13,12 +14,22 @@ from trainer import Callback, MonitorError
 if TYPE_CHECKING:
     from trainer import Trainer
 
-__all__ = ["EarlyStopping"]
+__all__ = ["EarlyStopping", "EarlyStoppingReason"]
 
 log = logging.getLogger("trainer.callbacks")
 
 _MODES = ("min", "max")
 _CHECK_ON = ("validation_end", "train_epoch_end")
+
+
+class EarlyStoppingReason(Enum):
+    """Why `EarlyStopping` stopped a run (its `stopping_reason`), with Lightning's names and values."""
+
+    NOT_STOPPED = 0
+    STOPPING_THRESHOLD = 1
+    DIVERGENCE_THRESHOLD = 2
+    PATIENCE_EXHAUSTED = 3
+    NON_FINITE_METRIC = 4
 
 
 class EarlyStopping(Callback):
@@ -55,7 +66,12 @@ class EarlyStopping(Callback):
     "trainer.callbacks" (shown without any logging set up): the epoch and the reason.
 
     Lightning's attribute names read the same state: `wait_count` is `wait`, `best_score` is
-    `best` as a tensor (inf / -inf before the first check).
+    `best` as a tensor (inf / -inf before the first check). After a stop, `stopping_reason` says
+    why (an `EarlyStoppingReason`: `PATIENCE_EXHAUSTED`, `STOPPING_THRESHOLD`,
+    `DIVERGENCE_THRESHOLD`, `NON_FINITE_METRIC`; `NOT_STOPPED` before) and
+    `stopping_reason_message` in words (None before). A check is `_run_early_stopping_check(trainer)`,
+    Lightning's name, so a subclass that moves the check to another hook (Lightning's docs
+    override `on_validation_end` with `pass` and call it from `on_train_end`) works as there.
 
     Raises:
         ValueError: for an invalid argument (at construction), or when `monitor` was never
@@ -65,7 +81,7 @@ class EarlyStopping(Callback):
         >>> import callbacks
         >>> stopper = callbacks.EarlyStopping("val/loss", mode="min", patience=3)
         >>> stopper.state_dict()
-        {'wait': 0, 'best': None, 'stopped_epoch': 0}
+        {'wait': 0, 'best': None, 'stopped_epoch': 0, 'stopping_reason': 0, 'stopping_reason_message': None}
     """
 
     def __init__(
@@ -116,6 +132,8 @@ class EarlyStopping(Callback):
         self.wait = 0
         self.best: float | None = None
         self.stopped_epoch = 0  # the epoch it stopped after (Lightning's 0 while it has not stopped)
+        self.stopping_reason = EarlyStoppingReason.NOT_STOPPED
+        self.stopping_reason_message: str | None = None
         self._fitting = False
         self._checked = self._warned = False
         self._said_stop = False  # the stop is said once per fit (a stop held by min_epochs repeats it)
@@ -168,15 +186,15 @@ class EarlyStopping(Callback):
     def on_exception(self, trainer: Trainer, module: Any, exception: BaseException) -> None:
         self._fitting = False
 
-    def on_validation_epoch_end(self, trainer: Trainer, module: Any) -> None:
+    def on_validation_end(self, trainer: Trainer, module: Any) -> None:
         if self._fitting and self.check_on == "validation_end" and not trainer.sanity_checking:
-            self._check(trainer)
+            self._run_early_stopping_check(trainer)
 
     def on_train_epoch_end(self, trainer: Trainer, module: Any) -> None:
         if not self._fitting:
             return
         if self.check_on == "train_epoch_end":
-            self._check(trainer)
+            self._run_early_stopping_check(trainer)
         elif not self._checked and not self._warned:  # validation runs before this hook
             self._warned = True
             log.warning(
@@ -186,6 +204,10 @@ class EarlyStopping(Callback):
         self._checked = False
 
     # -------------------------------------------------------------------- logic
+    def _run_early_stopping_check(self, trainer: Trainer) -> None:
+        """One check of the monitored value (Lightning's name: subclasses call it from their own hooks)."""
+        self._check(trainer)
+
     def _check(self, trainer: Trainer) -> None:
         self._checked = True
         metrics = trainer.callback_metrics
@@ -201,14 +223,16 @@ class EarlyStopping(Callback):
             )
         value = float(metrics[self.monitor])
         if self.check_finite and not math.isfinite(value):
-            self._stop(trainer, f"{self.monitor} is {value}")
+            self._stop(trainer, f"{self.monitor} is {value}", EarlyStoppingReason.NON_FINITE_METRIC)
             return
         better = (lambda a, b: a < b) if self.mode == "min" else (lambda a, b: a > b)
         if self.stopping_threshold is not None and better(value, self.stopping_threshold):
-            self._stop(trainer, f"{self.monitor} = {value:.6g} reached stopping_threshold {self.stopping_threshold}")
+            self._stop(trainer, f"{self.monitor} = {value:.6g} reached stopping_threshold {self.stopping_threshold}",
+                       EarlyStoppingReason.STOPPING_THRESHOLD)
             return
         if self.divergence_threshold is not None and better(self.divergence_threshold, value):
-            self._stop(trainer, f"{self.monitor} = {value:.6g} is past divergence_threshold {self.divergence_threshold}")
+            self._stop(trainer, f"{self.monitor} = {value:.6g} is past divergence_threshold {self.divergence_threshold}",
+                       EarlyStoppingReason.DIVERGENCE_THRESHOLD)
             return
         if self._improved(value):
             if self.verbose:
@@ -220,7 +244,8 @@ class EarlyStopping(Callback):
             best = "any value" if self.best is None else f"{self.best:.6g}"
             by = f" by more than min_delta={self.min_delta:g}" if self.min_delta else ""
             checks = "1 check" if self.wait == 1 else f"{self.wait} checks"
-            self._stop(trainer, f"{self.monitor} did not improve on {best}{by} for {checks}")
+            self._stop(trainer, f"{self.monitor} did not improve on {best}{by} for {checks}",
+                       EarlyStoppingReason.PATIENCE_EXHAUSTED)
 
     def _improved(self, value: float) -> bool:
         if math.isnan(value):
@@ -231,8 +256,10 @@ class EarlyStopping(Callback):
             return value < self.best - self.min_delta
         return value > self.best + self.min_delta
 
-    def _stop(self, trainer: Trainer, reason: str) -> None:
+    def _stop(self, trainer: Trainer, reason: str,
+              kind: EarlyStoppingReason = EarlyStoppingReason.PATIENCE_EXHAUSTED) -> None:
         self.stopped_epoch = int(trainer.current_epoch)
+        self.stopping_reason, self.stopping_reason_message = kind, reason
         if trainer.is_global_zero and not self._said_stop:  # once, from rank 0 (every rank decides alike)
             self._said_stop = True
             # A warning, so that a script without a logging handler shows it (Lightning's is verbose-only INFO).
@@ -241,12 +268,15 @@ class EarlyStopping(Callback):
 
     # -------------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:
-        return {"wait": self.wait, "best": self.best, "stopped_epoch": self.stopped_epoch}
+        return {"wait": self.wait, "best": self.best, "stopped_epoch": self.stopped_epoch,
+                "stopping_reason": self.stopping_reason.value, "stopping_reason_message": self.stopping_reason_message}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.wait = int(state["wait"])
         self.best = None if state["best"] is None else float(state["best"])
         self.stopped_epoch = int(state.get("stopped_epoch") or 0)  # older files: None before a stop
+        self.stopping_reason = EarlyStoppingReason(state.get("stopping_reason", 0))  # older files: none
+        self.stopping_reason_message = state.get("stopping_reason_message")
 
     def __repr__(self) -> str:
         return (

@@ -7,6 +7,7 @@ As in Lightning, at most one progress-bar callback may be given, and not togethe
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,6 +35,27 @@ class _NoBar:
     def close(self) -> None: ...
 
 
+#: Lightning's TQDMProgressBar methods its own loop calls to build and fill the bars; the Trainer
+#: here draws them itself, so an override of one of these would change nothing.
+_LIGHTNING_BAR_METHODS = ("get_metrics", "init_sanity_tqdm", "init_train_tqdm", "init_validation_tqdm",
+                          "init_test_tqdm", "init_predict_tqdm")
+
+
+def _warn_unused_overrides(bar: Any) -> None:
+    """A subclass that overrides what Lightning's bar calls is told, once, at construction, that
+    here it has no effect (its callback hooks still run)."""
+    users = [cls for cls in type(bar).__mro__ if cls is not object and cls.__module__.split(".")[0] != "callbacks"]
+    names = [name for name in _LIGHTNING_BAR_METHODS if any(name in vars(cls) for cls in users)]
+    if names:
+        warnings.warn(
+            f"{type(bar).__name__} overrides {', '.join(names)}, which Lightning's progress bar calls but this "
+            "Trainer never does (it draws its bars itself), so the override has no effect. Expected: what the bar "
+            "shows comes from self.log(..., prog_bar=True); for a bar of your own, pass enable_progress_bar=False "
+            "and print from a Callback's hooks (docs/logging.md, \"Progress bar\").",
+            UserWarning, stacklevel=3,
+        )
+
+
 class TQDMProgressBar(Callback):
     """The Trainer's tqdm bars, redrawn every `refresh_rate` batches (0: no bar).
 
@@ -49,6 +71,7 @@ class TQDMProgressBar(Callback):
         self.refresh_rate = _refresh_rate("TQDMProgressBar", refresh_rate)
         self.process_position = process_position
         self.leave = leave
+        _warn_unused_overrides(self)
 
     def make_progress_bar(self) -> Any:
         """What the Trainer draws with (called when a run opens its bars)."""

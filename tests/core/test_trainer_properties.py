@@ -95,15 +95,15 @@ def _twin(source: str) -> str:
 # Where we differ, each documented: without a record of which Trainer call runs, `training`
 # is False in the fit's setup/on_fit_start/on_fit_end/teardown (`testing`, `predicting` in
 # their setup/teardown); `is_last_batch` turns True
-# after the last batch's step (Lightning: when it is fetched, and it stays True until the next
-# epoch); `enable_validation`, `num_*val_batches` are known from on_fit_start on here (Lightning:
+# at the last batch's on_train_batch_start as Lightning's, but is False again once the epoch has
+# ended (Lightning: it stays True until the next epoch); `enable_validation`, `num_*val_batches` are known from on_fit_start on here (Lightning:
 # once its loops set up their data); `is_last_batch` outside training is not compared.
 DIFFERENT = {
     "training": {"setup", "on_fit_start", "on_fit_end", "teardown"},
     "testing": {"setup", "teardown"},
     "predicting": {"setup", "teardown"},
     "evaluating": {"setup", "teardown"},
-    "is_last_batch": {"setup", "on_train_batch_start", "on_train_end", "on_fit_end", "teardown", "on_test_start",
+    "is_last_batch": {"setup", "on_train_end", "on_fit_end", "teardown", "on_test_start",
                       "on_test_end", "on_predict_start", "on_train_epoch_start", "on_fit_start",
                       "on_sanity_check_start", "on_validation_start", "on_validation_epoch_end", "on_train_start"},
     "enable_validation": {"setup", "on_fit_start", "on_test_start", "on_test_end", "on_predict_start", "teardown"},
@@ -129,7 +129,8 @@ def test_stage_flags_and_batch_counts_as_lightning(tmp_path: Path) -> None:
     assert compared > 250
     seen = {(hook, name) for hook, row in ours for name, value in row.items() if value is True}
     assert {("on_validation_start", "validating"), ("on_test_start", "testing"), ("on_predict_start", "predicting"),
-            ("on_train_batch_end", "is_last_batch"), ("on_train_epoch_end", "is_last_batch"),
+            ("on_train_batch_start", "is_last_batch"), ("on_train_batch_end", "is_last_batch"),
+            ("on_train_epoch_end", "is_last_batch"),
             ("on_train_start", "training")} <= seen
 
 

@@ -344,11 +344,16 @@ class TrainerProperties:
 
     @property
     def is_last_batch(self) -> bool:
-        """Whether the epoch's last training batch has run its optimizer step (True from its
-        `on_train_batch_end` until the next epoch starts); False for a loader without len()."""
+        """Whether the batch being trained is the epoch's last, as Lightning's: True from its
+        `on_train_batch_start` (in `training_step` too) until the next epoch starts. Always False
+        for a loader without len(): Lightning learns the end by fetching a batch ahead, which
+        this Trainer never does (a fetch moves the data's random streams)."""
         total = self.num_training_batches
         done = self._run.state.batches_done
-        return done > 0 and not math.isinf(total) and done >= total
+        if done > 0 and done >= total:
+            return True
+        running = getattr(self._loop, "batch_running", -1)
+        return not math.isinf(total) and running == total - 1 and running >= done
 
     @property
     def ckpt_path(self) -> str | None:

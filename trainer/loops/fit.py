@@ -65,6 +65,7 @@ class FitLoop(FitValidation):
         self.val_loader = val_loader if args.limit_val_batches != 0 else None
         self.max_time = parse_max_time(args.max_time)
         self.epoch_batches: int | None = None
+        self.batch_running = -1  # the training batch being run (-1: none yet this epoch); trainer.is_last_batch
         self.schedule: ValidationSchedule | None = None
         self.validate_at_end = False
         self.val_limit: int | None | list[int | None] = None  # a list: one per loader (several loaders)
@@ -239,6 +240,7 @@ class FitLoop(FitValidation):
         state.epoch_end_validated = False
         state.batches_before_epoch += state.batches_done
         state.batches_done = 0
+        self.batch_running = -1
         with context.uninterruptible():
             context.output.end_epoch()
             context.checkpoints.save_last()
@@ -329,6 +331,7 @@ class FitLoop(FitValidation):
                     skip_recorded(context, batch, batch_idx, last)
                 else:
                     batch = move_to_device(batch, device) if mover is None else mover(batch)
+                    self.batch_running = batch_idx
                     if want_start:
                         context.call("on_train_batch_start", batch, batch_idx)
                     metrics.batch = batch  # its size weights epoch means logged without batch_size

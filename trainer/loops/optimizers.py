@@ -131,21 +131,67 @@ class NoOptimizer(torch.optim.Optimizer):
 
 
 def optimizers_or_none(module: Any) -> Any:
-    """`module.configure_optimizers()`; None becomes a `NoOptimizer` with Lightning's warning."""
+    """`module.configure_optimizers()`; None becomes a `NoOptimizer` with Lightning's warning
+    (under manual optimization, one that says what still happens: the module's own steps)."""
     returned = module.configure_optimizers()
     if returned is None:
-        warnings.warn(
-            f"configure_optimizers() of {type(module).__name__} returned None: this fit runs training_step and "
-            "backward with no optimizer, so the weights do not change (as in Lightning).", UserWarning, stacklevel=3,
-        )
+        name = type(module).__name__
+        if getattr(module, "automatic_optimization", True):
+            message = (f"configure_optimizers() of {name} returned None: this fit runs training_step and "
+                       "backward with no optimizer, so the weights do not change (as in Lightning).")
+        else:
+            message = (
+                f"configure_optimizers() of {name} returned None: the Trainer has no optimizer, so under manual "
+                "optimization the weights change only through an optimizer training_step steps itself, and "
+                "global_step stays 0 (it counts the steps of self.optimizers()): step-driven work such as "
+                "ModelCheckpoint's saves, step-interval schedulers and max_steps never triggers, and no optimizer "
+                "state goes into checkpoints (as in Lightning). Return the optimizer from configure_optimizers "
+                "(a torch.optim.Optimizer) and step it through self.optimizers() to have them."
+            )
+        warnings.warn(message, UserWarning, stacklevel=3)
         return NoOptimizer(p for p in module.parameters() if p.requires_grad)
     return returned
+
+
+def _hand_written(value: Any) -> bool:
+    """An optimizer of the user's own that is not a `torch.optim.Optimizer` (it steps and zeroes
+    gradients, but has none of param_groups, state_dict, ...)."""
+    return not _is_optimizer(value) and callable(getattr(value, "step", None)) and callable(getattr(value, "zero_grad", None))
+
+
+def _refuse_hand_written(returned: Any) -> None:
+    """Name the fix when an optimizer the Trainer can't drive is anywhere in what was returned."""
+    found = [returned] if not isinstance(returned, (list, tuple, dict)) else []
+    items = list(returned.values()) if isinstance(returned, dict) else list(returned) if isinstance(returned, (list, tuple)) else []
+    for item in items:
+        if isinstance(item, dict):
+            found.append(item.get("optimizer"))
+        elif isinstance(item, (list, tuple)):
+            found.extend(item)
+        else:
+            found.append(item)
+    odd = next((value for value in found if _hand_written(value)), None)
+    if odd is None:
+        return
+    name = type(odd).__name__
+    raise ValueError(
+        f"configure_optimizers() returned {name}, an optimizer that is not a torch.optim.Optimizer: the Trainer "
+        "steps, zeroes, checkpoints and (under amp) unscales gradients through torch.optim.Optimizer's interface "
+        "(param_groups, state, state_dict/load_state_dict), which it lacks. Expected a torch.optim.Optimizer. "
+        f"To fix: make {name} subclass torch.optim.Optimizer (call super().__init__(params, defaults), keep "
+        "per-parameter state in self.state, and define step(self, closure=None) that calls the closure when "
+        "given), then return it as before; or set self.automatic_optimization = False, keep the optimizer on the "
+        "module, return None here and call its zero_grad()/step() around self.manual_backward(loss) in "
+        "training_step (global_step then stays 0 and its state is not checkpointed). "
+        "See docs/manual_optimization.md, 'An optimizer of your own'."
+    )
 
 
 def parse_optimizers(returned: Any, manual: bool = False) -> OptimizerSetup:
     """Normalise every accepted form; raise a ValueError naming the form for anything else."""
     if _is_optimizer(returned):
         return OptimizerSetup([returned])
+    _refuse_hand_written(returned)
     if isinstance(returned, dict):
         return _from_dicts([returned], manual)
     if isinstance(returned, (list, tuple)) and returned:

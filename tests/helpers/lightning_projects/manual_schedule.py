@@ -47,7 +47,7 @@ class ManualNet(L.LightningModule):
         step_lr.step()
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if self.trainer.is_last_batch:  # (read here: in training_step the two differ, as documented)
+        if self.trainer.is_last_batch:  # (True here and in training_step, as in Lightning)
             self.last_batch_steps.append(self.global_step)
 
     def on_after_backward(self) -> None:
