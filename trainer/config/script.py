@@ -255,9 +255,15 @@ class CLI:
         self.subcommand = stage if run else None
         base = self._read(stage, options.config)
         _deep_merge(base, self._lightning_sections(config))
+        problems = []
+        file_ckpt, weights_only = base.pop("ckpt_path", None), base.pop("weights_only", None)
+        if weights_only:  # LightningCLI's subcommand argument, saved in its config files
+            problems.append(Problem("weights_only", "not taken: a checkpoint here is always read with "
+                                    f"torch.load(weights_only=True). Received: {weights_only!r}. Expected null or false."))
         objects = {k: v for k, v in self.trainer_defaults.objects.items() if not config_sets(base, overrides, k)}
         helps = [s for s in _SECTIONS if overrides.pop(f"{s}.help", None)]
-        own, problems = own_options(self.parser, base, given)
+        own, found = own_options(self.parser, base, given)
+        problems += found
         sections, found = class_sections(self.parser, base, overrides)
         problems += found
         config, overrides, found = self._complete(base, dict(overrides), stage)
@@ -265,7 +271,7 @@ class CLI:
         if helps:
             _print_help(config, overrides, helps)
             raise SystemExit(0)
-        ckpt_path = getattr(options, "ckpt_path", None)
+        ckpt_path = getattr(options, "ckpt_path", None) or file_ckpt  # the command line's, else the config's
         if ckpt_path not in (None, "last", "best") and not Path(ckpt_path).exists():
             problems.append(Problem("--ckpt_path", f"{ckpt_path!r} does not exist. Expected a checkpoint file written by "
                                     "the trainer (or by Lightning), 'last' or 'best'."))
@@ -281,7 +287,9 @@ class CLI:
         snapshot = copy.deepcopy(plain)
         self.before_instantiate_classes()
         if _ConfigView.plain(self.config) != snapshot:  # the hook changed the config: check it again
-            changed = _ConfigView.plain(self.config)
+            changed = self._lightning_sections(_ConfigView.plain(self.config))
+            if self._resolved.data.class_path == _OWN_LOADERS:
+                changed.setdefault("data", {"class_path": _OWN_LOADERS})
             own = {k: changed.pop(k) for k in list(own) if k in changed}
             sections = {k: as_class_spec(self.parser, k, changed.pop(k)) for k in list(sections) if k in changed}
             resolved, self._callback_specs, plain = self._resolve(changed, {}, stage, own, sections, [], parse_links=False)
@@ -334,6 +342,9 @@ class CLI:
             holder: dict[str, Any] = resolved.plain if key == "logger" else resolved.plain["trainer"]
             holder.pop(key, None)
         plain = copy.deepcopy(resolved.plain)
+        for section, args in self.parser.optimizers.items():  # one fixed class: its arguments only, as LightningCLI
+            if args.fixed and isinstance(plain.get(section), dict):
+                plain[section] = plain[section]["init_args"]
         return resolved, specs, {**plain, **own, **class_plain}
 
     def _objects_of(self, config: dict[str, Any], overrides: dict[str, Any]) -> list[str]:
@@ -432,6 +443,9 @@ class CLI:
     def _lightning_sections(self, layer: dict[str, Any]) -> dict[str, Any]:
         """LightningCLI's flat sections in one config layer as `init_args`, so that layers merge key by key:
         `model: {hidden: 64}`, and `optimizer: {lr: 0.1}` when add_optimizer_args fixed the class."""
+        trainer = layer.get("trainer")
+        if isinstance(trainer, dict):  # a config LightningCLI saved: every Trainer argument, null where not set
+            layer["trainer"] = {k: v for k, v in trainer.items() if v is not None and _LIGHTNING_UNSET.get(k, MISSING) != v}
         fixed = [s for s, o in self.parser.optimizers.items() if o.fixed]
         for section in [*_SECTIONS, *fixed]:
             spec = layer.get(section)
@@ -605,6 +619,9 @@ class _ConfigView(dict):  # type: ignore[type-arg]
         else:
             self[name] = value
 
+
+#: Lightning's Trainer arguments at their defaults, as a config LightningCLI saved holds them: not set.
+_LIGHTNING_UNSET: dict[str, Any] = {"num_nodes": 1, "enable_autolog_hparams": True, "max_steps": -1}
 
 #: LightningCLI methods a subclass may override that this class does not call, with what to do instead.
 _NOT_CALLED = {
