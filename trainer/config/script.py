@@ -579,7 +579,9 @@ class CLI:
 
 class _ConfigView(dict):  # type: ignore[type-arg]
     """`cli.config`: the resolved config as a dict that also reads as attributes (`cli.config.model`,
-    as jsonargparse's Namespace), and where `cli.config["fit"]` (the subcommand) is the config itself."""
+    as jsonargparse's Namespace), where `cli.config["fit"]` (the subcommand) is the config itself and
+    a section's arguments read and change through it (`cli.config.model.hidden` is
+    `cli.config["model"]["init_args"]["hidden"]`), as in LightningCLI's flat sections."""
 
     _subcommand: str | None = None
 
@@ -597,10 +599,33 @@ class _ConfigView(dict):  # type: ignore[type-arg]
             return [_ConfigView.plain(v) for v in value]
         return value
 
+    def _init_args(self, key: str) -> dict[str, Any] | None:
+        """The spec's `init_args` when `key` is one of its arguments (LightningCLI's flat `config.model.hidden`)."""
+        init_args = dict.get(self, "init_args")
+        if key not in ("class_path", "init_args") and not dict.__contains__(self, key) and isinstance(init_args, dict):
+            return init_args
+        return None
+
     def __missing__(self, key: str) -> Any:
         if key == self._subcommand and key is not None:
             return self
+        init_args = self._init_args(key)
+        if init_args is not None and key in init_args:
+            return init_args[key]
         raise KeyError(key)
+
+    def __contains__(self, key: object) -> bool:
+        if dict.__contains__(self, key):
+            return True
+        init_args = self._init_args(key) if isinstance(key, str) else None
+        return init_args is not None and key in init_args
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        init_args = self._init_args(key)
+        if init_args is not None and key in init_args:
+            init_args[key] = value
+        else:
+            dict.__setitem__(self, key, value)
 
     def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
         return self[key] if key in self or key == self._subcommand else default

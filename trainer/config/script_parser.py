@@ -244,6 +244,8 @@ def own_value(kwargs: Mapping[str, Any], value: Any, from_text: bool) -> Any:
     from trainer.config.yaml_io import parse_yaml
 
     hint = kwargs.get("type")
+    if value is None:  # null in a file (LightningCLI saves an option without a value as null)
+        return None
     if isinstance(value, list):
         return [own_value(kwargs, item, from_text) for item in value]
     if from_text and isinstance(value, str) and hint is not str:

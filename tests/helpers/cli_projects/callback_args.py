@@ -99,4 +99,7 @@ class CallbackCLI(LightningCLI):
 
 
 def main(argv: list[str], run: bool = True) -> CallbackCLI:
-    return CallbackCLI(Regressor, Points, args=argv, run=run, save_config_kwargs={"overwrite": True})
+    cli = CallbackCLI(Regressor, Points, args=argv, run=run, save_config_kwargs={"overwrite": True})
+    if not run:
+        cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    return cli

@@ -1,0 +1,234 @@
+"""LightningCLI scripts as real projects write them, with only their imports changed.
+
+The projects in tests/helpers/cli_projects/ use what public LightningCLI projects put in
+`add_arguments_to_parser` (`link_arguments` applied on parse and on instantiation,
+`set_defaults`, `add_argument`, `add_lightning_class_args`, `add_optimizer_args`) and the
+hooks of a LightningCLI subclass. Each runs as written and as its Lightning twin (import lines
+rewritten) in one process, from the same YAML and command line: the weights are `torch.equal`,
+the resolved config, the saved config and the callbacks are Lightning's. What is not taken
+fails before anything is built, naming the call and what to write instead.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import yaml
+
+from tests.helpers.lightning_projects import assert_same_weights, load_file
+
+pytest.importorskip("lightning")
+pytest.importorskip("jsonargparse")
+
+PROJECTS = Path(__file__).resolve().parents[1] / "helpers" / "cli_projects"
+QUIET = """\
+trainer:
+  accelerator: cpu
+  enable_progress_bar: false
+  enable_model_summary: false
+  logger: false
+"""
+
+
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["train.py"])  # Lightning warns when both sys.argv and args are given
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def write(tmp_path: Path, name: str, text: str) -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def both(project: str, argv: list[str], **kwargs: Any) -> dict[str, Any]:
+    """The project's CLI built by this package and by Lightning, each in its own root folder."""
+    out = {}
+    for framework in ("ours", "lightning"):
+        module = load_file(PROJECTS / f"{project}.py", framework)
+        out[framework] = module.main([*argv, "--trainer.default_root_dir", f"runs_{framework}"], **kwargs)
+    return out
+
+
+def config_of(cli: Any, framework: str) -> dict[str, Any]:
+    """The resolved config as plain data, in Lightning's flat form for the model and data."""
+    config = cli.config
+    if framework == "lightning":
+        config = config.get(cli.subcommand, config) if cli.subcommand else config
+        return config.as_dict()
+    plain = {key: value for key, value in config.items()}
+    for section in ("model", "data"):
+        if isinstance(plain.get(section), dict) and "init_args" in plain[section]:
+            plain[section] = plain[section]["init_args"]
+    return plain
+
+
+def hparams(cli: Any) -> dict[str, Any]:
+    return {k: v for k, v in dict(cli.model.hparams).items() if k != "_instantiator"}
+
+
+def saved_config(cli: Any) -> dict[str, Any]:
+    found = sorted(Path(cli.trainer.log_dir).glob("config.yaml"))
+    assert found, f"no config.yaml in {cli.trainer.log_dir}"
+    return yaml.safe_load(found[0].read_text())
+
+
+# --------------------------------------------------------------------------------- links
+LINKED = """\
+seed_everything: 7
+data:
+  batch_size: 6
+model:
+  lr: 0.05
+notes: first try
+""" + QUIET + "  enable_checkpointing: false\n"
+
+
+@pytest.mark.parametrize("run", [True, False])
+def test_links_defaults_and_options_give_lightnings_run(tmp_path: Path, run: bool) -> None:
+    config = write(tmp_path, "exp.yaml", LINKED)
+    argv = ["fit"] if run else []
+    clis = both("linked_classifier", [*argv, "--config", config, "--tags", "a", "b"], run=run)
+    ours, theirs = clis["ours"], clis["lightning"]
+    assert_same_weights(ours.model, theirs.model)
+    assert ours.trainer.global_step == theirs.trainer.global_step == 16  # set_defaults: max_epochs 2, 8 batches each
+    # the parse link took data.batch_size, the instantiate link the built data's num_classes
+    assert hparams(ours) == hparams(theirs) == {"num_classes": 3, "batch_size": 6, "hidden": 6, "lr": 0.05}
+    mine, lightning = config_of(ours, "ours"), config_of(theirs, "lightning")
+    for key in ("model", "data", "notes", "tags", "seed_everything"):
+        assert mine.get(key, mine.get("seed") if key == "seed_everything" else None) == lightning[key], key
+    assert mine["model"]["batch_size"] == 6 and "num_classes" not in mine["model"]
+    assert ours.config.notes == "first try" and ours.config["tags"] == ["a", "b"]
+
+
+def test_saved_config_leaves_link_targets_out_and_runs_again(tmp_path: Path) -> None:
+    config = write(tmp_path, "exp.yaml", LINKED.replace("logger: false", "logger: true"))
+    clis = both("linked_classifier", ["fit", "--config", config])
+    ours, theirs = saved_config(clis["ours"]), saved_config(clis["lightning"])
+    assert "batch_size" not in ours["model"]["init_args"] and "batch_size" not in theirs["model"]
+    assert ours["model"]["init_args"]["hidden"] == theirs["model"]["hidden"] == 6
+    assert ours["notes"] == theirs["notes"] == "first try"
+    # ours given back with another batch size: the link follows it (a target in the file would refuse it)
+    saved = str(next(Path(clis["ours"].trainer.log_dir).glob("config.yaml")))
+    module = sys.modules[type(clis["ours"]).__module__]  # the classes the saved config names
+    again = module.main(["fit", "--config", saved, "--data.batch_size", "12", "--trainer.max_epochs", "1"])
+    assert again.model.hparams.batch_size == 12 and again.trainer.global_step == 4
+
+
+def test_a_config_lightning_saved_gives_the_same_weights(tmp_path: Path) -> None:
+    config = write(tmp_path, "exp.yaml", LINKED.replace("logger: false", "logger: true"))
+    theirs = load_file(PROJECTS / "linked_classifier.py", "lightning").main(
+        ["fit", "--config", config, "--trainer.default_root_dir", "runs_lightning"])
+    saved = Path(theirs.trainer.log_dir) / "config.yaml"
+    text = saved.read_text()
+    assert "num_nodes: 1" in text and "ckpt_path: null" in text and "plugins: null" in text  # every Lightning argument
+    ours = load_file(PROJECTS / "linked_classifier.py", "ours").main(
+        ["fit", "--config", str(saved), "--trainer.default_root_dir", "runs_ours"])
+    assert_same_weights(ours.model, theirs.model)
+    assert hparams(ours) == hparams(theirs)
+
+
+# ------------------------------------------------------------ class-args callbacks, hooks
+CALLBACKS = """\
+seed_everything: 3
+model:
+  width: 5
+data:
+  batch_size: 4
+model_checkpoint:
+  save_last: true
+""" + QUIET + "  max_epochs: 4\n"
+
+
+@pytest.mark.parametrize("run", [True, False])
+def test_callbacks_under_their_own_keys_and_hooks_as_lightning(tmp_path: Path, run: bool) -> None:
+    config = write(tmp_path, "exp.yaml", CALLBACKS)
+    argv = ["fit"] if run else []
+    clis = both("callback_args", [*argv, "--config", config, "--num_classes", "2", "--early_stopping.patience", "1"], run=run)
+    ours, theirs = clis["ours"], clis["lightning"]
+    assert_same_weights(ours.model, theirs.model)
+    assert ours.trainer.global_step == theirs.trainer.global_step
+    assert ours.called == theirs.called
+    assert ours.called[-1:] == ([f"after_fit:{theirs.trainer.global_step}"] if run else ["after_instantiate_classes"])
+    # linked from the script's --num_classes, and from two sources through compute_fn
+    assert hparams(ours) == hparams(theirs) == {"num_classes": 2, "width": 5, "steps_hint": 32}
+
+    def described(cli: Any) -> list[tuple[str, Any, Any, Any]]:
+        return [(type(c).__name__, c.monitor, getattr(c, "patience", None), getattr(c, "mode", None))
+                for c in cli.trainer.callbacks if type(c).__name__ in ("EarlyStopping", "ModelCheckpoint")]
+
+    assert described(ours) == described(theirs) == [("EarlyStopping", "val_loss", 1, "min"),
+                                                    ("ModelCheckpoint", "val_loss", None, "min")]
+    ours_files = sorted(p.name for p in Path(ours.trainer.checkpoint_callback.dirpath).glob("best-*.ckpt"))
+    theirs_files = sorted(p.name for p in Path(theirs.trainer.checkpoint_callback.dirpath).glob("best-*.ckpt"))
+    assert ours_files == theirs_files and ours_files
+    mine, lightning = config_of(ours, "ours"), config_of(theirs, "lightning")
+    for key in ("model", "data", "num_classes"):
+        assert mine[key] == lightning[key], key
+    for key in ("early_stopping", "model_checkpoint"):
+        assert {k: v for k, v in mine[key].items() if k in lightning[key]} == lightning[key], key
+
+
+def test_a_change_in_before_instantiate_classes_is_built(tmp_path: Path) -> None:
+    config = write(tmp_path, "exp.yaml", CALLBACKS)
+    results = {}
+    for framework in ("ours", "lightning"):
+        module = load_file(PROJECTS / "callback_args.py", framework)
+
+        class Wider(module.CallbackCLI):  # type: ignore[name-defined,misc]
+            def before_instantiate_classes(self) -> None:  # a LitCLI's form: self.config[self.subcommand]
+                config = self.config[self.subcommand]
+                config.model.width = config.model.width + 2
+
+        results[framework] = Wider(module.Regressor, module.Points, args=["fit", "--config", config, "--trainer.max_epochs", "1",
+                                   "--trainer.default_root_dir", f"runs_{framework}"], save_config_kwargs={"overwrite": True})
+    assert results["ours"].model.hparams.width == results["lightning"].model.hparams.width == 7
+    assert_same_weights(results["ours"].model, results["lightning"].model)
+
+
+# ----------------------------------------------------------------------------- optimizers
+OPTIMIZERS = """\
+seed_everything: 5
+optimizer:
+  lr: 0.02
+lr_scheduler:
+  gamma: 0.5
+""" + QUIET + "  max_epochs: 3\n  enable_checkpointing: false\n"
+
+
+def test_fixed_optimizer_and_scheduler_as_lightning(tmp_path: Path) -> None:
+    config = write(tmp_path, "exp.yaml", OPTIMIZERS)
+    clis = both("optimizer_args", ["fit", "--config", config, "--lr_scheduler.gamma=0.8"])
+    ours, theirs = clis["ours"], clis["lightning"]
+    assert_same_weights(ours.model, theirs.model)
+    for cli in (ours, theirs):
+        assert type(cli.trainer.optimizers[0]) is torch.optim.Adam
+        assert [type(c.scheduler) for c in cli.trainer.lr_scheduler_configs] == [torch.optim.lr_scheduler.ExponentialLR]
+    assert ours.trainer.optimizers[0].param_groups[0]["lr"] == theirs.trainer.optimizers[0].param_groups[0]["lr"]
+    mine, lightning = config_of(ours, "ours"), config_of(theirs, "lightning")
+    assert mine["lr_scheduler"] == lightning["lr_scheduler"] == {"gamma": 0.8, "last_epoch": -1}
+    assert mine["optimizer"]["lr"] == lightning["optimizer"]["lr"] == 0.02
+
+
+def test_a_choice_of_optimizers_as_lightning(tmp_path: Path) -> None:
+    config = write(tmp_path, "exp.yaml", OPTIMIZERS.replace("optimizer:\n  lr: 0.02\nlr_scheduler:\n  gamma: 0.5\n",
+                                                            "optimizer:\n  class_path: torch.optim.SGD\n  init_args: {lr: 0.05}\n"))
+    clis = both("optimizer_args", ["fit", "--config", config], choice=True)
+    assert_same_weights(clis["ours"].model, clis["lightning"].model)
+    assert type(clis["ours"].trainer.optimizers[0]) is torch.optim.SGD
+    bad = write(tmp_path, "bad.yaml", OPTIMIZERS.replace("optimizer:\n  lr: 0.02\nlr_scheduler:\n  gamma: 0.5\n",
+                                                         "optimizer: RMSprop\n"))
+    module = load_file(PROJECTS / "optimizer_args.py", "ours")
+    with pytest.raises(SystemExit) as caught:
+        module.main(["fit", "--config", bad], choice=True)
+    assert caught.value.code == 2
