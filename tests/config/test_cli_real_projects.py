@@ -232,3 +232,95 @@ def test_a_choice_of_optimizers_as_lightning(tmp_path: Path) -> None:
     with pytest.raises(SystemExit) as caught:
         module.main(["fit", "--config", bad], choice=True)
     assert caught.value.code == 2
+
+
+# --------------------------------------------------------------------- refused, before work
+def _linked_module() -> Any:
+    return load_file(PROJECTS / "linked_classifier.py", "ours")
+
+
+def _cli_with(module: Any, add: Any, **methods: Any) -> type:
+    def add_arguments_to_parser(self: Any, parser: Any) -> None:
+        add(parser)
+
+    return type("ProjectCLI", (module.LinkedCLI,), {"add_arguments_to_parser": add_arguments_to_parser, **methods})
+
+
+@pytest.mark.parametrize(("call", "named", "instead"), [
+    (lambda p: p.add_class_arguments(dict, "extra"), "add_class_arguments", "add_lightning_class_args"),
+    (lambda p: p.add_subclass_arguments(dict, "extra"), "add_subclass_arguments", "type"),
+    (lambda p: p.add_method_arguments(dict, "get"), "add_method_arguments", "add_argument"),
+    (lambda p: p.add_argument_group("mine"), "add_argument_group", "add_argument"),
+])
+def test_a_parser_call_not_taken_names_itself(tmp_path: Path, call: Any, named: str, instead: str) -> None:
+    module = _linked_module()
+    cli = _cli_with(module, call)
+    with pytest.raises(AttributeError, match=rf"parser\.{named}\(\.\.\.\) is not taken.*{instead}"):
+        cli(module.Classifier, module.Blobs, args=["fit", "--trainer.max_epochs", "1"])
+    assert not list(tmp_path.rglob("*.ckpt")) and not list(tmp_path.rglob("config.yaml"))
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    (lambda p: p.link_arguments("model.hidden", "data.batch_size", apply_on="instantiate"),
+     "Expected a 'data.<attribute>' source and a 'model.<argument>' target"),
+    (lambda p: p.link_arguments("data.batch_size", "model.lr", apply_on="later"), "apply_on expects 'parse' or 'instantiate'"),
+    (lambda p: p.link_arguments(("data.batch_size", "data.n"), "model.lr"), "several sources need a compute_fn"),
+    (lambda p: p.add_optimizer_args(torch.optim.SGD, nested_key="opt2", link_to="model.opt"), "only the automatic `optimizer:`"),
+    (lambda p: p.add_lightning_class_args(torch.nn.Linear, "layer"), "only a Callback class is taken here"),
+    (lambda p: p.add_argument("--model"), "'model' is a section this CLI already has"),
+    (lambda p: p.set_defaults({"model.net": torch.nn.Linear(1, 1)}), "an object is only taken as the default of a Trainer"),
+])
+def test_a_call_with_no_meaning_here_is_refused(call: Any, message: str) -> None:
+    module = _linked_module()
+    cli = _cli_with(module, call)
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        cli(module.Classifier, module.Blobs, args=["fit"])
+
+
+@pytest.mark.parametrize("method", ["instantiate_trainer", "setup_parser", "parse_arguments", "subcommands"])
+def test_an_override_this_cli_never_calls_is_refused(method: str) -> None:
+    module = _linked_module()
+    cli = type("ProjectCLI", (module.LinkedCLI,), {method: lambda self, *a, **k: None})
+    with pytest.raises(ValueError, match=rf"ProjectCLI\.{method} is overridden, but this CLI does not call {method}"):
+        cli(module.Classifier, module.Blobs, args=["fit"])
+
+
+def test_a_link_target_set_to_another_value_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    module = _linked_module()
+    config = write(tmp_path, "exp.yaml", LINKED)
+    with pytest.raises(SystemExit) as caught:
+        module.main(["fit", "--config", config, "--model.batch_size", "3"])
+    assert caught.value.code == 2
+    err = capsys.readouterr().err
+    assert "model.batch_size: set by link_arguments('data.batch_size', 'model.batch_size', apply_on='parse'), which " \
+           "gives 6; the config also sets 3" in err
+    assert not list(tmp_path.rglob("*.ckpt"))
+    run = module.main(["fit", "--config", config, "--model.batch_size", "6", "--trainer.max_epochs", "1"])  # the same value
+    assert run.model.hparams.batch_size == 6
+
+
+def test_an_instantiate_link_to_a_missing_attribute_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    module = _linked_module()
+    cli = _cli_with(module, lambda p: p.link_arguments("data.classes", "model.num_classes", apply_on="instantiate"))
+    with pytest.raises(SystemExit):
+        cli(module.Classifier, module.Blobs, args=["fit", "--trainer.max_epochs", "1"])
+    assert "the built Blobs has no attribute 'classes'" in capsys.readouterr().err
+    assert not list(tmp_path.rglob("*.ckpt"))
+
+
+def test_a_required_option_and_a_bad_value(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    module = _linked_module()
+
+    def add(parser: Any) -> None:
+        parser.add_argument("--runs", type=int, required=True)
+        parser.add_argument("--scale", type=float, default=1.0)
+        parser.link_arguments("data.num_classes", "model.num_classes", apply_on="instantiate")
+
+    cli = _cli_with(module, add)
+    with pytest.raises(SystemExit):
+        cli(module.Classifier, module.Blobs, args=["fit", "--scale", "big"])
+    err = capsys.readouterr().err
+    assert "--runs: required option of this script" in err and "--scale:" in err and "'big'" in err
+    built = cli(module.Classifier, module.Blobs, args=["fit", "--runs", "2", "--scale", "0.5", "--trainer.max_epochs", "1",
+                                                       "--trainer.logger", "false"])
+    assert built.config.runs == 2 and built.config.scale == 0.5
