@@ -324,3 +324,53 @@ def test_a_required_option_and_a_bad_value(tmp_path: Path, capsys: pytest.Captur
     built = cli(module.Classifier, module.Blobs, args=["fit", "--runs", "2", "--scale", "0.5", "--trainer.max_epochs", "1",
                                                        "--trainer.logger", "false"])
     assert built.config.runs == 2 and built.config.scale == 0.5
+
+
+def test_links_into_the_logger_and_from_the_seed_and_overridden_steps(tmp_path: Path) -> None:
+    """A script option linked into `trainer.logger.init_args.save_dir` (a VAE project's
+    `--save_dir`), `seed_everything` linked into the model (a graph project's GraphIDSCLI), and
+    `instantiate_classes` / `fit` overridden in the subclass, as Lightning calls them."""
+    config = write(tmp_path, "exp.yaml", LINKED.replace("logger: false", "logger: {class_path: CSVLogger, init_args: {name: csv}}")
+                   .replace("model:\n  lr: 0.05\n", ""))
+    results = {}
+    for framework in ("ours", "lightning"):
+        module = load_file(PROJECTS / "linked_classifier.py", framework)
+
+        class Extra(module.LinkedCLI):  # type: ignore[name-defined,misc]
+            def add_arguments_to_parser(self, parser: Any) -> None:
+                super().add_arguments_to_parser(parser)
+                parser.add_argument("--save_dir", type=str, default="logs")
+                parser.link_arguments("save_dir", "trainer.logger.init_args.save_dir")
+                parser.link_arguments("seed_everything", "model.lr", compute_fn=lambda seed: seed / 100)
+
+            def instantiate_classes(self) -> None:
+                super().instantiate_classes()
+                self.built = type(self.model).__name__
+
+            def fit(self, model: Any, **kwargs: Any) -> None:
+                self.fit_arguments = set(kwargs)
+                self.trainer.fit(model, **kwargs)
+
+        results[framework] = Extra(module.Classifier, module.Blobs, args=[
+            "fit", "--config", config, "--save_dir", f"logs_{framework}", "--trainer.max_epochs", "1"])
+    ours, theirs = results["ours"], results["lightning"]
+    assert_same_weights(ours.model, theirs.model)
+    assert ours.model.hparams.lr == theirs.model.hparams.lr == 0.07
+    assert ours.built == theirs.built == "Classifier"
+    assert {"datamodule", "ckpt_path"} <= ours.fit_arguments and {"datamodule", "ckpt_path"} <= theirs.fit_arguments
+    for framework, cli in results.items():
+        assert Path(cli.trainer.logger.save_dir) == Path(f"logs_{framework}") and cli.trainer.logger.name == "csv"
+        assert list(Path(f"logs_{framework}").rglob("metrics.csv"))
+
+
+def test_a_default_of_a_link_target_is_not_a_conflict(tmp_path: Path) -> None:
+    module = _linked_module()
+
+    def add(parser: Any) -> None:
+        module.LinkedCLI.add_arguments_to_parser(None, parser)
+        parser.set_defaults({"model.batch_size": 99})
+
+    cli = _cli_with(module, add)
+    built = cli(module.Classifier, module.Blobs, args=["fit", "--data.batch_size", "5", "--trainer.max_epochs", "1",
+                                                       "--trainer.logger", "false"])
+    assert built.model.hparams.batch_size == 5

@@ -43,7 +43,10 @@ from trainer.config.optim import OPTIMIZER_SECTIONS, add_optimizer_options
 from trainer.config.optim import configure_optimizers as _configure_optimizers
 from trainer.config.schema import SECTIONS, apply_overrides, prepare_config, read_yaml
 from trainer.config.script_links import (
+    LIGHTNING_UNSET,
     MISSING,
+    NOT_CALLED,
+    ConfigView,
     as_class_spec,
     check_class_sections,
     class_sections,
@@ -255,6 +258,9 @@ class CLI:
         self.subcommand = stage if run else None
         base = self._read(stage, options.config)
         _deep_merge(base, self._lightning_sections(config))
+        _deep_merge(self._files, copy.deepcopy(config))
+        for key, value in given.items():
+            set_path(self._files, key, value)
         problems = []
         file_ckpt, weights_only = base.pop("ckpt_path", None), base.pop("weights_only", None)
         if weights_only:  # LightningCLI's subcommand argument, saved in its config files
@@ -278,7 +284,7 @@ class CLI:
         if not self.auto_configure_optimizers:
             problems += self._no_optimizer_sections(config, overrides)
         resolved, self._callback_specs, plain = self._resolve(config, overrides, stage, own, sections, problems)
-        self.config = _ConfigView.of(plain, self.subcommand)
+        self.config = ConfigView.of(plain, self.subcommand)
         self._objects, self._resolved = objects, resolved
         self._link_targets = [lightning_alias(plain, normal_path(link.target)) for link in self.parser.links]
         if options.print_config:
@@ -286,14 +292,14 @@ class CLI:
             raise SystemExit(0)
         snapshot = copy.deepcopy(plain)
         self.before_instantiate_classes()
-        if _ConfigView.plain(self.config) != snapshot:  # the hook changed the config: check it again
-            changed = self._lightning_sections(_ConfigView.plain(self.config))
+        if ConfigView.plain(self.config) != snapshot:  # the hook changed the config: check it again
+            changed = self._lightning_sections(ConfigView.plain(self.config))
             if self._resolved.data.class_path == _OWN_LOADERS:
                 changed.setdefault("data", {"class_path": _OWN_LOADERS})
             own = {k: changed.pop(k) for k in list(own) if k in changed}
             sections = {k: as_class_spec(self.parser, k, changed.pop(k)) for k in list(sections) if k in changed}
             resolved, self._callback_specs, plain = self._resolve(changed, {}, stage, own, sections, [], parse_links=False)
-            self.config = _ConfigView.of(plain, self.subcommand)
+            self.config = ConfigView.of(plain, self.subcommand)
             self._resolved = resolved
         self.instantiate_classes()
         self.after_instantiate_classes()
@@ -319,7 +325,9 @@ class CLI:
             merged = copy.deepcopy(config)
             apply_overrides(merged, overrides)
             extras = {**own, **sections}
-            problems += parse_link_values(links, {**resolved.plain, **own, **class_plain}, merged, extras)
+            explicit = copy.deepcopy(self._files)
+            apply_overrides(explicit, overrides)
+            problems += parse_link_values(links, {**resolved.plain, **own, **class_plain}, merged, extras, explicit)
             specs, class_plain, found = check_class_sections(self.parser, {k: extras[k] for k in sections})
             problems += found
             own = {k: extras[k] for k in own}
@@ -385,7 +393,7 @@ class CLI:
             trainer_objects=self._objects, extra_callbacks=[*self._callback_specs.values(), *self.trainer_defaults.callbacks],
             model_spec=(lambda data: self._linked_model(data, links, resolved)) if links else None,
         )
-        experiment.config = without(_ConfigView.plain(self.config), self._link_targets)
+        experiment.config = without(ConfigView.plain(self.config), self._link_targets)
         experiment.config_filename, experiment.config_overwrite = self.save_config.filename, self.save_config.overwrite
         self.model, self.trainer = experiment.model, experiment.trainer
         self.datamodule = None if resolved.data.class_path == _OWN_LOADERS else experiment.data
@@ -433,9 +441,12 @@ class CLI:
         per_stage = self.parser_kwargs.get(stage)
         per_stage = per_stage if isinstance(per_stage, dict) else {}
         defaults = [*self.parser_kwargs.get("default_config_files", []), *per_stage.get("default_config_files", [])]
+        self._files: dict[str, Any] = {}  # what the files themselves set (a link's target may not differ there)
         for path in [p for p in defaults if Path(p).is_file()] + list(files):
             _extend_import_path(Path(path))
-            _deep_merge(config, self._lightning_sections(read_yaml(path)))
+            layer = self._lightning_sections(read_yaml(path))
+            _deep_merge(self._files, copy.deepcopy(layer))
+            _deep_merge(config, layer)
         if os.getcwd() not in sys.path:  # class_path may name a module beside the script's folder
             sys.path.append(os.getcwd())
         return config
@@ -445,7 +456,7 @@ class CLI:
         `model: {hidden: 64}`, and `optimizer: {lr: 0.1}` when add_optimizer_args fixed the class."""
         trainer = layer.get("trainer")
         if isinstance(trainer, dict):  # a config LightningCLI saved: every Trainer argument, null where not set
-            layer["trainer"] = {k: v for k, v in trainer.items() if v is not None and _LIGHTNING_UNSET.get(k, MISSING) != v}
+            layer["trainer"] = {k: v for k, v in trainer.items() if v is not None and LIGHTNING_UNSET.get(k, MISSING) != v}
         fixed = [s for s, o in self.parser.optimizers.items() if o.fixed]
         for section in [*_SECTIONS, *fixed]:
             spec = layer.get(section)
@@ -566,7 +577,7 @@ class CLI:
 
     def _check_overridden(self, owner: str) -> None:
         """LightningCLI's methods this class does not call: overriding one would silently do nothing."""
-        for name, instead in _NOT_CALLED.items():
+        for name, instead in NOT_CALLED.items():
             if name in vars(CLI):
                 continue
             for klass in type(self).__mro__:
@@ -575,95 +586,6 @@ class CLI:
                 if name in vars(klass):
                     raise ValueError(f"{owner}.{name} is overridden, but this CLI does not call {name}: it would be "
                                      f"silently skipped. Instead, {instead}.")
-
-
-class _ConfigView(dict):  # type: ignore[type-arg]
-    """`cli.config`: the resolved config as a dict that also reads as attributes (`cli.config.model`,
-    as jsonargparse's Namespace), where `cli.config["fit"]` (the subcommand) is the config itself and
-    a section's arguments read and change through it (`cli.config.model.hidden` is
-    `cli.config["model"]["init_args"]["hidden"]`), as in LightningCLI's flat sections."""
-
-    _subcommand: str | None = None
-
-    @classmethod
-    def of(cls, plain: dict[str, Any], subcommand: str | None = None) -> _ConfigView:
-        view = cls({k: cls.of(v) if isinstance(v, dict) and not isinstance(v, _ConfigView) else v for k, v in plain.items()})
-        view._subcommand = subcommand
-        return view
-
-    @staticmethod
-    def plain(value: Any) -> Any:
-        if isinstance(value, dict):
-            return {k: _ConfigView.plain(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [_ConfigView.plain(v) for v in value]
-        return value
-
-    def _init_args(self, key: str) -> dict[str, Any] | None:
-        """The spec's `init_args` when `key` is one of its arguments (LightningCLI's flat `config.model.hidden`)."""
-        init_args = dict.get(self, "init_args")
-        if key not in ("class_path", "init_args") and not dict.__contains__(self, key) and isinstance(init_args, dict):
-            return init_args
-        return None
-
-    def __missing__(self, key: str) -> Any:
-        if key == self._subcommand and key is not None:
-            return self
-        init_args = self._init_args(key)
-        if init_args is not None and key in init_args:
-            return init_args[key]
-        raise KeyError(key)
-
-    def __contains__(self, key: object) -> bool:
-        if dict.__contains__(self, key):
-            return True
-        init_args = self._init_args(key) if isinstance(key, str) else None
-        return init_args is not None and key in init_args
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        init_args = self._init_args(key)
-        if init_args is not None and key in init_args:
-            init_args[key] = value
-        else:
-            dict.__setitem__(self, key, value)
-
-    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
-        return self[key] if key in self or key == self._subcommand else default
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        try:
-            return self[name]
-        except KeyError:
-            raise AttributeError(f"the config has no {name!r}. Keys: {', '.join(self)}.") from None
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name == "_subcommand":
-            object.__setattr__(self, name, value)
-        else:
-            self[name] = value
-
-
-#: Lightning's Trainer arguments at their defaults, as a config LightningCLI saved holds them: not set.
-_LIGHTNING_UNSET: dict[str, Any] = {"num_nodes": 1, "enable_autolog_hparams": True, "max_steps": -1}
-
-#: LightningCLI methods a subclass may override that this class does not call, with what to do instead.
-_NOT_CALLED = {
-    "instantiate_trainer": "give Trainer arguments in the config or in trainer_defaults, and callbacks in "
-                           "trainer_defaults={'callbacks': [...]} or with parser.add_lightning_class_args",
-    "_instantiate_trainer": "give Trainer arguments in the config or in trainer_defaults",
-    "init_parser": "add options in add_arguments_to_parser (parser.add_argument)",
-    "setup_parser": "add options in add_arguments_to_parser (parser.add_argument)",
-    "parse_arguments": "change the parsed config in before_instantiate_classes (self.config)",
-    "add_default_arguments_to_parser": "add options in add_arguments_to_parser",
-    "add_core_arguments_to_parser": "add options in add_arguments_to_parser; the model, data and trainer sections are fixed",
-    "link_optimizers_and_lr_schedulers": "give the model an argument for its optimizer and write configure_optimizers",
-    "subcommands": "the subcommands are fit, validate, test and predict; run other code in after_fit or with run=False",
-    "_prepare_subcommand_kwargs": "override the subcommand itself (def fit(self, model, **kwargs))",
-    "_run_subcommand": "override before_fit / after_fit (or the subcommand: def fit(self, model, **kwargs))",
-    "_set_seed": "set seed_everything in the config or seed_everything_default",
-}
 
 
 #: LightningCLI's name (`from trainer.cli import LightningCLI`).

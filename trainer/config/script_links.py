@@ -15,7 +15,7 @@ from typing import Any
 from trainer.config.classpath import Problem, ResolvedSpec, _is_plain, check_spec, is_spec
 from trainer.config.script_parser import ClassArgs, LightningArgumentParser, Link, normal_path, own_value
 
-__all__ = ["MISSING", "as_class_spec", "check_class_sections", "class_sections", "defaults_layer", "get_path", "own_options", "parse_link_values", "set_path",
+__all__ = ["LIGHTNING_UNSET", "MISSING", "NOT_CALLED", "ConfigView", "as_class_spec", "check_class_sections", "class_sections", "defaults_layer", "get_path", "own_options", "parse_link_values", "set_path",
            "source_value", "without"]
 
 MISSING: Any = object()
@@ -202,12 +202,12 @@ def source_value(plain: Mapping[str, Any], path: str) -> Any:
 
 
 def parse_link_values(links: Sequence[Link], plain: Mapping[str, Any], merged: dict[str, Any],
-                      extras: dict[str, Any]) -> list[Problem]:
+                      extras: dict[str, Any], explicit: Mapping[str, Any]) -> list[Problem]:
     """Apply the `apply_on="parse"` links: each target (in `merged`, the config before it is
     checked, or in `extras`, the script's own options and class sections) takes the value its
     sources have in `plain` (the config resolved once, defaults filled in, with the script's
-    options and class sections). A target the config
-    sets to another value is a problem: the link decides it."""
+    options and class sections). A target that the files or the command line (`explicit`)
+    set to another value is a problem: the link decides it (defaults may differ)."""
     problems: list[Problem] = []
     for link in links:
         if link.apply_on != "parse":
@@ -231,7 +231,9 @@ def parse_link_values(links: Sequence[Link], plain: Mapping[str, Any], merged: d
         if holder is extras and target.split(".")[0] in extras and is_spec(extras[target.split(".")[0]]):
             top, _, rest = target.partition(".")
             target = f"{top}.init_args.{rest}" if rest and not rest.startswith(("init_args.", "class_path")) else target
-        given = get_path(holder, target)
+        flat = normal_path(link.target)
+        given = next((v for v in (get_path(explicit, lightning_alias(explicit, flat)), get_path(explicit, target))
+                      if v is not MISSING), MISSING)
         if given is not MISSING and given != value:
             problems.append(Problem(link.target, f"set by {link.describe()}, which gives {value!r}; the config also "
                                     f"sets {given!r}. Expected it only through {' and '.join(link.sources)}: remove it "
@@ -239,3 +241,97 @@ def parse_link_values(links: Sequence[Link], plain: Mapping[str, Any], merged: d
             continue
         set_path(holder, target, value)
     return problems
+
+
+class ConfigView(dict):  # type: ignore[type-arg]
+    """`cli.config`: the resolved config as a dict that also reads as attributes (`cli.config.model`,
+    as jsonargparse's Namespace), where `cli.config["fit"]` (the subcommand) is the config itself and
+    a section's arguments read and change through it (`cli.config.model.hidden` is
+    `cli.config["model"]["init_args"]["hidden"]`), as in LightningCLI's flat sections."""
+
+    def __init__(self, values: dict[str, Any], subcommand: str | None = None) -> None:
+        super().__init__(values)
+        object.__setattr__(self, "_subcommand", subcommand)
+
+    @classmethod
+    def of(cls, plain: dict[str, Any], subcommand: str | None = None) -> ConfigView:
+        return cls({k: cls.of(v) if isinstance(v, dict) and not isinstance(v, ConfigView) else v for k, v in plain.items()},
+                   subcommand)
+
+    @staticmethod
+    def plain(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: ConfigView.plain(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [ConfigView.plain(v) for v in value]
+        return value
+
+    def _init_args(self, key: str) -> dict[str, Any] | None:
+        """The spec's `init_args` when `key` is one of its arguments (LightningCLI's flat `config.model.hidden`)."""
+        init_args = dict.get(self, "init_args")
+        if key not in ("class_path", "init_args") and not dict.__contains__(self, key) and isinstance(init_args, dict):
+            return init_args
+        return None
+
+    def __missing__(self, key: str) -> Any:
+        if key == self._subcommand and key is not None:
+            return self
+        init_args = self._init_args(key)
+        if init_args is not None and key in init_args:
+            return init_args[key]
+        raise KeyError(key)
+
+    def __contains__(self, key: object) -> bool:
+        if dict.__contains__(self, key):
+            return True
+        init_args = self._init_args(key) if isinstance(key, str) else None
+        return init_args is not None and key in init_args
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        init_args = self._init_args(key)
+        if init_args is not None and key in init_args:
+            init_args[key] = value
+        else:
+            dict.__setitem__(self, key, value)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The config as plain dicts (jsonargparse's `Namespace.as_dict`)."""
+        return ConfigView.plain(self)  # type: ignore[no-any-return]
+
+    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+        return self[key] if key in self or key == self._subcommand else default
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(f"the config has no {name!r}. Keys: {', '.join(self)}.") from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "_subcommand":
+            object.__setattr__(self, name, value)
+        else:
+            self[name] = value
+
+
+#: Lightning's Trainer arguments at their defaults, as a config LightningCLI saved holds them: not set.
+LIGHTNING_UNSET: dict[str, Any] = {"num_nodes": 1, "enable_autolog_hparams": True, "max_steps": -1}
+
+#: LightningCLI methods a subclass may override that this class does not call, with what to do instead.
+NOT_CALLED = {
+    "instantiate_trainer": "give Trainer arguments in the config or in trainer_defaults, and callbacks in "
+                           "trainer_defaults={'callbacks': [...]} or with parser.add_lightning_class_args",
+    "_instantiate_trainer": "give Trainer arguments in the config or in trainer_defaults",
+    "init_parser": "add options in add_arguments_to_parser (parser.add_argument)",
+    "setup_parser": "add options in add_arguments_to_parser (parser.add_argument)",
+    "parse_arguments": "change the parsed config in before_instantiate_classes (self.config)",
+    "add_default_arguments_to_parser": "add options in add_arguments_to_parser",
+    "add_core_arguments_to_parser": "add options in add_arguments_to_parser; the model, data and trainer sections are fixed",
+    "link_optimizers_and_lr_schedulers": "give the model an argument for its optimizer and write configure_optimizers",
+    "subcommands": "the subcommands are fit, validate, test and predict; run other code in after_fit or with run=False",
+    "_prepare_subcommand_kwargs": "override the subcommand itself (def fit(self, model, **kwargs))",
+    "_run_subcommand": "override before_fit / after_fit (or the subcommand: def fit(self, model, **kwargs))",
+    "_set_seed": "set seed_everything in the config or seed_everything_default",
+}
