@@ -374,3 +374,32 @@ def test_a_default_of_a_link_target_is_not_a_conflict(tmp_path: Path) -> None:
     built = cli(module.Classifier, module.Blobs, args=["fit", "--data.batch_size", "5", "--trainer.max_epochs", "1",
                                                        "--trainer.logger", "false"])
     assert built.model.hparams.batch_size == 5
+
+
+def test_print_config_gives_the_script_its_own_config_back(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Dotted and flag options (a GAN project's `--onnx.path`, a training project's `-f/--force`),
+    class-args callbacks and links: the printed config, given back, builds the same objects."""
+    module = load_file(PROJECTS / "callback_args.py", "ours")
+
+    class Options(module.CallbackCLI):  # type: ignore[name-defined,misc]
+        def add_arguments_to_parser(self, parser: Any) -> None:
+            super().add_arguments_to_parser(parser)
+            parser.add_argument("-f", "--force", action="store_true")
+            parser.add_argument("--onnx.path", default="export/model.onnx")
+
+    config = write(tmp_path, "exp.yaml", CALLBACKS)
+    with pytest.raises(SystemExit) as caught:
+        Options(module.Regressor, module.Points, args=["--config", config, "-f", "--onnx.path", "y.onnx", "--num_classes", "2",
+                                                       "--print_config"], run=False)
+    assert caught.value.code == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["force"] is True and printed["onnx"] == {"path": "y.onnx"} and printed["num_classes"] == 2
+    assert "num_classes" not in printed["model"]["init_args"]  # a link's target, as Lightning prints it
+    again = Options(module.Regressor, module.Points, args=["--config", write(tmp_path, "printed.yaml", yaml.safe_dump(printed))],
+                    run=False)
+    assert again.config.force is True and again.config.onnx.path == "y.onnx"
+    assert again.model.hparams.num_classes == 2 and again.datamodule.classes == 2
+    assert [type(c).__name__ for c in again.trainer.callbacks if type(c).__name__ in ("EarlyStopping", "ModelCheckpoint")] \
+        == ["EarlyStopping", "ModelCheckpoint"]
+    flagless = Options(module.Regressor, module.Points, args=["--config", config], run=False)
+    assert flagless.config.force is False and flagless.config.onnx.path == "export/model.onnx"

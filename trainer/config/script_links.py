@@ -118,11 +118,11 @@ def own_options(parser: LightningArgumentParser, config: dict[str, Any], given: 
         else:
             raw, from_text = kwargs.get("default"), False
             if raw is None or (kwargs.get("action") in ("store_true", "store_false")):
-                values[key] = raw if kwargs.get("action") not in ("store_true", "store_false") else \
-                    (raw if raw is not None else kwargs["action"] == "store_false")
+                set_path(values, key, raw if kwargs.get("action") not in ("store_true", "store_false") else
+                         (raw if raw is not None else kwargs["action"] == "store_false"))
                 continue
         try:
-            values[key] = own_value(kwargs, raw, from_text and kwargs.get("action") is None)
+            set_path(values, key, own_value(kwargs, raw, from_text and kwargs.get("action") is None))
         except ValueError as error:
             problems.append(Problem(f"--{key}" if key in given else key, str(error)))
     return values, problems

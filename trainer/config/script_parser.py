@@ -34,7 +34,7 @@ __all__ = ["ClassArgs", "Link", "LightningArgumentParser", "OptimizerArgs", "nor
 _APPLY_ON = ("parse", "instantiate")
 #: The sections of a config this CLI knows; an `add_argument` or a class-args key may not take them.
 RESERVED = ("model", "data", "trainer", "callbacks", "logger", "seed", "seed_everything", "optimizer", "lr_scheduler",
-            "config", "print_config", "ckpt_path", "help")
+            "config", "print_config", "ckpt_path", "help", "fit", "validate", "test", "predict", "subcommand")
 
 
 @dataclasses.dataclass(frozen=True)
