@@ -403,3 +403,26 @@ def test_print_config_gives_the_script_its_own_config_back(tmp_path: Path, capsy
         == ["EarlyStopping", "ModelCheckpoint"]
     flagless = Options(module.Regressor, module.Points, args=["--config", config], run=False)
     assert flagless.config.force is False and flagless.config.onnx.path == "export/model.onnx"
+
+
+def test_links_in_subclass_mode_as_lightning(tmp_path: Path) -> None:
+    """Lightning's `test_lightning_cli_link_arguments` in subclass mode, and the `data.init_args.*`
+    sources of MMVAE's and a segmentation project's CLIs, with the classes named on the command line."""
+    results = {}
+    for framework in ("ours", "lightning"):
+        module = load_file(PROJECTS / "linked_classifier.py", framework)
+
+        class Subclasses(module.LightningCLI):  # type: ignore[name-defined,misc]
+            def add_arguments_to_parser(self, parser: Any) -> None:
+                parser.link_arguments("data.init_args.batch_size", "model.init_args.batch_size")
+                parser.link_arguments("data.init_args.num_classes", "model.init_args.num_classes", apply_on="instantiate")
+
+        cli = Subclasses(module.Classifier, module.Blobs, subclass_mode_model=True, subclass_mode_data=True, run=False, args=[
+            "--model", f"{module.__name__}.Classifier", "--data", f"{module.__name__}.Blobs", "--data.batch_size", "5",
+            "--seed_everything", "1", "--trainer.max_epochs", "1", "--trainer.logger", "false",
+            "--trainer.enable_progress_bar", "false", "--trainer.default_root_dir", f"runs_{framework}"])
+        cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+        results[framework] = cli
+    assert_same_weights(results["ours"].model, results["lightning"].model)
+    assert hparams(results["ours"]) == {k: v for k, v in hparams(results["lightning"]).items() if not k.startswith("_")} \
+        == {"num_classes": 3, "batch_size": 5, "hidden": 8, "lr": 0.1}

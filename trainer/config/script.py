@@ -43,7 +43,6 @@ from trainer.config.optim import OPTIMIZER_SECTIONS, add_optimizer_options
 from trainer.config.optim import configure_optimizers as _configure_optimizers
 from trainer.config.schema import SECTIONS, apply_overrides, prepare_config, read_yaml
 from trainer.config.script_links import (
-    LIGHTNING_UNSET,
     MISSING,
     NOT_CALLED,
     ConfigView,
@@ -61,6 +60,7 @@ from trainer.config.script_links import (
 from trainer.config.script_parser import LightningArgumentParser, Link, argparse_options, normal_path
 from trainer.config.script_args import check_parser_kwargs, check_save_config, check_unused, config_sets, split_trainer_defaults
 from trainer.config.yaml_io import dump_yaml
+from trainer.lightning.arguments import saved_trainer_section
 
 __all__ = ["CLI", "LightningCLI", "LightningArgumentParser"]
 
@@ -408,15 +408,16 @@ class CLI:
             values = []
             for source in link.sources:
                 value: Any = data
-                for name in source.split(".")[1:]:
+                names = source.split(".")[1:]
+                for name in names[1:] if names[:1] == ["init_args"] else names:  # data.init_args.X: the attribute X
                     value = getattr(value, name, MISSING)
                     if value is MISSING:
                         break
                 values.append(value)
             if MISSING in values:
+                missing = link.sources[values.index(MISSING)].split(".", 1)[1].removeprefix("init_args.")
                 problems.append(Problem(link.target, f"{link.describe()}: the built {type(data).__qualname__} has no "
-                                        f"attribute {link.sources[values.index(MISSING)].split('.', 1)[1]!r}. Expected "
-                                        "the data class to set it in its __init__."))
+                                        f"attribute {missing!r}. Expected the data class to set it in its __init__."))
                 continue
             value = link.value(values)
             target = normal_path(link.target)
@@ -427,6 +428,8 @@ class CLI:
                                         f"sets {given!r}. Expected it only through the link: remove it from the config."))
                 continue
             set_path(spec, target, value)
+        if problems:
+            raise ConfigError(problems, None)
         model, found = check_spec(spec["model"], "model", Module, allow_callable=True)
         problems += [Problem(p.path, p.message + self._linked(p.path)) for p in found]
         if problems or model is None:
@@ -456,7 +459,7 @@ class CLI:
         `model: {hidden: 64}`, and `optimizer: {lr: 0.1}` when add_optimizer_args fixed the class."""
         trainer = layer.get("trainer")
         if isinstance(trainer, dict):  # a config LightningCLI saved: every Trainer argument, null where not set
-            layer["trainer"] = {k: v for k, v in trainer.items() if v is not None and LIGHTNING_UNSET.get(k, MISSING) != v}
+            layer["trainer"] = saved_trainer_section(trainer)
         fixed = [s for s, o in self.parser.optimizers.items() if o.fixed]
         for section in [*_SECTIONS, *fixed]:
             spec = layer.get(section)
@@ -486,6 +489,8 @@ class CLI:
                 config["seed_everything"] = self.seed_default
         spec = config.get("model")
         model = self._target(overrides.get("model.class_path", spec.get("class_path") if isinstance(spec, dict) else None))
+        if config.get("data") is None and any(k == "data" or k.startswith("data.") for k in overrides):
+            config["data"] = {}  # `--data ClassName` (subclass mode) names it on the command line
         if config.get("data") is None:  # no data class: the module's own loaders
             config["data"] = {"class_path": _OWN_LOADERS}
             method = LOADER_OF[stage]

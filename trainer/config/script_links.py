@@ -15,7 +15,7 @@ from typing import Any
 from trainer.config.classpath import Problem, ResolvedSpec, _is_plain, check_spec, is_spec
 from trainer.config.script_parser import ClassArgs, LightningArgumentParser, Link, normal_path, own_value
 
-__all__ = ["LIGHTNING_UNSET", "MISSING", "NOT_CALLED", "ConfigView", "as_class_spec", "check_class_sections", "class_sections", "defaults_layer", "get_path", "own_options", "parse_link_values", "set_path",
+__all__ = ["MISSING", "NOT_CALLED", "ConfigView", "as_class_spec", "check_class_sections", "class_sections", "defaults_layer", "get_path", "own_options", "parse_link_values", "set_path",
            "source_value", "without"]
 
 MISSING: Any = object()
@@ -315,9 +315,6 @@ class ConfigView(dict):  # type: ignore[type-arg]
         else:
             self[name] = value
 
-
-#: Lightning's Trainer arguments at their defaults, as a config LightningCLI saved holds them: not set.
-LIGHTNING_UNSET: dict[str, Any] = {"num_nodes": 1, "enable_autolog_hparams": True, "max_steps": -1}
 
 #: LightningCLI methods a subclass may override that this class does not call, with what to do instead.
 NOT_CALLED = {
