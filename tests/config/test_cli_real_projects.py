@@ -426,3 +426,15 @@ def test_links_in_subclass_mode_as_lightning(tmp_path: Path) -> None:
     assert_same_weights(results["ours"].model, results["lightning"].model)
     assert hparams(results["ours"]) == {k: v for k, v in hparams(results["lightning"]).items() if not k.startswith("_")} \
         == {"num_classes": 3, "batch_size": 5, "hidden": 8, "lr": 0.1}
+
+
+def test_an_instantiate_link_target_given_otherwise_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    module = _linked_module()
+    with pytest.raises(SystemExit) as caught:
+        module.main(["fit", "--model.num_classes", "4", "--trainer.max_epochs", "1", "--trainer.logger", "false"])
+    assert caught.value.code == 2
+    assert "model.num_classes: set by link_arguments('data.num_classes', 'model.num_classes', apply_on='instantiate'), " \
+           "which gives 3; the config also sets 4" in capsys.readouterr().err
+    assert not list(tmp_path.rglob("*.ckpt"))
+    same = module.main(["fit", "--model.num_classes", "3", "--trainer.max_epochs", "1", "--trainer.logger", "false"])
+    assert same.model.hparams.num_classes == 3

@@ -44,14 +44,16 @@ from trainer.config.optim import configure_optimizers as _configure_optimizers
 from trainer.config.schema import SECTIONS, apply_overrides, prepare_config, read_yaml
 from trainer.config.script_links import (
     MISSING,
-    NOT_CALLED,
     ConfigView,
     as_class_spec,
     check_class_sections,
+    check_overridden,
     class_sections,
     defaults_layer,
     get_path,
     lightning_alias,
+    linked_model,
+    optimizer_class_problems,
     own_options,
     parse_link_values,
     set_path,
@@ -160,7 +162,7 @@ class CLI:
         self.trainer: Any = None
         self.config: dict[str, Any] = {}
         self.experiment: Experiment | None = None
-        self._check_overridden(owner)
+        check_overridden(type(self), CLI, owner)
         if type(self).configure_optimizers is not CLI.configure_optimizers and not isinstance(
                 inspect.getattr_static(type(self), "configure_optimizers"), staticmethod):
             raise ValueError(f"{owner}.configure_optimizers must be a @staticmethod "
@@ -316,6 +318,8 @@ class CLI:
         links = self.parser.links
         deferred = [normal_path(link.target) for link in links if parse_links or link.apply_on == "instantiate"]
         specs, class_plain, found = check_class_sections(self.parser, sections)
+        self._explicit = copy.deepcopy(self._files)  # what the files and the command line set, defaults aside
+        apply_overrides(self._explicit, overrides)
         try:
             resolved = prepare_config(config, overrides, stage=stage, deferred=deferred)
         except ConfigError as error:
@@ -325,9 +329,7 @@ class CLI:
             merged = copy.deepcopy(config)
             apply_overrides(merged, overrides)
             extras = {**own, **sections}
-            explicit = copy.deepcopy(self._files)
-            apply_overrides(explicit, overrides)
-            problems += parse_link_values(links, {**resolved.plain, **own, **class_plain}, merged, extras, explicit)
+            problems += parse_link_values(links, {**resolved.plain, **own, **class_plain}, merged, extras, self._explicit)
             specs, class_plain, found = check_class_sections(self.parser, {k: extras[k] for k in sections})
             problems += found
             own = {k: extras[k] for k in own}
@@ -338,7 +340,7 @@ class CLI:
                 except ConfigError as error:
                     raise ConfigError([Problem(p.path, p.message + self._linked(p.path)) for p in error.problems],
                                       error.source) from None
-        problems += self._check_optimizer_classes(resolved)
+        problems += optimizer_class_problems(self.parser, resolved)
         if problems:
             raise ConfigError(problems, None)
         if resolved.data.class_path == _OWN_LOADERS:
@@ -362,17 +364,6 @@ class CLI:
         links = [link for link in self.parser.links if normal_path(link.target) == path or path.startswith(normal_path(link.target) + ".")]
         return f" (the value {links[0].describe()} gave)" if links else ""
 
-    def _check_optimizer_classes(self, resolved: ResolvedConfig) -> list[Problem]:
-        """`add_optimizer_args(classes)` / `add_lr_scheduler_args(classes)`: the section's class is one of them."""
-        problems = []
-        for section, args in self.parser.optimizers.items():
-            spec = getattr(resolved, section)
-            if spec is not None and not (inspect.isclass(spec.target) and issubclass(spec.target, args.classes)):
-                names = ", ".join(f"{c.__module__}.{c.__qualname__}" for c in args.classes)
-                problems.append(Problem(f"{section}.class_path", f"this script's add_arguments_to_parser takes "
-                                        f"{'only ' if args.fixed else 'a subclass of '}{names}. Received: {spec.class_path!r}."))
-        return problems
-
     # ------------------------------------------------------------------ LightningCLI's hooks
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         """Override to link arguments, set defaults, add options or callbacks (trainer/config/script_parser.py)."""
@@ -391,50 +382,13 @@ class CLI:
             resolved, stage=cast(Stage, self.subcommand or "fit"), configure_optimizers=self.configure_optimizers,
             owner=f"{'LightningCLI' if type(self) is CLI else type(self).__name__}.configure_optimizers",
             trainer_objects=self._objects, extra_callbacks=[*self._callback_specs.values(), *self.trainer_defaults.callbacks],
-            model_spec=(lambda data: self._linked_model(data, links, resolved)) if links else None,
+            model_spec=(lambda data: linked_model(data, links, resolved.plain["model"], self._explicit, self._linked))
+            if links else None,
         )
         experiment.config = without(ConfigView.plain(self.config), self._link_targets)
         experiment.config_filename, experiment.config_overwrite = self.save_config.filename, self.save_config.overwrite
         self.model, self.trainer = experiment.model, experiment.trainer
         self.datamodule = None if resolved.data.class_path == _OWN_LOADERS else experiment.data
-
-    def _linked_model(self, data: Any, links: list[Link], resolved: ResolvedConfig) -> ResolvedSpec:
-        """The model's spec with the values the `apply_on="instantiate"` links read from the built data."""
-        from trainer.module import Module
-
-        spec = {"model": copy.deepcopy(resolved.plain["model"])}
-        problems = []
-        for link in links:
-            values = []
-            for source in link.sources:
-                value: Any = data
-                names = source.split(".")[1:]
-                for name in names[1:] if names[:1] == ["init_args"] else names:  # data.init_args.X: the attribute X
-                    value = getattr(value, name, MISSING)
-                    if value is MISSING:
-                        break
-                values.append(value)
-            if MISSING in values:
-                missing = link.sources[values.index(MISSING)].split(".", 1)[1].removeprefix("init_args.")
-                problems.append(Problem(link.target, f"{link.describe()}: the built {type(data).__qualname__} has no "
-                                        f"attribute {missing!r}. Expected the data class to set it in its __init__."))
-                continue
-            value = link.value(values)
-            target = normal_path(link.target)
-            given = get_path(spec, target)
-            explicit = target.count(".") == 2 and target.split(".")[2] in resolved.model.kwargs
-            if given is not MISSING and given != value and explicit:
-                problems.append(Problem(link.target, f"set by {link.describe()}, which gives {value!r}; the config also "
-                                        f"sets {given!r}. Expected it only through the link: remove it from the config."))
-                continue
-            set_path(spec, target, value)
-        if problems:
-            raise ConfigError(problems, None)
-        model, found = check_spec(spec["model"], "model", Module, allow_callable=True)
-        problems += [Problem(p.path, p.message + self._linked(p.path)) for p in found]
-        if problems or model is None:
-            raise ConfigError(problems, None)
-        return model
 
     def _read(self, stage: str, files: list[str]) -> dict[str, Any]:
         """`trainer_defaults`, then the default config files that exist, then `--config` files."""
@@ -579,18 +533,6 @@ class CLI:
                 after()
         finally:
             self.trainer._run.at_run_start.clear()
-
-    def _check_overridden(self, owner: str) -> None:
-        """LightningCLI's methods this class does not call: overriding one would silently do nothing."""
-        for name, instead in NOT_CALLED.items():
-            if name in vars(CLI):
-                continue
-            for klass in type(self).__mro__:
-                if klass is CLI:
-                    break
-                if name in vars(klass):
-                    raise ValueError(f"{owner}.{name} is overridden, but this CLI does not call {name}: it would be "
-                                     f"silently skipped. Instead, {instead}.")
 
 
 #: LightningCLI's name (`from trainer.cli import LightningCLI`).

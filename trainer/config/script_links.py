@@ -9,13 +9,16 @@ problems they find with the YAML path and the call that caused them.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-from trainer.config.classpath import Problem, ResolvedSpec, _is_plain, check_spec, is_spec
+from trainer.config.classpath import ConfigError, Problem, ResolvedSpec, _is_plain, check_spec, is_spec
 from trainer.config.script_parser import ClassArgs, LightningArgumentParser, Link, normal_path, own_value
 
-__all__ = ["MISSING", "NOT_CALLED", "ConfigView", "as_class_spec", "check_class_sections", "class_sections", "defaults_layer", "get_path", "own_options", "parse_link_values", "set_path",
+if TYPE_CHECKING:
+    from trainer.config.experiment import ResolvedConfig
+
+__all__ = ["MISSING", "NOT_CALLED", "ConfigView", "check_overridden", "linked_model", "optimizer_class_problems", "as_class_spec", "check_class_sections", "class_sections", "defaults_layer", "get_path", "own_options", "parse_link_values", "set_path",
            "source_value", "without"]
 
 MISSING: Any = object()
@@ -332,3 +335,80 @@ NOT_CALLED = {
     "_run_subcommand": "override before_fit / after_fit (or the subcommand: def fit(self, model, **kwargs))",
     "_set_seed": "set seed_everything in the config or seed_everything_default",
 }
+
+
+def linked_model(data: Any, links: Sequence[Link], model: Mapping[str, Any], explicit: Mapping[str, Any],
+                 note: Callable[[str], str]) -> ResolvedSpec:
+    """The model's spec (`model`: its plain `{class_path, init_args}`) with the values the
+    `apply_on="instantiate"` links read from the built `data`; a target the files or the
+    command line (`explicit`) set to another value is an error. `note(path)` names the link
+    in a problem of the checked spec.
+
+    Raises:
+        ConfigError: an attribute the data lacks, a conflicting value, or a value the model refuses.
+    """
+    from trainer.module import Module
+
+    spec = {"model": copy.deepcopy(dict(model))}
+    problems = []
+    for link in links:
+        values = []
+        for source in link.sources:
+            value: Any = data
+            names = source.split(".")[1:]
+            for name in names[1:] if names[:1] == ["init_args"] else names:  # data.init_args.X: the attribute X
+                value = getattr(value, name, MISSING)
+                if value is MISSING:
+                    break
+            values.append(value)
+        if MISSING in values:
+            missing = link.sources[values.index(MISSING)].split(".", 1)[1].removeprefix("init_args.")
+            problems.append(Problem(link.target, f"{link.describe()}: the built {type(data).__qualname__} has no "
+                                    f"attribute {missing!r}. Expected the data class to set it in its __init__."))
+            continue
+        value = link.value(values)
+        target = normal_path(link.target)
+        given = get_path(explicit, target)
+        if given is not MISSING and given != value:
+            problems.append(Problem(link.target, f"set by {link.describe()}, which gives {value!r}; the config also "
+                                    f"sets {given!r}. Expected it only through the link: remove it from the config."))
+            continue
+        set_path(spec, target, value)
+    if problems:
+        raise ConfigError(problems, None)
+    built, found = check_spec(spec["model"], "model", Module, allow_callable=True)
+    problems += [Problem(p.path, p.message + note(p.path)) for p in found]
+    if problems or built is None:
+        raise ConfigError(problems, None)
+    return built
+
+
+def optimizer_class_problems(parser: LightningArgumentParser, resolved: ResolvedConfig) -> list[Problem]:
+    """`add_optimizer_args(classes)` / `add_lr_scheduler_args(classes)`: the section's class is one of them."""
+    import inspect
+
+    problems = []
+    for section, args in parser.optimizers.items():
+        spec = getattr(resolved, section)
+        if spec is not None and not (inspect.isclass(spec.target) and issubclass(spec.target, args.classes)):
+            names = ", ".join(f"{c.__module__}.{c.__qualname__}" for c in args.classes)
+            problems.append(Problem(f"{section}.class_path", f"this script's add_arguments_to_parser takes "
+                                    f"{'only ' if args.fixed else 'a subclass of '}{names}. Received: {spec.class_path!r}."))
+    return problems
+
+
+def check_overridden(cls: type, base: type, owner: str) -> None:
+    """LightningCLI's methods `base` does not call: overriding one in `cls` would silently do nothing.
+
+    Raises:
+        ValueError: names the method and what to write instead.
+    """
+    for name, instead in NOT_CALLED.items():
+        if name in vars(base):
+            continue
+        for klass in cls.__mro__:
+            if klass is base:
+                break
+            if name in vars(klass):
+                raise ValueError(f"{owner}.{name} is overridden, but this CLI does not call {name}: it would be "
+                                 f"silently skipped. Instead, {instead}.")
