@@ -438,3 +438,34 @@ def test_an_instantiate_link_target_given_otherwise_is_an_error(tmp_path: Path, 
     assert not list(tmp_path.rglob("*.ckpt"))
     same = module.main(["fit", "--model.num_classes", "3", "--trainer.max_epochs", "1", "--trainer.logger", "false"])
     assert same.model.hparams.num_classes == 3
+
+
+def test_a_lazy_instance_logger_default(tmp_path: Path) -> None:
+    """A classification project's `parser.set_defaults({"trainer.logger": lazy_instance(CSVLogger, ...)})`."""
+    from jsonargparse import lazy_instance
+
+    results = {}
+    for framework in ("ours", "lightning"):
+        module = load_file(PROJECTS / "linked_classifier.py", framework)
+        csv_logger = __import__("trainer.loggers" if framework == "ours" else "lightning.pytorch.loggers",
+                                fromlist=["CSVLogger"]).CSVLogger
+
+        # called from the project's module, as the script calls it (jsonargparse keeps the lazy class there)
+        logger = eval("lazy_instance(CSVLogger, save_dir=save_dir, name='run_logs')",  # noqa: S307
+                      {"__name__": module.__name__, "lazy_instance": lazy_instance, "CSVLogger": csv_logger,
+                       "save_dir": f"out_{framework}"})
+
+        class Logged(module.LinkedCLI):  # type: ignore[name-defined,misc]
+            def add_arguments_to_parser(self, parser: Any, logger: Any = logger) -> None:
+                super().add_arguments_to_parser(parser)
+                parser.set_defaults({"trainer.logger": logger})
+
+        results[framework] = Logged(module.Classifier, module.Blobs, args=[
+            "fit", "--seed_everything", "2", "--trainer.max_epochs", "1", "--trainer.default_root_dir", f"runs_{framework}",
+            "--trainer.enable_progress_bar", "false"], save_config_callback=None)
+    assert_same_weights(results["ours"].model, results["lightning"].model)
+    for framework, cli in results.items():
+        assert isinstance(cli.trainer.logger, __import__("trainer.loggers" if framework == "ours" else
+                                                         "lightning.pytorch.loggers", fromlist=["CSVLogger"]).CSVLogger)
+        assert Path(cli.trainer.logger.log_dir) == Path(f"out_{framework}/run_logs/version_0")
+        assert (Path(cli.trainer.logger.log_dir) / "metrics.csv").is_file()
