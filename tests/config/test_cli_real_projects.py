@@ -469,3 +469,21 @@ def test_a_lazy_instance_logger_default(tmp_path: Path) -> None:
                                                          "lightning.pytorch.loggers", fromlist=["CSVLogger"]).CSVLogger)
         assert Path(cli.trainer.logger.log_dir) == Path(f"out_{framework}/run_logs/version_0")
         assert (Path(cli.trainer.logger.log_dir) / "metrics.csv").is_file()
+
+
+def test_a_save_config_callback_subclass_logs_the_config(tmp_path: Path) -> None:
+    results = {}
+    for framework in ("ours", "lightning"):
+        module = load_file(PROJECTS / "logged_config.py", framework)
+        module.LoggerSaveConfigCallback.calls = []
+        cli = module.main(["fit", "--seed_everything", "4", "--model.width", "3", "--trainer.max_epochs", "2",
+                           "--trainer.logger.class_path", "CSVLogger", "--trainer.logger.init_args.save_dir", f"out_{framework}",
+                           "--trainer.enable_progress_bar", "false", "--trainer.default_root_dir", f"runs_{framework}"])
+        results[framework] = cli
+        assert module.LoggerSaveConfigCallback.calls == ["fit"]  # once, at the first setup
+        logged = yaml.safe_load((Path(cli.trainer.logger.log_dir) / "hparams.yaml").read_text())
+        assert logged["width"] == 3
+        dumped = yaml.safe_load(logged["config"])
+        assert (dumped["model"].get("init_args") or dumped["model"])["width"] == 3
+        assert (Path(cli.trainer.log_dir) / "config.yaml").is_file()  # the file is written too
+    assert_same_weights(results["ours"].model, results["lightning"].model)

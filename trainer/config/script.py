@@ -381,7 +381,8 @@ class CLI:
         self.experiment = experiment = build(
             resolved, stage=cast(Stage, self.subcommand or "fit"), configure_optimizers=self.configure_optimizers,
             owner=f"{'LightningCLI' if type(self) is CLI else type(self).__name__}.configure_optimizers",
-            trainer_objects=self._objects, extra_callbacks=[*self._callback_specs.values(), *self.trainer_defaults.callbacks],
+            trainer_objects=self._objects, extra_callbacks=[*self._callback_specs.values(), *self.trainer_defaults.callbacks,
+                                                            *self._save_config_callback(resolved)],
             model_spec=(lambda data: linked_model(data, links, resolved.plain["model"], self._explicit, self._linked))
             if links else None,
         )
@@ -389,6 +390,13 @@ class CLI:
         experiment.config_filename, experiment.config_overwrite = self.save_config.filename, self.save_config.overwrite
         self.model, self.trainer = experiment.model, experiment.trainer
         self.datamodule = None if resolved.data.class_path == _OWN_LOADERS else experiment.data
+
+    def _save_config_callback(self, resolved: ResolvedConfig) -> list[Any]:
+        """The script's SaveConfigCallback subclass, last among the callbacks (not with fast_dev_run), as LightningCLI."""
+        custom = self.save_config.callback
+        if custom is None or resolved.trainer.get("fast_dev_run"):
+            return []
+        return [custom(self.parser, self.config, **self.save_config.kwargs)]
 
     def _read(self, stage: str, files: list[str]) -> dict[str, Any]:
         """`trainer_defaults`, then the default config files that exist, then `--config` files."""

@@ -135,6 +135,19 @@ class LightningArgumentParser:
                                  f"{{'trainer.max_epochs': 3}}. Received: {given!r}.")
             self.defaults.update(given)
 
+    def dump(self, cfg: Any, format: str = "yaml", **kwargs: Any) -> str:  # noqa: A002  (jsonargparse's name)
+        """The YAML text of a config (`cli.config`), as jsonargparse's `dump` gives it to a SaveConfigCallback."""
+        from trainer.config.yaml_io import dump_yaml
+
+        def plain(value: Any) -> Any:
+            if isinstance(value, dict):
+                return {k: plain(v) for k, v in value.items()}
+            return [plain(v) for v in value] if isinstance(value, list) else value
+
+        if format != "yaml":
+            raise ValueError(f"{self._where('dump')}: only format='yaml' is written. Received: {format!r}.")
+        return dump_yaml(plain(cfg))
+
     def get_defaults(self) -> Any:
         raise self._unsupported("get_defaults()", "read the values from `self.config` in before_instantiate_classes")
 

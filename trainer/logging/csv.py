@@ -157,9 +157,13 @@ class CSVLogger(RunFolder):
                 for key, value in row.items() if key in wanted and value not in ("", None)}
 
     def log_hyperparams(self, params: Mapping[str, Any], metrics: Mapping[str, float] | None = None) -> None:
-        """Write `hparams.yaml` (nested as given; values YAML can't hold become text)."""
+        """Write `hparams.yaml` (nested as given; values YAML can't hold become text). Later calls
+        add to what earlier ones logged (a key logged again takes the new value), as Lightning's."""
+        logged = getattr(self, "_logged_hparams", {})
+        logged.update(plain_params(dict(params)))
+        self._logged_hparams = logged
         path = self.log_dir / "hparams.yaml"
-        _write_atomic(path, yaml.safe_dump(plain_params(dict(params)), sort_keys=False, allow_unicode=True))
+        _write_atomic(path, yaml.safe_dump(logged, sort_keys=False, allow_unicode=True))
         if metrics:
             self.log_metrics(metrics, step=0)
 
