@@ -477,7 +477,7 @@ def test_a_save_config_callback_subclass_logs_the_config(tmp_path: Path) -> None
         module = load_file(PROJECTS / "logged_config.py", framework)
         module.LoggerSaveConfigCallback.calls = []
         cli = module.main(["fit", "--seed_everything", "4", "--model.width", "3", "--trainer.max_epochs", "2",
-                           "--trainer.logger.class_path", "CSVLogger", "--trainer.logger.init_args.save_dir", f"out_{framework}",
+                           "--trainer.logger", "CSVLogger", "--trainer.logger.save_dir", f"out_{framework}",
                            "--trainer.enable_progress_bar", "false", "--trainer.default_root_dir", f"runs_{framework}"])
         results[framework] = cli
         assert module.LoggerSaveConfigCallback.calls == ["fit"]  # once, at the first setup
@@ -487,3 +487,23 @@ def test_a_save_config_callback_subclass_logs_the_config(tmp_path: Path) -> None
         assert (dumped["model"].get("init_args") or dumped["model"])["width"] == 3
         assert (Path(cli.trainer.log_dir) / "config.yaml").is_file()  # the file is written too
     assert_same_weights(results["ours"].model, results["lightning"].model)
+
+
+@pytest.mark.parametrize("section", ["trainer.logger", "logger"])
+def test_the_logger_class_and_its_arguments_on_the_command_line(tmp_path: Path, section: str) -> None:
+    """LightningCLI's `--trainer.logger CSVLogger --trainer.logger.save_dir DIR` (Lightning's CLI docs),
+    in a script and in `trainer fit`'s overrides."""
+    from trainer.config import prepare_config
+    from trainer.config.cli import split_overrides
+
+    rest, overrides, problems = split_overrides([f"--{section}", "CSVLogger", f"--{section}.save_dir", "logs", f"--{section}.name", "x"])
+    assert not rest and not problems
+    config: dict[str, Any] = {"model": {"class_path": "trainer.demos.BoringModel"},
+                              "data": {"class_path": "trainer.demos.BoringDataModule"}}
+    if section == "logger":
+        config["logger"] = False
+    else:
+        config["trainer"] = {"logger": False}
+    resolved = prepare_config(config, overrides)
+    assert resolved.plain["logger"]["class_path"] == "trainer.loggers.CSVLogger"
+    assert resolved.plain["logger"]["init_args"]["save_dir"] == "logs" and resolved.plain["logger"]["init_args"]["name"] == "x"

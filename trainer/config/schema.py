@@ -145,6 +145,11 @@ def apply_overrides(config: dict[str, Any], overrides: Mapping[str, Any]) -> lis
             config[parts[0]] = as_spec(config.get(parts[0]))
         if parts[0] in ("model", "data", *OPTIMIZER_SECTIONS) and len(parts) >= 2 and parts[1] not in ("class_path", "init_args"):
             parts = [parts[0], "init_args", *parts[1:]]  # LightningCLI's shorthand: --model.hidden 256
+        at = 2 if parts[:2] == ["trainer", "logger"] else 1 if parts[0] == "logger" else 0
+        if at and len(parts) == at and isinstance(value, str) and value:  # --trainer.logger CSVLogger: its class
+            value = {"class_path": value, "init_args": {}}
+        elif at and len(parts) > at and parts[at] not in ("class_path", "init_args") and not parts[at].isdigit():
+            parts = [*parts[:at], "init_args", *parts[at:]]  # --trainer.logger.save_dir DIR: an argument of that class
         node: Any = config
         for depth, part in enumerate(parts[:-1]):
             child = _child(node, part)
