@@ -507,3 +507,25 @@ def test_the_logger_class_and_its_arguments_on_the_command_line(tmp_path: Path, 
     resolved = prepare_config(config, overrides)
     assert resolved.plain["logger"]["class_path"] == "trainer.loggers.CSVLogger"
     assert resolved.plain["logger"]["init_args"]["save_dir"] == "logs" and resolved.plain["logger"]["init_args"]["name"] == "x"
+
+
+def test_a_link_into_a_class_args_callback_given_otherwise_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A project's `link_arguments("best_checkpoint_callback.dirpath", "last_checkpoint_callback.dirpath")`."""
+    module = load_file(PROJECTS / "callback_args.py", "ours")
+
+    class Two(module.CallbackCLI):  # type: ignore[name-defined,misc]
+        def add_arguments_to_parser(self, parser: Any) -> None:
+            super().add_arguments_to_parser(parser)
+            parser.add_lightning_class_args(module.ModelCheckpoint, "last_checkpoint")
+            parser.link_arguments("model_checkpoint.dirpath", "last_checkpoint.dirpath")
+
+    config = write(tmp_path, "exp.yaml", CALLBACKS)
+    with pytest.raises(SystemExit):
+        Two(module.Regressor, module.Points, args=["fit", "--config", config, "--model_checkpoint.dirpath", "a",
+                                                   "--last_checkpoint.dirpath", "b"])
+    assert "last_checkpoint.dirpath: set by link_arguments('model_checkpoint.dirpath'" in capsys.readouterr().err
+    built = Two(module.Regressor, module.Points, args=["fit", "--config", config, "--model_checkpoint.dirpath", "ckpts",
+                                                       "--trainer.max_epochs", "1"])
+    assert [c.dirpath for c in built.trainer.callbacks if isinstance(c, module.ModelCheckpoint)] == [
+        str(Path("ckpts").resolve())] * 2 or [Path(c.dirpath).name for c in built.trainer.callbacks
+                                              if isinstance(c, module.ModelCheckpoint)] == ["ckpts", "ckpts"]

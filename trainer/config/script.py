@@ -272,6 +272,8 @@ class CLI:
         helps = [s for s in _SECTIONS if overrides.pop(f"{s}.help", None)]
         own, found = own_options(self.parser, base, given)
         problems += found
+        for name in [n for n in overrides if n.split(".")[0] in {a.key for a in self.parser.class_args}]:
+            set_path(self._files, name.replace(".init_args.", ".", 1), overrides[name])  # given, for the links' checks
         sections, found = class_sections(self.parser, base, overrides)
         problems += found
         config, overrides, found = self._complete(base, dict(overrides), stage)
