@@ -9,9 +9,12 @@ once, on the main process, when the first stage starts, as Lightning's does.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainer.callback import Callback
+
+if TYPE_CHECKING:
+    from trainer.trainer import Trainer
 
 __all__ = ["SaveConfigCallback"]
 
@@ -32,12 +35,12 @@ class SaveConfigCallback(Callback):
         self.multifile, self.save_to_log_dir = multifile, save_to_log_dir
         self.already_saved = False
 
-    def setup(self, trainer: Any, module: Any, stage: str) -> None:
+    def setup(self, trainer: Trainer, module: Any, stage: str) -> None:
         if self.already_saved:
             return
         if trainer.is_global_zero:
             self.save_config(trainer, module, stage)
         self.already_saved = True
 
-    def save_config(self, trainer: Any, pl_module: Any, stage: str) -> None:
+    def save_config(self, trainer: Trainer, pl_module: Any, stage: str) -> None:
         """Override to do something with `self.config` (the config file is already written)."""
