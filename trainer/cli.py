@@ -7,6 +7,7 @@ The class is `trainer.config.CLI` (trainer/config/script.py): the script's own c
 from __future__ import annotations
 
 from trainer.config.optim import ReduceLROnPlateau
-from trainer.config.script import CLI, LightningCLI
+from trainer.config.save_config import SaveConfigCallback
+from trainer.config.script import CLI, LightningArgumentParser, LightningCLI
 
-__all__ = ["CLI", "LightningCLI", "ReduceLROnPlateau"]
+__all__ = ["CLI", "LightningArgumentParser", "LightningCLI", "ReduceLROnPlateau", "SaveConfigCallback"]

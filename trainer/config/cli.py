@@ -17,7 +17,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -109,8 +109,10 @@ def add_trainer_options(parser: argparse.ArgumentParser) -> None:
             group.add_argument(f"--trainer.{field}", metavar="VALUE", help=f"{info.description or ''} (default: {default!r})".lstrip())
 
 
-def split_overrides(argv: Sequence[str]) -> tuple[list[str], dict[str, Any], list[Problem]]:
-    """Take `--section[.path] VALUE` / `--section.path=VALUE` pairs out of `argv`."""
+def split_overrides(argv: Sequence[str], sections: Sequence[str] = SECTIONS,
+                    keep: Collection[str] = ()) -> tuple[list[str], dict[str, Any], list[Problem]]:
+    """Take `--section[.path] VALUE` / `--section.path=VALUE` pairs out of `argv` (`sections`:
+    the config's top-level keys; the options named in `keep` stay for argparse)."""
     rest: list[str] = []
     overrides: dict[str, Any] = {}
     problems: list[Problem] = []
@@ -123,7 +125,7 @@ def split_overrides(argv: Sequence[str]) -> tuple[list[str], dict[str, Any], lis
             index += 1
             continue
         name = token[2:].split("=", 1)[0] if token.startswith("--") else ""
-        if not name or ("." not in name and name not in SECTIONS):
+        if not name or f"--{name}" in keep or ("." not in name and name not in sections):
             rest.append(token)
             index += 1
             continue
@@ -136,9 +138,9 @@ def split_overrides(argv: Sequence[str]) -> tuple[list[str], dict[str, Any], lis
                                     f"with --). Received: {'nothing' if index + 1 >= len(tokens) else tokens[index + 1]!r}."))
             index += 1
             continue
-        if name.split(".")[0] not in SECTIONS:
-            problems.append(Problem(f"--{name}", f"unknown override.{suggest(name.split('.')[0], SECTIONS)} "
-                                    f"Expected a dotted path starting with one of: {', '.join(SECTIONS)}."))
+        if name.split(".")[0] not in sections:
+            problems.append(Problem(f"--{name}", f"unknown override.{suggest(name.split('.')[0], sections)} "
+                                    f"Expected a dotted path starting with one of: {', '.join(sections)}."))
             continue
         overrides[name] = _parse_value(text)
     return rest, overrides, problems

@@ -253,6 +253,7 @@ def build(
     resolved: ResolvedConfig, *, stage: Stage = "fit", dry_run: bool = False,
     configure_optimizers: Callable[..., Any] | None = None, owner: str = "the config's optimizer: section",
     trainer_objects: Mapping[str, Any] | None = None, extra_callbacks: Sequence[Any] = (),
+    model_spec: Callable[[Any], ResolvedSpec] | None = None,
 ) -> Experiment:
     """Seed, then build the data, the model (with the config's optimizer, if any), the callbacks,
     the logger and the Trainer.
@@ -262,7 +263,10 @@ def build(
     `optimizer:`; `owner` names it in the warning given when the module defines its own.
     `trainer_objects` (a logger, a precision, ... instance) replace the config's value of that
     Trainer argument; `extra_callbacks` are appended after the config's (LightningCLI's
-    `trainer_defaults`).
+    `trainer_defaults`); a `ResolvedSpec` among them is built there (LightningCLI's
+    `add_lightning_class_args` callbacks). `model_spec(data)`, called with the built data
+    object, gives the model's spec instead of the config's (LightningCLI's links applied on
+    instantiation).
 
     A bad value, the Trainer's own argument checks, and an exception raised by a class's
     constructor become a `ConfigError` naming the YAML path (the CLI prints it and exits
@@ -281,13 +285,17 @@ def build(
         raise ConfigError([Problem("data", f"{resolved.data.class_path}(...) returned {type(data).__name__}, which has "
                                    f"no {LOADER_OF[stage]}(). Expected an object with train_dataloader() and optionally "
                                    "val_dataloader(), test_dataloader(), predict_dataloader().")])
+    if model_spec is not None:
+        resolved.model = model_spec(data)
+        resolved.plain["model"] = resolved.model.as_plain()
     model = _construct("model", resolved.model)
     if not isinstance(model, Module):
         raise ConfigError([Problem("model", f"Expected {resolved.model.class_path}(...) to return a trainer.Module. "
                                    f"Received: {type(model).__name__}.")])
     attach_optimizers(model, resolved.optimizer, resolved.lr_scheduler, configure=configure_optimizers or default_configure,
                       owner=owner)
-    callbacks = [_construct(f"callbacks.{i}", c) for i, c in enumerate(resolved.callbacks)] + list(extra_callbacks)
+    callbacks = [_construct(f"callbacks.{i}", c) for i, c in enumerate(resolved.callbacks)]
+    callbacks += [_construct(c.class_path, c) if isinstance(c, ResolvedSpec) else c for c in extra_callbacks]
     objects = dict(trainer_objects or {})
     precision: Any = resolved.precision
     if "precision" in objects:

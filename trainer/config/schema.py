@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import copy
 import random
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -145,6 +145,11 @@ def apply_overrides(config: dict[str, Any], overrides: Mapping[str, Any]) -> lis
             config[parts[0]] = as_spec(config.get(parts[0]))
         if parts[0] in ("model", "data", *OPTIMIZER_SECTIONS) and len(parts) >= 2 and parts[1] not in ("class_path", "init_args"):
             parts = [parts[0], "init_args", *parts[1:]]  # LightningCLI's shorthand: --model.hidden 256
+        at = 2 if parts[:2] == ["trainer", "logger"] else 1 if parts[0] == "logger" else 0
+        if at and len(parts) == at and isinstance(value, str) and value:  # --trainer.logger CSVLogger: its class
+            value = {"class_path": value, "init_args": {}}
+        elif at and len(parts) > at and parts[at] not in ("class_path", "init_args") and not parts[at].isdigit():
+            parts = [*parts[:at], "init_args", *parts[at:]]  # --trainer.logger.save_dir DIR: an argument of that class
         node: Any = config
         for depth, part in enumerate(parts[:-1]):
             child = _child(node, part)
@@ -181,8 +186,12 @@ def _child(node: Any, part: str) -> Any:
 
 
 # -------------------------------------------------------------------------- resolving
-def resolve_config(config: Mapping[str, Any], stage: Stage = "fit", source: str | None = None) -> ResolvedConfig:
-    """Check every section of `config`; raise one `ConfigError` listing every problem."""
+def resolve_config(config: Mapping[str, Any], stage: Stage = "fit", source: str | None = None,
+                   deferred: Collection[str] = ()) -> ResolvedConfig:
+    """Check every section of `config`; raise one `ConfigError` listing every problem.
+
+    `deferred`: the YAML paths of arguments filled in later (a LightningCLI link's targets):
+    a required one missing there is not a problem."""
     from trainer.callback import Callback
     from trainer.module import Module
 
@@ -219,6 +228,7 @@ def resolve_config(config: Mapping[str, Any], stage: Stage = "fit", source: str 
     problems += found
     optimizer, lr_scheduler, found = check_optimizers(config)
     problems += found + check_strategy(optimizer, trainer.get("strategy"))
+    problems = [p for p in problems if not (p.path in deferred and p.message.startswith("missing required argument"))]
     if problems:
         raise ConfigError(problems, source)
     assert shape is not None and model is not None and data is not None
@@ -333,9 +343,10 @@ def _check_trainer(section: Any) -> tuple[dict[str, Any], str | ResolvedSpec, li
 # ------------------------------------------------------------------------ entry points
 def prepare_config(
     source: str | Path | Mapping[str, Any], overrides: Mapping[str, Any] | None = None, *,
-    stage: Stage = "fit", dry_run: bool = False,
+    stage: Stage = "fit", dry_run: bool = False, deferred: Collection[str] = (),
 ) -> ResolvedConfig:
-    """Read (a copy of) the config, apply the overrides (and the dry run's), and resolve it."""
+    """Read (a copy of) the config, apply the overrides (and the dry run's), and resolve it
+    (`deferred`: see `resolve_config`)."""
     name = str(source) if isinstance(source, (str, Path)) else None
     config = read_yaml(source) if isinstance(source, (str, Path)) else copy.deepcopy(dict(source))
     problems = apply_overrides(config, dict(overrides or {}))
@@ -343,11 +354,11 @@ def prepare_config(
         raise ConfigError(problems, name)
     try:
         if dry_run:  # the real run's config must be valid too, before the dry run overrides parts of it
-            resolve_config(copy.deepcopy(config), stage, name)
+            resolve_config(copy.deepcopy(config), stage, name, deferred)
             problems = apply_overrides(config, DRY_RUN)
             if problems:
                 raise ConfigError(problems, name)
-        return resolve_config(config, stage, name)
+        return resolve_config(config, stage, name, deferred)
     except ConfigError as error:
         raise _blame_overrides(error, overrides or {}) from None
 

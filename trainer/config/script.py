@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
-from trainer.config.classpath import ConfigError, Problem, import_target
+from trainer.config.classpath import ConfigError, Problem, ResolvedSpec, check_spec, import_target
 from trainer.config.cli import (
     COMMANDS,
     OVERRIDES_HELP,
@@ -38,14 +38,33 @@ from trainer.config.cli import (
     class_arguments,
     split_overrides,
 )
-from trainer.config.experiment import LOADER_OF, Experiment, Stage, build
+from trainer.config.experiment import LOADER_OF, Experiment, ResolvedConfig, Stage, build
 from trainer.config.optim import OPTIMIZER_SECTIONS, add_optimizer_options
 from trainer.config.optim import configure_optimizers as _configure_optimizers
-from trainer.config.schema import prepare_config, read_yaml
+from trainer.config.schema import SECTIONS, apply_overrides, prepare_config, read_yaml
+from trainer.config.script_links import (
+    MISSING,
+    ConfigView,
+    as_class_spec,
+    check_class_sections,
+    check_overridden,
+    class_sections,
+    defaults_layer,
+    get_path,
+    lightning_alias,
+    linked_model,
+    optimizer_class_problems,
+    own_options,
+    parse_link_values,
+    set_path,
+    without,
+)
+from trainer.config.script_parser import LightningArgumentParser, Link, argparse_options, normal_path
 from trainer.config.script_args import check_parser_kwargs, check_save_config, check_unused, config_sets, split_trainer_defaults
 from trainer.config.yaml_io import dump_yaml
+from trainer.lightning.arguments import saved_trainer_section
 
-__all__ = ["CLI", "LightningCLI"]
+__all__ = ["CLI", "LightningCLI", "LightningArgumentParser"]
 
 _SECTIONS = ("model", "data")
 
@@ -143,6 +162,25 @@ class CLI:
         self.trainer: Any = None
         self.config: dict[str, Any] = {}
         self.experiment: Experiment | None = None
+        check_overridden(type(self), CLI, owner)
+        if type(self).configure_optimizers is not CLI.configure_optimizers and not isinstance(
+                inspect.getattr_static(type(self), "configure_optimizers"), staticmethod):
+            raise ValueError(f"{owner}.configure_optimizers must be a @staticmethod "
+                             "configure_optimizers(lightning_module, optimizer, lr_scheduler=None), as in LightningCLI.")
+        #: What `add_arguments_to_parser(parser)` asked for (links, defaults, options, callbacks).
+        self.parser = LightningArgumentParser("LightningCLI" if type(self) is CLI else type(self).__name__)
+        self.add_arguments_to_parser(self.parser)
+        self._defaults, objects = defaults_layer(self.parser, owner)
+        self.trainer_defaults.objects.update(objects)
+        for section, optimizer in self.parser.optimizers.items():
+            if not auto_configure_optimizers:
+                raise ValueError(f"{owner}.add_arguments_to_parser: parser.add_{'optimizer' if section == 'optimizer' else 'lr_scheduler'}"
+                                 "_args with auto_configure_optimizers=False: nothing would build it. Expected "
+                                 "auto_configure_optimizers=True, or no such call.")
+            if optimizer.fixed and section not in self._defaults:
+                self._defaults[section] = {"class_path": f"{optimizer.classes[0].__module__}.{optimizer.classes[0].__qualname__}"}
+        self._callback_specs: dict[str, ResolvedSpec] = {}
+        self._link_targets: list[str] = []
         _setup_logging()
         try:
             self._main(sys.argv[1:] if args is None else args, run)
@@ -177,6 +215,10 @@ class CLI:
             add_trainer_options(parser)
             if self.auto_configure_optimizers:
                 add_optimizer_options(parser)
+            argparse_options(parser, self.parser.arguments)
+            for args in self.parser.class_args:
+                parser.add_argument_group(f"{args.key}: {args.base.__qualname__} (--{args.key}.NAME VALUE), added to the "
+                                          "Trainer's callbacks")
         return root
 
     def _describe(self) -> str:
@@ -200,79 +242,194 @@ class CLI:
     def _main(self, args: Sequence[str] | dict[str, Any], run: bool) -> None:
         overrides: dict[str, Any] = {}
         config: dict[str, Any] = {}
+        given: dict[str, Any] = {}
         if isinstance(args, dict):  # the config itself; with run=True, {"fit": {...}}
             name = next(iter(args), "fit") if run else "fit"
             if name not in COMMANDS:
                 raise ConfigError([Problem("args", f"Expected one subcommand key ({', '.join(COMMANDS)}). Received: {name!r}.")])
-            given = dict(args.get(name) or {}) if run else dict(args)
-            options = argparse.Namespace(subcommand=name, config=[], print_config=False, ckpt_path=given.pop("ckpt_path", None))
-            config = given
+            config = dict(args.get(name) or {}) if run else dict(args)
+            options = argparse.Namespace(subcommand=name, config=[], print_config=False, ckpt_path=config.pop("ckpt_path", None))
         else:
-            rest, overrides, problems = split_overrides(args)
+            keep = {n for names, _ in self.parser.arguments for n in names if n.startswith("--")}
+            rest, overrides, problems = split_overrides(args, [*SECTIONS, *(c.key for c in self.parser.class_args)], keep)
             options = self._parser(run).parse_args(rest)
+            given = {k: getattr(options, k) for k in self.parser.argument_keys if hasattr(options, k)}
             if problems:
                 raise ConfigError(problems, "the command line")
         stage = cast(Stage, getattr(options, "subcommand", None) or "fit")
         self.subcommand = stage if run else None
         base = self._read(stage, options.config)
-        _deep_merge(base, config)
+        _deep_merge(base, self._lightning_sections(config))
+        _deep_merge(self._files, copy.deepcopy(config))
+        for key, value in given.items():
+            set_path(self._files, key, value)
+        problems = []
+        file_ckpt, weights_only = base.pop("ckpt_path", None), base.pop("weights_only", None)
+        if weights_only:  # LightningCLI's subcommand argument, saved in its config files
+            problems.append(Problem("weights_only", "not taken: a checkpoint here is always read with "
+                                    f"torch.load(weights_only=True). Received: {weights_only!r}. Expected null or false."))
         objects = {k: v for k, v in self.trainer_defaults.objects.items() if not config_sets(base, overrides, k)}
         helps = [s for s in _SECTIONS if overrides.pop(f"{s}.help", None)]
-        config, overrides, problems = self._complete(base, dict(overrides), stage)
+        own, found = own_options(self.parser, base, given)
+        problems += found
+        for name in [n for n in overrides if n.split(".")[0] in {a.key for a in self.parser.class_args}]:
+            set_path(self._files, name.replace(".init_args.", ".", 1), overrides[name])  # given, for the links' checks
+        sections, found = class_sections(self.parser, base, overrides)
+        problems += found
+        config, overrides, found = self._complete(base, dict(overrides), stage)
+        problems += found
         if helps:
             _print_help(config, overrides, helps)
             raise SystemExit(0)
-        ckpt_path = getattr(options, "ckpt_path", None)
+        ckpt_path = getattr(options, "ckpt_path", None) or file_ckpt  # the command line's, else the config's
         if ckpt_path not in (None, "last", "best") and not Path(ckpt_path).exists():
             problems.append(Problem("--ckpt_path", f"{ckpt_path!r} does not exist. Expected a checkpoint file written by "
                                     "the trainer (or by Lightning), 'last' or 'best'."))
         if not self.auto_configure_optimizers:
             problems += self._no_optimizer_sections(config, overrides)
+        resolved, self._callback_specs, plain = self._resolve(config, overrides, stage, own, sections, problems)
+        self.config = ConfigView.of(plain, self.subcommand)
+        self._objects, self._resolved = objects, resolved
+        self._link_targets = [lightning_alias(plain, normal_path(link.target)) for link in self.parser.links]
+        if options.print_config:
+            sys.stdout.write(dump_yaml(without(plain, self._link_targets)))
+            raise SystemExit(0)
+        snapshot = copy.deepcopy(plain)
+        self.before_instantiate_classes()
+        if ConfigView.plain(self.config) != snapshot:  # the hook changed the config: check it again
+            changed = self._lightning_sections(ConfigView.plain(self.config))
+            if self._resolved.data.class_path == _OWN_LOADERS:
+                changed.setdefault("data", {"class_path": _OWN_LOADERS})
+            own = {k: changed.pop(k) for k in list(own) if k in changed}
+            sections = {k: as_class_spec(self.parser, k, changed.pop(k)) for k in list(sections) if k in changed}
+            resolved, self._callback_specs, plain = self._resolve(changed, {}, stage, own, sections, [], parse_links=False)
+            self.config = ConfigView.of(plain, self.subcommand)
+            self._resolved = resolved
+        self.instantiate_classes()
+        self.after_instantiate_classes()
+        if not run:
+            self._save_config_at_start(fit=True)
+            return
+        self._run_stage(stage, ckpt_path)
+
+    def _resolve(self, config: dict[str, Any], overrides: dict[str, Any], stage: Stage, own: dict[str, Any],
+                 sections: dict[str, dict[str, Any]], problems: list[Problem], parse_links: bool = True,
+                 ) -> tuple[ResolvedConfig, dict[str, ResolvedSpec], dict[str, Any]]:
+        """Check the config whole (with the parser's links applied): the resolved config, the
+        class-args callbacks' specs, and the plain config LightningCLI's `cli.config` holds."""
+        links = self.parser.links
+        deferred = [normal_path(link.target) for link in links if parse_links or link.apply_on == "instantiate"]
+        specs, class_plain, found = check_class_sections(self.parser, sections)
+        self._explicit = copy.deepcopy(self._files)  # what the files and the command line set, defaults aside
+        apply_overrides(self._explicit, overrides)
         try:
-            resolved = prepare_config(config, overrides, stage=stage)
+            resolved = prepare_config(config, overrides, stage=stage, deferred=deferred)
         except ConfigError as error:
-            raise ConfigError(problems + error.problems, error.source) from None
+            raise ConfigError(problems + found + error.problems, error.source) from None
+        problems = problems + found
+        if parse_links and any(link.apply_on == "parse" for link in links) and not problems:
+            merged = copy.deepcopy(config)
+            apply_overrides(merged, overrides)
+            extras = {**own, **sections}
+            problems += parse_link_values(links, {**resolved.plain, **own, **class_plain}, merged, extras, self._explicit)
+            specs, class_plain, found = check_class_sections(self.parser, {k: extras[k] for k in sections})
+            problems += found
+            own = {k: extras[k] for k in own}
+            if not problems:
+                try:
+                    resolved = prepare_config(merged, stage=stage, deferred=[normal_path(x.target) for x in links
+                                                                              if x.apply_on == "instantiate"])
+                except ConfigError as error:
+                    raise ConfigError([Problem(p.path, p.message + self._linked(p.path)) for p in error.problems],
+                                      error.source) from None
+        problems += optimizer_class_problems(self.parser, resolved)
         if problems:
             raise ConfigError(problems, None)
-        own_loaders = resolved.data.class_path == _OWN_LOADERS
-        if own_loaders:
+        if resolved.data.class_path == _OWN_LOADERS:
             resolved.plain.pop("data")
         if not self.auto_configure_optimizers:
             for section in OPTIMIZER_SECTIONS:
                 resolved.plain.pop(section, None)
-        for key in objects:  # an object default is no config value: the same script gives it again
+        for key in self._objects_of(config, overrides):  # an object default is no config value: the script gives it again
             holder: dict[str, Any] = resolved.plain if key == "logger" else resolved.plain["trainer"]
             holder.pop(key, None)
-        self.config = resolved.plain
-        if options.print_config:
-            sys.stdout.write(dump_yaml(resolved.plain))
-            raise SystemExit(0)
+        plain = copy.deepcopy(resolved.plain)
+        for section, args in self.parser.optimizers.items():  # one fixed class: its arguments only, as LightningCLI
+            if args.fixed and isinstance(plain.get(section), dict):
+                plain[section] = plain[section]["init_args"]
+        return resolved, specs, {**plain, **own, **class_plain}
+
+    def _objects_of(self, config: dict[str, Any], overrides: dict[str, Any]) -> list[str]:
+        return [k for k in self.trainer_defaults.objects if not config_sets(config, overrides, k)]
+
+    def _linked(self, path: str) -> str:
+        links = [link for link in self.parser.links if normal_path(link.target) == path or path.startswith(normal_path(link.target) + ".")]
+        return f" (the value {links[0].describe()} gave)" if links else ""
+
+    # ------------------------------------------------------------------ LightningCLI's hooks
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        """Override to link arguments, set defaults, add options or callbacks (trainer/config/script_parser.py)."""
+
+    def before_instantiate_classes(self) -> None:
+        """Override to run code before the objects are built; a change to `self.config` is checked again."""
+
+    def after_instantiate_classes(self) -> None:
+        """Override to run code after `model`, `datamodule` and `trainer` are built."""
+
+    def instantiate_classes(self) -> None:
+        """Build the data, the model (its links applied on instantiation), the callbacks and the Trainer."""
+        resolved = self._resolved
+        links = [link for link in self.parser.links if link.apply_on == "instantiate"]
         self.experiment = experiment = build(
-            resolved, stage=stage, configure_optimizers=self.configure_optimizers,
+            resolved, stage=cast(Stage, self.subcommand or "fit"), configure_optimizers=self.configure_optimizers,
             owner=f"{'LightningCLI' if type(self) is CLI else type(self).__name__}.configure_optimizers",
-            trainer_objects=objects, extra_callbacks=self.trainer_defaults.callbacks,
+            trainer_objects=self._objects, extra_callbacks=[*self._callback_specs.values(), *self.trainer_defaults.callbacks,
+                                                            *self._save_config_callback(resolved)],
+            model_spec=(lambda data: linked_model(data, links, resolved.plain["model"], self._explicit, self._linked))
+            if links else None,
         )
+        experiment.config = without(ConfigView.plain(self.config), self._link_targets)
         experiment.config_filename, experiment.config_overwrite = self.save_config.filename, self.save_config.overwrite
         self.model, self.trainer = experiment.model, experiment.trainer
-        self.datamodule = None if own_loaders else experiment.data
-        if not run:
-            self._save_config_at_start(fit=True)
-            return
-        self._run(stage, ckpt_path)
+        self.datamodule = None if resolved.data.class_path == _OWN_LOADERS else experiment.data
+
+    def _save_config_callback(self, resolved: ResolvedConfig) -> list[Any]:
+        """The script's SaveConfigCallback subclass, last among the callbacks (not with fast_dev_run), as LightningCLI."""
+        custom = self.save_config.callback
+        if custom is None or resolved.trainer.get("fast_dev_run"):
+            return []
+        return [custom(self.parser, self.config, **self.save_config.kwargs)]
 
     def _read(self, stage: str, files: list[str]) -> dict[str, Any]:
         """`trainer_defaults`, then the default config files that exist, then `--config` files."""
         values = self.trainer_defaults.values
         config: dict[str, Any] = {"trainer": copy.deepcopy(values)} if values else {}
+        _deep_merge(config, copy.deepcopy(self._defaults))  # parser.set_defaults(...), over trainer_defaults
         per_stage = self.parser_kwargs.get(stage)
         per_stage = per_stage if isinstance(per_stage, dict) else {}
         defaults = [*self.parser_kwargs.get("default_config_files", []), *per_stage.get("default_config_files", [])]
+        self._files: dict[str, Any] = {}  # what the files themselves set (a link's target may not differ there)
         for path in [p for p in defaults if Path(p).is_file()] + list(files):
             _extend_import_path(Path(path))
-            _deep_merge(config, read_yaml(path))
+            layer = self._lightning_sections(read_yaml(path))
+            _deep_merge(self._files, copy.deepcopy(layer))
+            _deep_merge(config, layer)
         if os.getcwd() not in sys.path:  # class_path may name a module beside the script's folder
             sys.path.append(os.getcwd())
         return config
+
+    def _lightning_sections(self, layer: dict[str, Any]) -> dict[str, Any]:
+        """LightningCLI's flat sections in one config layer as `init_args`, so that layers merge key by key:
+        `model: {hidden: 64}`, and `optimizer: {lr: 0.1}` when add_optimizer_args fixed the class."""
+        trainer = layer.get("trainer")
+        if isinstance(trainer, dict):  # a config LightningCLI saved: every Trainer argument, null where not set
+            layer["trainer"] = saved_trainer_section(trainer)
+        fixed = [s for s, o in self.parser.optimizers.items() if o.fixed]
+        for section in [*_SECTIONS, *fixed]:
+            spec = layer.get(section)
+            if isinstance(spec, dict) and spec and not {"class_path", "init_args"} & set(spec):
+                layer[section] = {"init_args": spec}
+        return layer
 
     def _complete(self, config: dict[str, Any], overrides: dict[str, Any], stage: str) -> tuple[dict[str, Any], dict[str, Any], list[Problem]]:
         """The script's classes filled in, LightningCLI's forms made ours, and the class checks."""
@@ -296,6 +453,8 @@ class CLI:
                 config["seed_everything"] = self.seed_default
         spec = config.get("model")
         model = self._target(overrides.get("model.class_path", spec.get("class_path") if isinstance(spec, dict) else None))
+        if config.get("data") is None and any(k == "data" or k.startswith("data.") for k in overrides):
+            config["data"] = {}  # `--data ClassName` (subclass mode) names it on the command line
         if config.get("data") is None:  # no data class: the module's own loaders
             config["data"] = {"class_path": _OWN_LOADERS}
             method = LOADER_OF[stage]
@@ -366,12 +525,22 @@ class CLI:
             experiment.check_config_file()
             self.trainer._run.at_run_start.append(lambda: experiment._save_config(writes_checkpoints=fit))
 
-    def _run(self, stage: Stage, ckpt_path: str | None) -> None:
-        """The subcommand, as LightningCLI runs it: `trainer.fit(model, datamodule=data, ckpt_path=...)`."""
+    def _run_stage(self, stage: Stage, ckpt_path: str | None) -> None:
+        """The subcommand, as LightningCLI runs it: `before_fit()`, then the subclass's own `fit(**kwargs)` if it
+        has one, else `trainer.fit(model, datamodule=data, ckpt_path=...)`, then `after_fit()` (also for the
+        other subcommands)."""
         data = {"datamodule": self.datamodule} if self.datamodule is not None else {}
         self._save_config_at_start(fit=stage == "fit")
         try:
-            getattr(self.trainer, stage)(self.model, ckpt_path=ckpt_path, **data)
+            before = getattr(self, f"before_{stage}", None)
+            if callable(before):
+                before()
+            method = getattr(self, stage, None)
+            run = method if callable(method) else getattr(self.trainer, stage)
+            run(model=self.model, ckpt_path=ckpt_path, **data)
+            after = getattr(self, f"after_{stage}", None)
+            if callable(after):
+                after()
         finally:
             self.trainer._run.at_run_start.clear()
 

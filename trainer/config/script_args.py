@@ -54,6 +54,8 @@ class SaveConfig:
     enabled: bool = True
     filename: str = "config.yaml"
     overwrite: bool | None = None
+    callback: type | None = None  # a SaveConfigCallback subclass whose save_config the run calls
+    kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -71,12 +73,17 @@ def _name(owner: str, argument: str) -> str:
 
 def check_save_config(save_config_callback: Any, save_config_kwargs: Mapping[str, Any] | None, owner: str) -> SaveConfig:
     """`save_config_callback` and `save_config_kwargs`, as LightningCLI's SaveConfigCallback reads them."""
-    if inspect.isclass(save_config_callback):
+    from trainer.config.save_config import SaveConfigCallback
+
+    custom = save_config_callback if inspect.isclass(save_config_callback) and issubclass(
+        save_config_callback, SaveConfigCallback) else None
+    if inspect.isclass(save_config_callback) and custom is None:
         raise ValueError(f"{_name(owner, 'save_config_callback')}: received the class {save_config_callback.__qualname__}. "
                          "This CLI writes the resolved config itself and calls no save-config callback class, so its "
-                         "save_config() would never run. Expected True (write config.yaml), None or False (write none); "
-                         "to log the config elsewhere, read `cli.config` in the script.")
-    if save_config_callback not in (None, True, False):
+                         "save_config() would never run. Expected True (write config.yaml), None or False (write none), "
+                         "or a subclass of trainer.cli.SaveConfigCallback whose save_config(trainer, pl_module, stage) "
+                         "this CLI calls.")
+    if custom is None and save_config_callback not in (None, True, False):
         raise ValueError(f"{_name(owner, 'save_config_callback')}: expected True, None or False. "
                          f"Received: {save_config_callback!r}.")
     if not isinstance(save_config_kwargs or {}, Mapping):
@@ -93,7 +100,7 @@ def check_save_config(save_config_callback: Any, save_config_kwargs: Mapping[str
     if kwargs.get("multifile"):
         raise ValueError(f"{_name(owner, 'save_config_kwargs')}: multifile=True is not taken: the saved config is the one "
                          "resolved file (every default filled in), not the files it came from. Expected multifile=False.")
-    if kwargs.get("save_to_log_dir") is False:
+    if kwargs.get("save_to_log_dir") is False and custom is None:
         raise ValueError(f"{_name(owner, 'save_config_kwargs')}: save_to_log_dir=False only means something with a "
                          "SaveConfigCallback subclass that saves the config elsewhere, which this CLI does not call. "
                          "Expected save_to_log_dir=True, or save_config_callback=None to write no config file.")
@@ -101,7 +108,8 @@ def check_save_config(save_config_callback: Any, save_config_kwargs: Mapping[str
     if not isinstance(filename, str) or not filename.strip() or filename in (".", ".."):
         raise ValueError(f"{_name(owner, 'save_config_kwargs')}: 'config_filename' expects a file name such as "
                          f"'config.yaml'. Received: {filename!r}.")
-    return SaveConfig(bool(save_config_callback), filename, kwargs.get("overwrite"))
+    enabled = bool(save_config_callback) and kwargs.get("save_to_log_dir", True)
+    return SaveConfig(enabled, filename, kwargs.get("overwrite"), custom, kwargs)
 
 
 def check_parser_kwargs(parser_kwargs: Mapping[str, Any] | None, owner: str) -> dict[str, Any]:

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "translate", "precision_name", "precision_of", "strategy_of", "lightning_layout", "lightning_trainer_section",
+    "saved_trainer_section",
 ]
 
 _PRECISION_REFUSED = {
@@ -263,6 +264,17 @@ def lightning_trainer_section(
         return translate(values, lightning, known), problems
     except ValueError as error:
         return values, problems + [("trainer", str(error))]
+
+
+#: Lightning's Trainer arguments at their defaults, as a config LightningCLI saved lists them.
+_SAVED_UNSET: dict[str, Any] = {"num_nodes": 1, "enable_autolog_hparams": True, "max_steps": -1}
+
+
+def saved_trainer_section(section: Mapping[str, Any]) -> dict[str, Any]:
+    """The `trainer:` section of a config LightningCLI saved, with what it did not set left out:
+    every argument is listed there, `null` where unset (the default), and Lightning-only ones at
+    their defaults (`num_nodes: 1`)."""
+    return {k: v for k, v in section.items() if v is not None and not (k in _SAVED_UNSET and _SAVED_UNSET[k] == v)}
 
 
 def _name_precisions() -> None:

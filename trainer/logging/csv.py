@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.logging.identity import folder_to_continue, same_folder
-from trainer.logging.params import write_atomic, write_hparams_yaml
+from trainer.logging.params import plain_params, write_atomic, write_hparams_yaml
 from trainer.logging.tensorboard import with_prefix
 from trainer.logging.runs import RunFolder, planned_run_dir
 
@@ -154,8 +154,12 @@ class CSVLogger(RunFolder):
                 for key, value in row.items() if key in wanted and value not in ("", None)}
 
     def log_hyperparams(self, params: Mapping[str, Any], metrics: Mapping[str, float] | None = None) -> None:
-        """Write `hparams.yaml` (nested as given; values YAML can't hold become text)."""
-        write_hparams_yaml(self.log_dir, params)
+        """Write `hparams.yaml` (nested as given; values YAML can't hold become text). Later calls
+        add to what earlier ones logged (a key logged again takes the new value), as Lightning's."""
+        logged = getattr(self, "_logged_hparams", {})
+        logged.update(plain_params(dict(params)))
+        self._logged_hparams = logged
+        write_hparams_yaml(self.log_dir, logged)
         if metrics:
             self.log_metrics(metrics, step=0)
 

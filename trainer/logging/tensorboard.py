@@ -252,7 +252,8 @@ class TensorBoardLogger(RunFolder):
             metrics = {"hp_metric": -1}
         for name, value in with_prefix(metrics or {}, self.prefix).items():
             writer.add_scalar(name, value, global_step=0)
-        write_hparams_yaml(self.log_dir, params)
+        self._yaml_params = {**getattr(self, "_yaml_params", {}), **params}  # later calls add to it, as Lightning's
+        write_hparams_yaml(self.log_dir, self._yaml_params)
 
     def flush(self) -> None:
         if self._writer is not None:
