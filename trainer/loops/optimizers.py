@@ -134,10 +134,14 @@ def optimizers_or_none(module: Any) -> Any:
     """`module.configure_optimizers()`; None becomes a `NoOptimizer` with Lightning's warning."""
     returned = module.configure_optimizers()
     if returned is None:
-        warnings.warn(
-            f"configure_optimizers() of {type(module).__name__} returned None: this fit runs training_step and "
-            "backward with no optimizer, so the weights do not change (as in Lightning).", UserWarning, stacklevel=3,
-        )
+        name = type(module).__name__
+        if getattr(module, "automatic_optimization", True):
+            effect = "backward with no optimizer, so the weights do not change (as in Lightning)."
+        else:  # manual optimization: an update written in training_step is the user's own and does happen
+            effect = ("no optimizer: self.optimizers() returns one whose step changes nothing, so the weights "
+                      "change only where training_step changes them itself (as in Lightning).")
+        warnings.warn(f"configure_optimizers() of {name} returned None: this fit runs training_step and {effect}",
+                      UserWarning, stacklevel=3)
         return NoOptimizer(p for p in module.parameters() if p.requires_grad)
     return returned
 
