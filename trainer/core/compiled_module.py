@@ -51,7 +51,7 @@ def from_compiled(model: Any, compile_option: Any = False) -> Any:
     if optimized is None or not isinstance(model, optimized):
         return model
     compiled: Any = model
-    inner = compiled._orig_mod
+    inner = dict(compiled.named_children()).get("_orig_mod")  # the wrapped module, its only child
     if not isinstance(inner, Module):
         raise TypeError(
             f"Expected a trainer.Module, or torch.compile(...) of one. Received: torch.compile(...) of "
