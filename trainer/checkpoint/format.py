@@ -36,6 +36,7 @@ import torch
 
 from trainer._utils import first_line
 from trainer.checkpoint.digest import _append_digest, _check_digest, _Crc32Writer, _crc32_on, _HeldTail, _stored_digest
+from trainer.checkpoint.foreign import foreign_advice
 from trainer.checkpoint.layout import upgrade
 from trainer.checkpoint.schema import FORMAT, FORMAT_VERSION, CheckpointError, _corrupt, check_layout, plain_state
 from trainer.checkpoint.storage import Location, RemotePath, is_remote, location, remove
@@ -261,8 +262,7 @@ def _load_file(source: Path, name: str, map_location: Any, verify: bool) -> dict
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise CheckpointError(
             f"Checkpoint {name} is not a checkpoint of this trainer (no {FORMAT!r} marker). "
-            "Expected a file written by Trainer.save_checkpoint; to load bare weights, use "
-            "module.load_state_dict(torch.load(path, weights_only=True))."
+            f"Expected a file written by Trainer.save_checkpoint. {foreign_advice(state)}"
         )
     version = state.get("format_version")
     if not isinstance(version, int) or version > FORMAT_VERSION:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from trainer.core.flags import torch_flags
 from trainer._utils import length_of
 from trainer.checkpoint.latest import note
+from trainer.core.compiled_module import from_compiled
 from trainer.loops.batches import check_module
 from trainer.loops.evaluation import EvalLoop
 from trainer.loops.hooks import Dispatcher, with_module_callbacks
@@ -133,6 +134,7 @@ class TrainerEvaluation:
                 ckpt_path = "best"
                 log.warning("%s(ckpt_path=None) was called without a model: the best checkpoint of the previous fit "
                             "is used (Lightning's rule). Pass ckpt_path='best' or 'last' to choose.", verb)
+        model = from_compiled(model, self.args.compile)  # torch.compile(module): the module, compiled
         check_module(model, verb)
         self._running, self._last_call, self._interrupted = verb, verb, False
         try:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainer._utils import seed_everything
 from trainer.core.compile_cache import start_compile_cache
+from trainer.core.compiled_module import from_compiled
 from trainer.core.data import module_defines
 from trainer.core.flags import torch_flags
 from trainer.loops import early_signals
@@ -117,6 +118,7 @@ class TrainerFit:
             self._running = None
 
     def _fit(self, model: Module, train_loader: Any, val_loader: Any, ckpt_path: Any, datamodule: Any) -> None:
+        model = from_compiled(model, self.args.compile)  # torch.compile(module): the module, compiled
         check_module(model)
         train_loader, val_loader = self._loaders("fit", model, datamodule, train_loader, val_loader)
         from_datamodule = self._run.datamodule is not None  # its loaders come once its state is restored

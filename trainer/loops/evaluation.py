@@ -101,8 +101,15 @@ class EvalLoop:
                         f"{error}\n{_STEP[stage]} needs gradients (a backward, a fine-tuned copy of the model), but "
                         f"this {stage} pass runs under torch.inference_mode (Trainer(inference_mode=True), the "
                         "default), where torch.set_grad_enabled(True) can't turn them on. Expected "
-                        "Trainer(inference_mode=False): the pass then runs under torch.no_grad, which the step "
-                        "can leave (the validation inside fit always does)."
+                        "Trainer(inference_mode=False): the pass then runs under torch.no_grad (the validation "
+                        "inside fit always does), which the step leaves with `with torch.enable_grad():` around "
+                        "the work that needs gradients."
+                    ) from error
+                if isinstance(autograd, torch.no_grad) and _needs_gradients(error):
+                    raise RuntimeError(
+                        f"{error}\n{_STEP[stage]} needs gradients (a backward, a fine-tuned copy of the model), but "
+                        f"this {stage} pass runs under torch.no_grad, as Lightning's does. Expected the work that "
+                        "needs them inside `with torch.enable_grad():` in the step."
                     ) from error
                 raise
             completed = True

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -175,6 +176,7 @@ class FitLoop(FitValidation):
                 )
                 context.data_order.settle(train_loader)
             self.sanity_check()
+            warn_eval_modules(module_of(context))
             context.call("on_train_start")
             restore_streams_after_train_start(context)  # a resume at an epoch's start: the hooks' draws undone
             context.state.start_clock()  # max_time counts training from here, as Lightning's Timer (no sanity check)
@@ -282,8 +284,7 @@ class FitLoop(FitValidation):
         with self._training_batches():
             context = self.context
             state, args, strategy = context.state, context.args, context.strategy
-            module_of(context).train()
-            strategy.set_epoch(loader, state.epoch)
+            strategy.set_epoch(loader, state.epoch)  # each submodule trains in the mode the module set (Lightning's rule)
             length = length_of(loader)
             if length == 0:
                 raise ValueError(empty_loader_message(loader))
@@ -384,3 +385,17 @@ class FitLoop(FitValidation):
                     "epoch: a list, a DataLoader, or an object whose __iter__ returns a new iterator (not a "
                     "generator); or one epoch with max_steps.", state.epoch, type(loader).__name__)
             return True
+
+
+def warn_eval_modules(module: Any) -> None:
+    """Lightning's warning when training starts with submodules in eval mode: the Trainer does not
+    call `.train()` (a teacher or a frozen backbone put in eval mode stays so), so say it once."""
+    modes = {name: sub.training for name, sub in module.named_modules()}
+    names = [name for name, training in modes.items() if not training]
+    if names:  # named: the outermost ones (whose parent trains), the root by its class
+        outer = [name or type(module).__name__ for name in names if name == "" or modes[name.rpartition(".")[0]]]
+        shown = ", ".join(outer[:5]) + (f" and {len(outer) - 5} more" if len(outer) > 5 else "")
+        warnings.warn(
+            f"Found {len(names)} module(s) in eval mode at the start of training ({shown}): they train in eval "
+            "mode (dropout off, batch-norm statistics frozen), as in Lightning. If that is not intended, call "
+            ".train() on the module before fit.", UserWarning, stacklevel=2)

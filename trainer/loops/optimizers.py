@@ -142,7 +142,8 @@ def optimizers_or_none(module: Any) -> Any:
         else:
             message = (
                 f"configure_optimizers() of {name} returned None: the Trainer has no optimizer, so under manual "
-                "optimization the weights change only through an optimizer training_step steps itself, and "
+                "optimization the weights change only where training_step changes them itself (an optimizer it steps, "
+                "an update by hand), and "
                 "global_step stays 0 (it counts the steps of self.optimizers()): step-driven work such as "
                 "ModelCheckpoint's saves, step-interval schedulers and max_steps never triggers, and no optimizer "
                 "state goes into checkpoints (as in Lightning). Return the optimizer from configure_optimizers "
