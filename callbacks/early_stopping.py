@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import logging
 import math
 from typing import TYPE_CHECKING, Any, Literal
@@ -13,12 +14,22 @@ from trainer import Callback, MonitorError
 if TYPE_CHECKING:
     from trainer import Trainer
 
-__all__ = ["EarlyStopping"]
+__all__ = ["EarlyStopping", "EarlyStoppingReason"]
 
 log = logging.getLogger("trainer.callbacks")
 
 _MODES = ("min", "max")
 _CHECK_ON = ("validation_end", "train_epoch_end")
+
+
+class EarlyStoppingReason(enum.Enum):
+    """Why an `EarlyStopping` stopped the run (`stopping_reason`), with Lightning's names and values."""
+
+    NOT_STOPPED = 0
+    STOPPING_THRESHOLD = 1
+    DIVERGENCE_THRESHOLD = 2
+    PATIENCE_EXHAUSTED = 3
+    NON_FINITE_METRIC = 4
 
 
 class EarlyStopping(Callback):
@@ -55,7 +66,9 @@ class EarlyStopping(Callback):
     "trainer.callbacks" (shown without any logging set up): the epoch and the reason.
 
     Lightning's attribute names read the same state: `wait_count` is `wait`, `best_score` is
-    `best` as a tensor (inf / -inf before the first check).
+    `best` as a tensor (inf / -inf before the first check). After a stop, `stopping_reason`
+    says why (an `EarlyStoppingReason`, `NOT_STOPPED` until then) and `stopping_reason_message`
+    says it in words (None until then); both are in the checkpoint.
 
     Raises:
         ValueError: for an invalid argument (at construction), or when `monitor` was never
@@ -65,7 +78,7 @@ class EarlyStopping(Callback):
         >>> import callbacks
         >>> stopper = callbacks.EarlyStopping("val/loss", mode="min", patience=3)
         >>> stopper.state_dict()
-        {'wait': 0, 'best': None, 'stopped_epoch': 0}
+        {'wait': 0, 'best': None, 'stopped_epoch': 0, 'stopping_reason': 0, 'stopping_reason_message': None}
     """
 
     def __init__(
@@ -116,6 +129,8 @@ class EarlyStopping(Callback):
         self.wait = 0
         self.best: float | None = None
         self.stopped_epoch = 0  # the epoch it stopped after (Lightning's 0 while it has not stopped)
+        self.stopping_reason = EarlyStoppingReason.NOT_STOPPED
+        self.stopping_reason_message: str | None = None
         self._fitting = False
         self._checked = self._warned = False
         self._said_stop = False  # the stop is said once per fit (a stop held by min_epochs repeats it)
@@ -168,7 +183,8 @@ class EarlyStopping(Callback):
     def on_exception(self, trainer: Trainer, module: Any, exception: BaseException) -> None:
         self._fitting = False
 
-    def on_validation_epoch_end(self, trainer: Trainer, module: Any) -> None:
+    def on_validation_end(self, trainer: Trainer, module: Any) -> None:
+        # after every on_validation_epoch_end (the module's and each callback's), as Lightning's
         if self._fitting and self.check_on == "validation_end" and not trainer.sanity_checking:
             self._check(trainer)
 
@@ -188,6 +204,8 @@ class EarlyStopping(Callback):
     # -------------------------------------------------------------------- logic
     def _check(self, trainer: Trainer) -> None:
         self._checked = True
+        if trainer.fast_dev_run:  # a smoke test of the code: no stop decided from its numbers (Lightning)
+            return
         metrics = trainer.callback_metrics
         if self.monitor not in metrics:
             logged = ", ".join(sorted(metrics)) or "nothing"
@@ -201,14 +219,17 @@ class EarlyStopping(Callback):
             )
         value = float(metrics[self.monitor])
         if self.check_finite and not math.isfinite(value):
-            self._stop(trainer, f"{self.monitor} is {value}")
+            self._stop(trainer, f"{self.monitor} = {value} is not finite", EarlyStoppingReason.NON_FINITE_METRIC)
             return
-        better = (lambda a, b: a < b) if self.mode == "min" else (lambda a, b: a > b)
-        if self.stopping_threshold is not None and better(value, self.stopping_threshold):
-            self._stop(trainer, f"{self.monitor} = {value:.6g} reached stopping_threshold {self.stopping_threshold}")
+        current: torch.Tensor = _as_logged(value)
+        better = (lambda a, b: bool(a < b)) if self.mode == "min" else (lambda a, b: bool(a > b))
+        if self.stopping_threshold is not None and better(current, self.stopping_threshold):
+            self._stop(trainer, f"Stopping threshold reached: {self.monitor} = {value:.6g}, "
+                       f"stopping_threshold={self.stopping_threshold}", EarlyStoppingReason.STOPPING_THRESHOLD)
             return
-        if self.divergence_threshold is not None and better(self.divergence_threshold, value):
-            self._stop(trainer, f"{self.monitor} = {value:.6g} is past divergence_threshold {self.divergence_threshold}")
+        if self.divergence_threshold is not None and better(-current, -self.divergence_threshold):
+            self._stop(trainer, f"Divergence threshold reached: {self.monitor} = {value:.6g}, "
+                       f"divergence_threshold={self.divergence_threshold}", EarlyStoppingReason.DIVERGENCE_THRESHOLD)
             return
         if self._improved(value):
             if self.verbose:
@@ -223,16 +244,23 @@ class EarlyStopping(Callback):
             self._stop(trainer, f"{self.monitor} did not improve on {best}{by} for {checks}")
 
     def _improved(self, value: float) -> bool:
+        """Better than the best by more than `min_delta`, computed as Lightning computes it: in
+        the logged value's precision (float32 for what `self.log` reduced), `value -/+ min_delta`
+        against the best value."""
         if math.isnan(value):
             return False
         if self.best is None:
             return True
+        logged = _as_logged(value)
+        best = torch.tensor(self.best, dtype=logged.dtype)
         if self.mode == "min":
-            return value < self.best - self.min_delta
-        return value > self.best + self.min_delta
+            return bool(logged + self.min_delta < best)
+        return bool(logged - self.min_delta > best)
 
-    def _stop(self, trainer: Trainer, reason: str) -> None:
+    def _stop(self, trainer: Trainer, reason: str,
+              why: EarlyStoppingReason = EarlyStoppingReason.PATIENCE_EXHAUSTED) -> None:
         self.stopped_epoch = int(trainer.current_epoch)
+        self.stopping_reason, self.stopping_reason_message = why, reason
         if trainer.is_global_zero and not self._said_stop:  # once, from rank 0 (every rank decides alike)
             self._said_stop = True
             # A warning, so that a script without a logging handler shows it (Lightning's is verbose-only INFO).
@@ -241,15 +269,27 @@ class EarlyStopping(Callback):
 
     # -------------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:
-        return {"wait": self.wait, "best": self.best, "stopped_epoch": self.stopped_epoch}
+        return {"wait": self.wait, "best": self.best, "stopped_epoch": self.stopped_epoch,
+                "stopping_reason": self.stopping_reason.value, "stopping_reason_message": self.stopping_reason_message}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.wait = int(state["wait"])
         self.best = None if state["best"] is None else float(state["best"])
         self.stopped_epoch = int(state.get("stopped_epoch") or 0)  # older files: None before a stop
+        self.stopping_reason = EarlyStoppingReason(state.get("stopping_reason", EarlyStoppingReason.NOT_STOPPED.value))
+        self.stopping_reason_message = state.get("stopping_reason_message")
 
     def __repr__(self) -> str:
         return (
             f"EarlyStopping(monitor={self.monitor!r}, mode={self.mode!r}, patience={self.patience}, "
             f"min_delta={self.min_delta}, check_on={self.check_on!r})"
         )
+
+
+def _as_logged(value: float) -> torch.Tensor:
+    """A monitored value as the tensor it was logged as: float32 (what `self.log` makes of a
+    number and reduces in) when it is exactly a float32, float64 otherwise. Comparisons with a
+    threshold or `min_delta` then round as Lightning's tensor comparisons do (0.7 logged is
+    not below `stopping_threshold=0.7`)."""
+    single = torch.tensor(value, dtype=torch.float32)
+    return single if float(single) == value else torch.tensor(value, dtype=torch.float64)

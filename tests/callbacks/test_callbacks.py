@@ -108,7 +108,8 @@ def test_early_stopping_state_is_in_the_checkpoint(tmp_path: Path) -> None:
     trainer = fit(tmp_path, [5.0, 4.0, 4.5], stopper)
     path = trainer.save_checkpoint(tmp_path / "x.ckpt")
     saved = torch.load(path, weights_only=True)["callbacks"]["EarlyStopping[val/score]"]
-    assert saved == {"wait": 1, "best": 4.0, "stopped_epoch": 0}  # Lightning's 0 while it has not stopped
+    assert saved == {"wait": 1, "best": 4.0, "stopped_epoch": 0,  # Lightning's 0 while it has not stopped
+                     "stopping_reason": 0, "stopping_reason_message": None}
     # Resuming restores the count: one more non-improving epoch (patience 2) stops the run.
     resumed = callbacks.EarlyStopping("val/score", patience=2)
     again = Trainer(callbacks=[resumed], logger=False, enable_checkpointing=False, enable_progress_bar=False, max_epochs=6)

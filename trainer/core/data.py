@@ -36,9 +36,14 @@ def module_defines(model: Any, method: str) -> bool:
 
 
 def _overrides_step(model: Any, step: str) -> bool:
+    """Whether `model` has its own `step` method: one of its class, or one set on the instance;
+    `model.validation_step = None` switches the stage off (Lightning's `is_overridden`)."""
     from trainer.module import Module
 
-    return getattr(type(model), step, None) is not getattr(Module, step)
+    own = getattr(model, step, None)
+    if own is None:
+        return False
+    return getattr(own, "__func__", own) is not getattr(Module, step)
 
 
 class TrainerData:

@@ -85,7 +85,14 @@ class FitLoop(FitValidation):
             return True
         if self.max_time is not None and self.context.strategy.world_size == 1 and self._elapsed() >= self.max_time:
             return True
-        max_epochs = args.max_epochs if args.max_epochs is not None else (None if args.max_steps or self.max_time else 1)
+        if args.max_epochs is not None:
+            max_epochs: int | None = args.max_epochs
+        elif args.max_steps or self.max_time:
+            max_epochs = None
+        else:  # no limit given: one epoch, or as many as min_epochs / min_steps ask for
+            if args.min_steps is not None and state.global_step < args.min_steps:
+                return False
+            max_epochs = max(1, args.min_epochs or 0)
         return max_epochs is not None and state.epoch >= max_epochs
 
     def stop_now(self) -> bool:
