@@ -137,7 +137,12 @@ class EarlyStopping(Callback):
 
     @property
     def state_key(self) -> str:
-        return f"EarlyStopping[{self.monitor}]"
+        """Lightning's key: ``EarlyStopping{'monitor': 'val_loss', 'mode': 'min'}`` (the class's own name)."""
+        return self._generate_state_key(monitor=self.monitor, mode=self.mode)
+
+    @property
+    def _legacy_state_keys(self) -> tuple[str, ...]:
+        return (f"EarlyStopping[{self.monitor}]",)  # what earlier versions wrote
 
     @property
     def wait_count(self) -> int:
@@ -153,7 +158,7 @@ class EarlyStopping(Callback):
         """Lightning's `best_score`: the best value so far as a tensor (inf for mode="min", -inf for "max" before any)."""
         if self.best is None:
             return torch.tensor(math.inf if self.mode == "min" else -math.inf)
-        return torch.tensor(self.best)
+        return _as_logged(self.best)  # float32, or float64 for a value logged in float64
 
     def monitored_metrics(self, trainer: Trainer) -> dict[str, str]:
         """`monitor`, checked with every other monitor once the run's names are known (strict only;

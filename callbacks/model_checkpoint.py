@@ -156,8 +156,16 @@ class ModelCheckpoint(KeptFiles, Checkpoint):
 
     @property
     def state_key(self) -> str:
-        return (f"ModelCheckpoint{{monitor={self.monitor!r}, mode={self.mode!r}, "
-                f"every_n_train_steps={self.every_n_train_steps}, every_n_epochs={self.every_n_epochs}}}")
+        """Lightning's key: ``ModelCheckpoint{'monitor': ..., 'mode': ..., 'every_n_train_steps': 0,
+        'every_n_epochs': 1, 'train_time_interval': None}`` (the class's own name)."""
+        return self._generate_state_key(
+            monitor=self.monitor, mode=self.mode, every_n_train_steps=self.every_n_train_steps or 0,
+            every_n_epochs=self.every_n_epochs or 0, train_time_interval=self.train_time_interval)
+
+    @property
+    def _legacy_state_keys(self) -> tuple[str, ...]:
+        return (f"ModelCheckpoint{{monitor={self.monitor!r}, mode={self.mode!r}, "  # what earlier versions wrote
+                f"every_n_train_steps={self.every_n_train_steps}, every_n_epochs={self.every_n_epochs}}}",)
 
     # -------------------------------------------------------------------------- hooks
     def on_fit_start(self, trainer: Trainer, module: Any) -> None:

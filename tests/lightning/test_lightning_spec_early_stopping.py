@@ -60,19 +60,22 @@ def patience(root, losses, patience, on_train=False, no_validation=False):
     return summary(trainer, [stopper])
 
 
-def thresholds(root, losses, mode="min", **options):
+def thresholds(root, losses, mode="min", float64=False, **options):
     """Lightning: test_early_stopping_thresholds, test_early_stopping_on_non_finite_monitor; with
-    values near a threshold or a min_delta, compared as Lightning compares them."""
+    values near a threshold or a min_delta, compared as Lightning compares them (a float64
+    value logged keeps its precision)."""
 
     class Model(BoringModel):
         def on_validation_epoch_end(self):
-            self.log("abc", losses[self.current_epoch])
+            value = losses[self.current_epoch]
+            self.log("abc", torch.tensor(value, dtype=torch.float64) if float64 else value)
 
     stopper = EarlyStopping(monitor="abc", mode=mode, **options)
     trainer = Trainer(default_root_dir=root, callbacks=[stopper], limit_train_batches=2, limit_val_batches=2,
                       max_epochs=len(losses), enable_checkpointing=False, **QUIET)
     trainer.fit(Model())
-    return {**summary(trainer, [stopper]), "reason": stopper.stopping_reason.name}
+    return {**summary(trainer, [stopper]), "reason": stopper.stopping_reason.name,
+            "value": repr(float(trainer.callback_metrics["abc"]))}
 
 
 def min_epochs_min_steps(root, limit_train_batches, min_epochs, min_steps):
@@ -235,6 +238,8 @@ THRESHOLDS = {
     "divergence_at_float32": dict(losses=[0.6, 0.5, 0.4, 0.3, 0.3, 0.3], mode="max", divergence_threshold=0.3,
                                   patience=9),
     "min_delta_float32": dict(losses=[1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4], min_delta=0.1, patience=1),
+    "stopping_float64": dict(losses=[0.9, 0.8, 0.7, 0.7, 0.69, 0.5], stopping_threshold=0.7, patience=5, float64=True),
+    "min_delta_float64": dict(losses=[1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4], min_delta=0.1, patience=1, float64=True),
     "min_delta_max": dict(losses=[0.1, 0.2, 0.3, 0.35, 0.5, 0.6], mode="max", min_delta=0.1, patience=1),
 }
 

@@ -12,6 +12,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from trainer._utils import rng_state, set_rng_state
 from trainer.core.flags import overfit_loader
 from trainer.loops.batches import check_loader, one_loader
 from trainer.loops.combined import CombinedLoader, as_train_loader
@@ -46,6 +47,17 @@ def _overrides_step(model: Any, step: str) -> bool:
     return getattr(own, "__func__", own) is not getattr(Module, step)
 
 
+def _val_loader_of(source: Any) -> Any:
+    """`val_dataloader()` called without touching the random streams: Lightning asks for it
+    inside its sanity check, whose random state is restored afterwards, so a validation set
+    drawn at random (the BoringModel's `RandomDataset`) leaves training's draws as they were."""
+    saved = rng_state()
+    try:
+        return source()
+    finally:
+        set_rng_state(saved)
+
+
 class TrainerData:
     """Mixed into `Trainer`: choosing and preparing loaders."""
 
@@ -75,7 +87,8 @@ class TrainerData:
             self._loader_source = None
             if datamodule is not None:
                 val = getattr(datamodule, "val_dataloader", None)
-                self._loader_source = lambda: (datamodule.train_dataloader(), val() if callable(val) else None)
+                validates = self.args.limit_val_batches != 0 and callable(val)  # Lightning: not asked when 0
+                self._loader_source = lambda: (datamodule.train_dataloader(), _val_loader_of(val) if validates else None)
         return resolved
 
     def _prepare_data(self, model: Module, datamodule: Any) -> None:
@@ -101,15 +114,17 @@ class TrainerData:
                 return self._loader_source()
             return train, val
         from_module_train = train is None and module_defines(model, "train_dataloader")
-        from_module_val = val is None and module_defines(model, "val_dataloader")
+        # Lightning does not ask for validation data it will not use (limit_val_batches=0)
+        from_module_val = val is None and module_defines(model, "val_dataloader") and self.args.limit_val_batches != 0
         if from_module_train:
             train = getattr(model, "train_dataloader")()
         if from_module_val:
-            val = getattr(model, "val_dataloader")()
+            val = _val_loader_of(getattr(model, "val_dataloader"))
         if from_module_train:
             def source() -> tuple[Any, Any]:
                 val = getattr(model, "val_dataloader", None)
-                return getattr(model, "train_dataloader")(), (val() if callable(val) else None)
+                wanted = callable(val) and self.args.limit_val_batches != 0
+                return getattr(model, "train_dataloader")(), (_val_loader_of(val) if wanted else None)
 
             self._loader_source = source
         return train, val

@@ -207,7 +207,9 @@ def _scheduler_config(spec: Any, manual: bool = False) -> SchedulerConfig:
         raise _fail(f"lr_scheduler interval {interval!r} (expected 'epoch' or 'step')")
     if isinstance(frequency, bool) or not isinstance(frequency, int) or frequency < 1:
         raise _fail(f"lr_scheduler frequency {frequency!r} (expected a positive int)")
-    if not _is_scheduler(scheduler):
+    # manual optimization: the module steps it, in its own way (Lightning asks for no step()); its state is saved
+    stateful = not _is_optimizer(scheduler) and hasattr(scheduler, "state_dict") and hasattr(scheduler, "load_state_dict")
+    if not (_is_scheduler(scheduler) or (manual and stateful)):
         raise _fail(f"a scheduler {scheduler!r} without step()/state_dict()")
     is_plateau = isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
     if is_plateau and monitor is None and not manual:  # manual optimization: the module steps it with the value
@@ -217,4 +219,10 @@ def _scheduler_config(spec: Any, manual: bool = False) -> SchedulerConfig:
         )
     if monitor is not None and not is_plateau:
         monitor = None  # Lightning reads the monitor only for ReduceLROnPlateau
+    if manual and isinstance(spec, dict):  # the module steps its schedulers: nothing to monitor (Lightning)
+        ignored = [key for key in spec if key in ("monitor", "strict", "reduce_on_plateau")]
+        if ignored:
+            warnings.warn(f"The lr scheduler dict contains the key(s) {ignored}, but the keys will be ignored. You need "
+                          "to call `lr_scheduler.step()` manually in manual optimization.", RuntimeWarning, stacklevel=2)
+        monitor = None
     return SchedulerConfig(scheduler, interval, frequency, monitor, bool(strict), name)
