@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
+from collections.abc import Sequence
 from typing import Any, Callable, Literal
 
 import torch
@@ -90,12 +91,20 @@ class OptimizerSetup:
         return self.optimizers[0]
 
     def step_schedulers(self, interval: Interval, count: int, read_metric: Callable[[str], float | None]) -> None:
-        for config in self.schedulers:
+        for config in plateaus_last(self.schedulers):
             if config.interval == interval:
                 config.step(count, read_metric)
 
     def has_step_schedulers(self) -> bool:
         return any(config.interval == "step" for config in self.schedulers)
+
+
+def plateaus_last(configs: Sequence[Any]) -> list[Any]:
+    """The schedulers in the order Lightning steps them at a step's or an epoch's end: the
+    others first, then those that read a monitored value (ReduceLROnPlateau), each group in the
+    order configure_optimizers gave them. (The order shows: ReduceLROnPlateau ignores a cut
+    smaller than its `eps`, so it matters which of two schedulers of one optimizer goes first.)"""
+    return sorted(configs, key=lambda config: config.monitor is not None)
 
 
 def _fail(detail: str) -> ValueError:
@@ -155,9 +164,11 @@ def parse_optimizers(returned: Any, manual: bool = False) -> OptimizerSetup:
             return _from_dicts(list(returned), manual)
         if len(returned) == 2 and _is_optimizer(returned[0]) and (_is_scheduler(returned[1]) or isinstance(returned[1], dict)):
             return _build([returned[0]], [returned[1]], manual)
-        if len(returned) == 2 and all(isinstance(v, (list, tuple)) for v in returned):
+        if len(returned) == 2 and isinstance(returned[0], (list, tuple)):
             optimizers, schedulers = returned
-            if optimizers and all(_is_optimizer(v) for v in optimizers):
+            if not isinstance(schedulers, (list, tuple)) and (_is_scheduler(schedulers) or isinstance(schedulers, dict)):
+                schedulers = [schedulers]  # `([optimizer], scheduler)`: one scheduler outside a list (Lightning)
+            if optimizers and all(_is_optimizer(v) for v in optimizers) and isinstance(schedulers, (list, tuple)):
                 return _build(list(optimizers), list(schedulers), manual)
     raise _fail(_describe(returned))
 
