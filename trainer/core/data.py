@@ -47,10 +47,13 @@ def _overrides_step(model: Any, step: str) -> bool:
     return getattr(own, "__func__", own) is not getattr(Module, step)
 
 
-def _val_loader_of(source: Any) -> Any:
-    """`val_dataloader()` called without touching the random streams: Lightning asks for it
-    inside its sanity check, whose random state is restored afterwards, so a validation set
-    drawn at random (the BoringModel's `RandomDataset`) leaves training's draws as they were."""
+def _val_loader_of(source: Any, isolated: bool = True) -> Any:
+    """`val_dataloader()`, `isolated`: without touching the random streams. Lightning asks for
+    it inside its sanity check, whose random state is restored afterwards, so a validation set
+    drawn at random (the BoringModel's `RandomDataset`) leaves training's draws as they were;
+    without a sanity check (`num_sanity_val_steps=0`) its draws stay, here as there."""
+    if not isolated:
+        return source()
     saved = rng_state()
     try:
         return source()
@@ -88,8 +91,13 @@ class TrainerData:
             if datamodule is not None:
                 val = getattr(datamodule, "val_dataloader", None)
                 validates = self.args.limit_val_batches != 0 and callable(val)  # Lightning: not asked when 0
-                self._loader_source = lambda: (datamodule.train_dataloader(), _val_loader_of(val) if validates else None)
+                self._loader_source = lambda: (datamodule.train_dataloader(),
+                                               _val_loader_of(val, self._sanity_checks()) if validates else None)
         return resolved
+
+    def _sanity_checks(self) -> bool:
+        """Whether fit's sanity check runs (Lightning asks for the validation data inside it)."""
+        return self.args.num_sanity_val_steps != 0
 
     def _prepare_data(self, model: Module, datamodule: Any) -> None:
         """Lightning's `prepare_data` (download, tokenize: work done once per machine), the
@@ -119,12 +127,12 @@ class TrainerData:
         if from_module_train:
             train = getattr(model, "train_dataloader")()
         if from_module_val:
-            val = _val_loader_of(getattr(model, "val_dataloader"))
+            val = _val_loader_of(getattr(model, "val_dataloader"), self._sanity_checks())
         if from_module_train:
             def source() -> tuple[Any, Any]:
                 val = getattr(model, "val_dataloader", None)
                 wanted = callable(val) and self.args.limit_val_batches != 0
-                return getattr(model, "train_dataloader")(), (_val_loader_of(val) if wanted else None)
+                return getattr(model, "train_dataloader")(), (_val_loader_of(val, self._sanity_checks()) if wanted else None)
 
             self._loader_source = source
         return train, val

@@ -138,7 +138,9 @@ class FitLoop(FitValidation):
                 f"Trainer(limit_train_batches={args.limit_train_batches!r}) leaves no training batch. Expected "
                 "a positive number or fraction; to only evaluate, call trainer.validate(model, loader)."
             )
-        self.schedule = ValidationSchedule(args.val_check_interval, args.check_val_every_n_epoch, self.epoch_batches)
+        # without validation (no loader, limit_val_batches=0) the interval is never used, so never refused (Lightning)
+        interval = args.val_check_interval if self.val_loader is not None else None
+        self.schedule = ValidationSchedule(interval, args.check_val_every_n_epoch, self.epoch_batches)
         if self.val_loader is not None:  # a step without dataloader_idx for several loaders: before any batch
             check_dataloader_idx(module_of(self.context), "validation", isinstance(self.val_loader, EvalLoaders))
         if isinstance(self.val_loader, EvalLoaders):  # several: a limit per loader, as Lightning's
@@ -336,8 +338,8 @@ class FitLoop(FitValidation):
                     skip_recorded(context, batch, batch_idx, last)
                 else:
                     batch = move_to_device(batch, device) if mover is None else mover(batch)
-                    if want_start:
-                        context.call("on_train_batch_start", batch, batch_idx)
+                    if want_start and _skips_rest(context.call("on_train_batch_start", batch, batch_idx)):
+                        return True  # the module's -1: the rest of this epoch is skipped (Lightning); its end runs
                     metrics.batch = batch  # its size weights epoch means logged without batch_size
                     output = run(batch, batch_idx, size, last)  # advances the bar before a step logs
                     if want_end:
@@ -388,3 +390,8 @@ class FitLoop(FitValidation):
                     "epoch: a list, a DataLoader, or an object whose __iter__ returns a new iterator (not a "
                     "generator); or one epoch with max_steps.", state.epoch, type(loader).__name__)
             return True
+
+
+def _skips_rest(returned: Any) -> bool:
+    """Lightning's rule: `on_train_batch_start` returning -1 skips the rest of the epoch."""
+    return isinstance(returned, int) and not isinstance(returned, bool) and returned == -1

@@ -138,19 +138,20 @@ class Dispatcher:
             if fn is not None and getattr(fn, "__func__", fn) is not getattr(_module_base(), hook, None):
                 self._module_hooks[hook] = fn if timer is None else timer.wrap(fn, f"[Module]{type(module).__name__}.{hook}")
 
-    def call(self, hook: str, trainer: object, module: object, *args: Any) -> None:
-        """Call `hook` with `(trainer, module, *args)` on the callbacks, `(*args)` on the module."""
+    def call(self, hook: str, trainer: object, module: object, *args: Any) -> Any:
+        """Call `hook` with `(trainer, module, *args)` on the callbacks, `(*args)` on the module;
+        return what the module's returned (Lightning reads `on_train_batch_start`'s -1)."""
         if hook in _MODULE_FIRST:
-            self.call_module(hook, *args)
+            returned = self.call_module(hook, *args)
             self.call_callbacks(hook, trainer, module, *args)
         else:
             self.call_callbacks(hook, trainer, module, *args)
-            self.call_module(hook, *args)
+            returned = self.call_module(hook, *args)
+        return returned
 
-    def call_module(self, hook: str, *args: Any) -> None:
+    def call_module(self, hook: str, *args: Any) -> Any:
         module_hook = self._module_hooks.get(hook)
-        if module_hook is not None:
-            module_hook(*args)
+        return module_hook(*args) if module_hook is not None else None
 
     def call_callbacks(self, hook: str, trainer: object, module: object, *args: Any) -> None:
         for fn in self._targets[hook]:
