@@ -360,7 +360,10 @@ class TrainerProperties:
 
     @property
     def num_sanity_val_batches(self) -> list[int | float]:
-        """Batches the sanity check runs: `num_sanity_val_steps` (-1: all) capped by each loader's."""
+        """Batches the sanity check runs: `num_sanity_val_steps` (-1: all) capped by each loader's;
+        [] before any fit (fit-only, as Lightning's: `validate` alone leaves it empty)."""
+        if self._loop is None:
+            return []
         steps = math.inf if self.args.num_sanity_val_steps == -1 else self.args.num_sanity_val_steps
         return [min(steps, batches) for batches in self.num_val_batches]
 
