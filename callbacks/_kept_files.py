@@ -74,6 +74,7 @@ class KeptFiles:
     # ------------------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:
         return {
+            "monitor": self.monitor,
             "dirpath": str(self._dir) if self._dir is not None else None,
             "best_k_models": dict(self.best_k_models),
             "best_model_path": self.best_model_path,

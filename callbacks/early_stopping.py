@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import enum
 import logging
 import math
-from enum import Enum
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
@@ -22,8 +22,8 @@ _MODES = ("min", "max")
 _CHECK_ON = ("validation_end", "train_epoch_end")
 
 
-class EarlyStoppingReason(Enum):
-    """Why `EarlyStopping` stopped a run (its `stopping_reason`), with Lightning's names and values."""
+class EarlyStoppingReason(enum.Enum):
+    """Why an `EarlyStopping` stopped the run (`stopping_reason`), with Lightning's names and values."""
 
     NOT_STOPPED = 0
     STOPPING_THRESHOLD = 1
@@ -66,12 +66,11 @@ class EarlyStopping(Callback):
     "trainer.callbacks" (shown without any logging set up): the epoch and the reason.
 
     Lightning's attribute names read the same state: `wait_count` is `wait`, `best_score` is
-    `best` as a tensor (inf / -inf before the first check). After a stop, `stopping_reason` says
-    why (an `EarlyStoppingReason`: `PATIENCE_EXHAUSTED`, `STOPPING_THRESHOLD`,
-    `DIVERGENCE_THRESHOLD`, `NON_FINITE_METRIC`; `NOT_STOPPED` before) and
-    `stopping_reason_message` in words (None before). A check is `_run_early_stopping_check(trainer)`,
-    Lightning's name, so a subclass that moves the check to another hook (Lightning's docs
-    override `on_validation_end` with `pass` and call it from `on_train_end`) works as there.
+    `best` as a tensor (inf / -inf before the first check). After a stop, `stopping_reason`
+    says why (an `EarlyStoppingReason`, `NOT_STOPPED` until then) and `stopping_reason_message`
+    says it in words (None until then); both are in the checkpoint. A check is
+    `_run_early_stopping_check(trainer)`, Lightning's name, so a subclass that moves the check to
+    another hook works as there.
 
     Raises:
         ValueError: for an invalid argument (at construction), or when `monitor` was never
@@ -140,7 +139,12 @@ class EarlyStopping(Callback):
 
     @property
     def state_key(self) -> str:
-        return f"EarlyStopping[{self.monitor}]"
+        """Lightning's key: ``EarlyStopping{'monitor': 'val_loss', 'mode': 'min'}`` (the class's own name)."""
+        return self._generate_state_key(monitor=self.monitor, mode=self.mode)
+
+    @property
+    def _legacy_state_keys(self) -> tuple[str, ...]:
+        return (f"EarlyStopping[{self.monitor}]",)  # what earlier versions wrote
 
     @property
     def wait_count(self) -> int:
@@ -156,7 +160,7 @@ class EarlyStopping(Callback):
         """Lightning's `best_score`: the best value so far as a tensor (inf for mode="min", -inf for "max" before any)."""
         if self.best is None:
             return torch.tensor(math.inf if self.mode == "min" else -math.inf)
-        return torch.tensor(self.best)
+        return _as_logged(self.best)  # float32, or float64 for a value logged in float64
 
     def monitored_metrics(self, trainer: Trainer) -> dict[str, str]:
         """`monitor`, checked with every other monitor once the run's names are known (strict only;
@@ -187,6 +191,7 @@ class EarlyStopping(Callback):
         self._fitting = False
 
     def on_validation_end(self, trainer: Trainer, module: Any) -> None:
+        # after every on_validation_epoch_end (the module's and each callback's), as Lightning's
         if self._fitting and self.check_on == "validation_end" and not trainer.sanity_checking:
             self._run_early_stopping_check(trainer)
 
@@ -205,11 +210,14 @@ class EarlyStopping(Callback):
 
     # -------------------------------------------------------------------- logic
     def _run_early_stopping_check(self, trainer: Trainer) -> None:
-        """One check of the monitored value (Lightning's name: subclasses call it from their own hooks)."""
+        """One check of the monitored value (Lightning's name: a subclass that moves the check to
+        another hook calls it from there, as Lightning's docs show)."""
         self._check(trainer)
 
     def _check(self, trainer: Trainer) -> None:
         self._checked = True
+        if trainer.fast_dev_run:  # a smoke test of the code: no stop decided from its numbers (Lightning)
+            return
         metrics = trainer.callback_metrics
         if self.monitor not in metrics:
             logged = ", ".join(sorted(metrics)) or "nothing"
@@ -223,16 +231,17 @@ class EarlyStopping(Callback):
             )
         value = float(metrics[self.monitor])
         if self.check_finite and not math.isfinite(value):
-            self._stop(trainer, f"{self.monitor} is {value}", EarlyStoppingReason.NON_FINITE_METRIC)
+            self._stop(trainer, f"{self.monitor} = {value} is not finite", EarlyStoppingReason.NON_FINITE_METRIC)
             return
-        better = (lambda a, b: a < b) if self.mode == "min" else (lambda a, b: a > b)
-        if self.stopping_threshold is not None and better(value, self.stopping_threshold):
-            self._stop(trainer, f"{self.monitor} = {value:.6g} reached stopping_threshold {self.stopping_threshold}",
-                       EarlyStoppingReason.STOPPING_THRESHOLD)
+        current: torch.Tensor = _as_logged(value)
+        better = (lambda a, b: bool(a < b)) if self.mode == "min" else (lambda a, b: bool(a > b))
+        if self.stopping_threshold is not None and better(current, self.stopping_threshold):
+            self._stop(trainer, f"Stopping threshold reached: {self.monitor} = {value:.6g}, "
+                       f"stopping_threshold={self.stopping_threshold}", EarlyStoppingReason.STOPPING_THRESHOLD)
             return
-        if self.divergence_threshold is not None and better(self.divergence_threshold, value):
-            self._stop(trainer, f"{self.monitor} = {value:.6g} is past divergence_threshold {self.divergence_threshold}",
-                       EarlyStoppingReason.DIVERGENCE_THRESHOLD)
+        if self.divergence_threshold is not None and better(-current, -self.divergence_threshold):
+            self._stop(trainer, f"Divergence threshold reached: {self.monitor} = {value:.6g}, "
+                       f"divergence_threshold={self.divergence_threshold}", EarlyStoppingReason.DIVERGENCE_THRESHOLD)
             return
         if self._improved(value):
             if self.verbose:
@@ -244,22 +253,26 @@ class EarlyStopping(Callback):
             best = "any value" if self.best is None else f"{self.best:.6g}"
             by = f" by more than min_delta={self.min_delta:g}" if self.min_delta else ""
             checks = "1 check" if self.wait == 1 else f"{self.wait} checks"
-            self._stop(trainer, f"{self.monitor} did not improve on {best}{by} for {checks}",
-                       EarlyStoppingReason.PATIENCE_EXHAUSTED)
+            self._stop(trainer, f"{self.monitor} did not improve on {best}{by} for {checks}")
 
     def _improved(self, value: float) -> bool:
+        """Better than the best by more than `min_delta`, computed as Lightning computes it: in
+        the logged value's precision (float32 for what `self.log` reduced), `value -/+ min_delta`
+        against the best value."""
         if math.isnan(value):
             return False
         if self.best is None:
             return True
+        logged = _as_logged(value)
+        best = torch.tensor(self.best, dtype=logged.dtype)
         if self.mode == "min":
-            return value < self.best - self.min_delta
-        return value > self.best + self.min_delta
+            return bool(logged + self.min_delta < best)
+        return bool(logged - self.min_delta > best)
 
     def _stop(self, trainer: Trainer, reason: str,
-              kind: EarlyStoppingReason = EarlyStoppingReason.PATIENCE_EXHAUSTED) -> None:
+              why: EarlyStoppingReason = EarlyStoppingReason.PATIENCE_EXHAUSTED) -> None:
         self.stopped_epoch = int(trainer.current_epoch)
-        self.stopping_reason, self.stopping_reason_message = kind, reason
+        self.stopping_reason, self.stopping_reason_message = why, reason
         if trainer.is_global_zero and not self._said_stop:  # once, from rank 0 (every rank decides alike)
             self._said_stop = True
             # A warning, so that a script without a logging handler shows it (Lightning's is verbose-only INFO).
@@ -275,7 +288,7 @@ class EarlyStopping(Callback):
         self.wait = int(state["wait"])
         self.best = None if state["best"] is None else float(state["best"])
         self.stopped_epoch = int(state.get("stopped_epoch") or 0)  # older files: None before a stop
-        self.stopping_reason = EarlyStoppingReason(state.get("stopping_reason", 0))  # older files: none
+        self.stopping_reason = EarlyStoppingReason(state.get("stopping_reason", EarlyStoppingReason.NOT_STOPPED.value))
         self.stopping_reason_message = state.get("stopping_reason_message")
 
     def __repr__(self) -> str:
@@ -283,3 +296,12 @@ class EarlyStopping(Callback):
             f"EarlyStopping(monitor={self.monitor!r}, mode={self.mode!r}, patience={self.patience}, "
             f"min_delta={self.min_delta}, check_on={self.check_on!r})"
         )
+
+
+def _as_logged(value: float) -> torch.Tensor:
+    """A monitored value as the tensor it was logged as: float32 (what `self.log` makes of a
+    number and reduces in) when it is exactly a float32, float64 otherwise. Comparisons with a
+    threshold or `min_delta` then round as Lightning's tensor comparisons do (0.7 logged is
+    not below `stopping_threshold=0.7`)."""
+    single = torch.tensor(value, dtype=torch.float32)
+    return single if float(single) == value else torch.tensor(value, dtype=torch.float64)

@@ -10,7 +10,8 @@ groups), `lr-SGD-1` (a second SGD), a scheduler's `"name"`, or a parameter group
 
 from __future__ import annotations
 
-from collections import defaultdict
+import warnings
+from collections import Counter, defaultdict
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -29,7 +30,13 @@ class LearningRateMonitor(Callback):
     Values go to the Trainer's loggers at `global_step` and are kept in `self.records` (one
     dict per write, with `"step"` or `"epoch"`) and `self.lrs` (tag -> list of values, as
     Lightning keeps them), so they are available with `logger=False` too (Lightning
-    refuses to run without a logger).
+    refuses to run without a logger). `last_momentum_values` and `last_weight_decay_values`
+    hold the newest `<tag>-momentum` / `<tag>-weight_decay` values (None until written), as
+    Lightning's.
+
+    Raises:
+        ValueError: when training starts, if two parameter groups of one optimizer have the
+            same `"name"` (their tags would be one).
 
     Args:
         logging_interval: "epoch" (every optimizer at each epoch's start), "step" (every
@@ -64,10 +71,27 @@ class LearningRateMonitor(Callback):
         self.log_key_prefix = log_key_prefix or ""
         self.records: list[dict[str, float]] = []
         self.lrs: dict[str, list[float]] = {}
+        self.last_momentum_values: dict[str, float | None] = {}
+        self.last_weight_decay_values: dict[str, float | None] = {}
 
     def on_train_start(self, trainer: Trainer, module: Any) -> None:
         """A new `lrs`, with an empty list for every tag, as Lightning's (values come at logging steps)."""
-        self.lrs = {tag: [] for _, _, tags in self.tags(trainer) for tag in tags}
+        for optimizer in trainer.optimizers:
+            names = [g.get("name", f"pg{i}") for i, g in enumerate(optimizer.param_groups, start=1)]
+            twice = sorted(name for name, count in Counter(names).items() if count > 1)
+            if twice:
+                raise ValueError(
+                    f"LearningRateMonitor: the parameter groups of {type(optimizer).__name__} share the name(s) {twice}, "
+                    "so their learning rates would be written under one tag (Lightning: a single `Optimizer` cannot "
+                    "have multiple parameter groups with identical `name` values). Expected a distinct 'name' per group."
+                )
+        found = self.tags(trainer)
+        if self.log_momentum and any("momentum" not in opt.defaults and "betas" not in opt.defaults for opt, _, _ in found):
+            warnings.warn("You have set log_momentum=True, but some optimizers do not have momentum. This will log a "
+                          "value 0 for the momentum.", RuntimeWarning, stacklevel=2)
+        self.lrs = {tag: [] for _, _, tags in found for tag in tags}
+        self.last_momentum_values = {f"{tag}-momentum": None for tag in self.lrs}
+        self.last_weight_decay_values = {f"{tag}-weight_decay": None for tag in self.lrs}
 
     def on_train_epoch_start(self, trainer: Trainer, module: Any) -> None:
         if self.logging_interval != "step":
@@ -115,22 +139,26 @@ class LearningRateMonitor(Callback):
 
     def _record(self, trainer: Trainer, interval: str, where: dict[str, float]) -> None:
         values: dict[str, float] = {}
+        given: dict[str, Any] = {}  # the rates as the optimizer holds them (a float64 keeps its precision)
         for optimizer, scheduled, tags in self.tags(trainer):
             if interval != "any" and scheduled is not None and scheduled != interval:
                 continue  # Lightning's rule: a scheduler's optimizer at that scheduler's interval
             betas = "betas" in getattr(optimizer, "defaults", {})
             for group, tag in zip(optimizer.param_groups, tags):
                 values[tag] = _number(group["lr"])
+                given[tag] = group["lr"]
                 self.lrs.setdefault(tag, []).append(values[tag])
                 if self.log_momentum:
                     values[f"{tag}-momentum"] = _number(group["betas"][0] if betas else group.get("momentum", 0))
+                    self.last_momentum_values[f"{tag}-momentum"] = values[f"{tag}-momentum"]
                 if self.log_weight_decay:
                     values[f"{tag}-weight_decay"] = _number(group.get("weight_decay", 0))
+                    self.last_weight_decay_values[f"{tag}-weight_decay"] = values[f"{tag}-weight_decay"]
         if not values:
             return
         self.records.append({**where, **values})
         # as Lightning (float32 tensors): monitorable, e.g. by EarlyStopping
-        trainer.callback_metrics.update({tag: torch.tensor(value) for tag, value in values.items()})
+        trainer.callback_metrics.update({tag: torch.as_tensor(given.get(tag, value)) for tag, value in values.items()})
         for logger in trainer.loggers:  # logger=[...]: each one
             logger.log_metrics(values, step=int(where.get("step", trainer.global_step)))
 

@@ -165,8 +165,16 @@ class ModelCheckpoint(KeptFiles, Checkpoint):
 
     @property
     def state_key(self) -> str:
-        return (f"ModelCheckpoint{{monitor={self.monitor!r}, mode={self.mode!r}, "
-                f"every_n_train_steps={self.every_n_train_steps}, every_n_epochs={self.every_n_epochs}}}")
+        """Lightning's key: ``ModelCheckpoint{'monitor': ..., 'mode': ..., 'every_n_train_steps': 0,
+        'every_n_epochs': 1, 'train_time_interval': None}`` (the class's own name)."""
+        return self._generate_state_key(
+            monitor=self.monitor, mode=self.mode, every_n_train_steps=self.every_n_train_steps or 0,
+            every_n_epochs=self.every_n_epochs or 0, train_time_interval=self.train_time_interval)
+
+    @property
+    def _legacy_state_keys(self) -> tuple[str, ...]:
+        return (f"ModelCheckpoint{{monitor={self.monitor!r}, mode={self.mode!r}, "  # what earlier versions wrote
+                f"every_n_train_steps={self.every_n_train_steps}, every_n_epochs={self.every_n_epochs}}}",)
 
     # -------------------------------------------------------------------------- hooks
     def on_fit_start(self, trainer: Trainer, module: Any) -> None:
@@ -190,7 +198,7 @@ class ModelCheckpoint(KeptFiles, Checkpoint):
         if not stepped or not (n is not None and trainer.global_step % n == 0 or self._time_is_due(trainer)):
             return
         if self.monitor is not None and (
-            self.monitor not in trainer.callback_metrics  # a validation metric not logged yet
+            self.monitor not in _candidates(trainer)  # a validation metric not logged yet
             or (not self._saves_on_train_epoch_end(trainer) and _last_batch(trainer) and _validation_follows(trainer))
         ):
             self._deferred = True  # Lightning's: saved at the next on_validation_end, with fresh metrics
@@ -253,7 +261,7 @@ class ModelCheckpoint(KeptFiles, Checkpoint):
     def monitored_metrics(self, trainer: Trainer) -> dict[str, str]:
         """`monitor`, checked with every other monitor once the run's names are known: only
         when the run validates (before a validation a missing monitor is a warning, Lightning's rule)."""
-        if self.monitor is None or self.save_top_k == 0 or not _validates(trainer):
+        if self.monitor is None or self.monitor in _BUILTIN or self.save_top_k == 0 or not _validates(trainer):
             return {}
         return {self.monitor: "train_epoch_end" if self._saves_on_train_epoch_end(trainer) else "validation_end"}
 
@@ -305,7 +313,7 @@ class ModelCheckpoint(KeptFiles, Checkpoint):
 
     def _decide(self, trainer: Trainer) -> dict[str, Any]:
         """The top-k file of a save now (`name` None: none), from the metrics of this moment."""
-        metrics = dict(trainer.callback_metrics)
+        metrics = _candidates(trainer)
         plan: dict[str, Any] = {"name": None, "score": None, "step": trainer.global_step}
         if self.save_top_k == 0:
             return plan
@@ -402,3 +410,12 @@ def _link(trainer: Trainer, target: str, link: str) -> None:
         os.symlink(os.path.relpath(target, os.path.dirname(link)), temporary)
         os.replace(temporary, link)
     trainer.strategy.barrier()
+
+
+def _candidates(trainer: Trainer) -> dict[str, Any]:
+    """What a monitor or a file name may read: `trainer.callback_metrics`, with `epoch` and
+    `step` (the current epoch and global step unless logged), as Lightning's monitor candidates."""
+    metrics: dict[str, Any] = dict(trainer.callback_metrics)
+    metrics.setdefault("epoch", trainer.current_epoch)
+    metrics.setdefault("step", trainer.global_step)
+    return metrics

@@ -339,12 +339,12 @@ def validate_trainer_args(values: dict[str, Any], callback_base: type | None = N
 
 
 def fast_dev_run_args(args: TrainerArgs) -> TrainerArgs:
-    """The arguments of a `fast_dev_run=n` (True: 1): n batches of every stage, one epoch,
-    no sanity check, no logger, no checkpoints, no profiler: a quick end-to-end check that
-    writes nothing."""
+    """The arguments of a `fast_dev_run=n` (True: 1): n batches of every stage, one epoch and
+    at most n optimizer steps (Lightning's `max_steps=n`), no sanity check, no logger, no
+    checkpoints, no profiler: a quick end-to-end check that writes nothing."""
     n = int(args.fast_dev_run)
     return args.model_copy(update=dict(
-        max_epochs=1, max_steps=None, max_time=None, min_epochs=None, min_steps=None,
+        max_epochs=1, max_steps=n, max_time=None, min_epochs=None, min_steps=None,
         limit_train_batches=n, limit_val_batches=n, limit_test_batches=n, limit_predict_batches=n,
         num_sanity_val_steps=0, val_check_interval=None, check_val_every_n_epoch=1,
         logger=False, enable_checkpointing=False, profiler=None,

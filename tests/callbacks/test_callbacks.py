@@ -107,13 +107,29 @@ def test_early_stopping_state_is_in_the_checkpoint(tmp_path: Path) -> None:
     stopper = callbacks.EarlyStopping("val/score", patience=5)
     trainer = fit(tmp_path, [5.0, 4.0, 4.5], stopper)
     path = trainer.save_checkpoint(tmp_path / "x.ckpt")
-    saved = torch.load(path, weights_only=True)["callbacks"]["EarlyStopping[val/score]"]
+    saved = torch.load(path, weights_only=True)["callbacks"]["EarlyStopping{'monitor': 'val/score', 'mode': 'min'}"]
     assert saved == {"wait": 1, "best": 4.0, "stopped_epoch": 0,  # Lightning's 0 while it has not stopped
                      "stopping_reason": 0, "stopping_reason_message": None}
     # Resuming restores the count: one more non-improving epoch (patience 2) stops the run.
     resumed = callbacks.EarlyStopping("val/score", patience=2)
     again = Trainer(callbacks=[resumed], logger=False, enable_checkpointing=False, enable_progress_bar=False, max_epochs=6)
     again.fit(Scripted([5.0, 4.0, 4.5, 4.4, 1.0, 1.0]), loader(), loader(), ckpt_path=path)
+    assert again.current_epoch == 4 and resumed.stopped_epoch == 3
+
+
+def test_early_stopping_state_under_the_key_of_earlier_versions_loads(tmp_path: Path) -> None:
+    """A checkpoint written before the key became Lightning's (`EarlyStopping[<monitor>]`) still
+    restores the wait count and the best value."""
+    trainer = fit(tmp_path, [5.0, 4.0, 4.5], callbacks.EarlyStopping("val/score", patience=5))
+    path = trainer.save_checkpoint(tmp_path / "x.ckpt")
+    held = torch.load(path, weights_only=True)
+    state = held["callbacks"].pop("EarlyStopping{'monitor': 'val/score', 'mode': 'min'}")
+    held["callbacks"]["EarlyStopping[val/score]"] = {k: state[k] for k in ("wait", "best", "stopped_epoch")}
+    old = tmp_path / "old.ckpt"
+    torch.save(held, old)
+    resumed = callbacks.EarlyStopping("val/score", patience=2)
+    again = Trainer(callbacks=[resumed], logger=False, enable_checkpointing=False, enable_progress_bar=False, max_epochs=6)
+    again.fit(Scripted([5.0, 4.0, 4.5, 4.4, 1.0, 1.0]), loader(), loader(), ckpt_path=old)
     assert again.current_epoch == 4 and resumed.stopped_epoch == 3
 
 

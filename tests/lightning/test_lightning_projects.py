@@ -92,7 +92,11 @@ def test_bug_report_template(tmp_path: Path) -> None:
     L.seed_everything(0)  # the same work, by hand
     reference = BoringModel()
     train = DataLoader(RandomDataset(32, 64), batch_size=2)
+    # Lightning asks for val_dataloader() inside its sanity check, whose random state it restores
+    # after: the validation data's draws leave the streams as they were (so do the Trainer's)
+    state = torch.random.get_rng_state()
     val = DataLoader(RandomDataset(32, 64), batch_size=2)
+    torch.random.set_rng_state(state)
     optimizer = torch.optim.SGD(reference.layer.parameters(), lr=0.1)
     for _ in range(2):
         for i, batch in enumerate(train):

@@ -206,8 +206,10 @@ def _callbacks(callbacks: Sequence[CallbackState]) -> dict[str, Any]:
 def _load_callbacks(host: StateHost, saved: Any, source: str) -> None:
     remaining = dict(saved or {})
     for key, callback in zip(callback_keys(host.callbacks), host.callbacks):
-        if key in remaining:
-            callback.load_state_dict(remaining.pop(key))
+        # the key earlier versions of a callback wrote (`_legacy_state_keys`) still finds its state
+        older = [k for k in getattr(callback, "_legacy_state_keys", ()) if k in remaining and key not in remaining]
+        if key in remaining or older:
+            callback.load_state_dict(remaining.pop(key if key in remaining else older[0]))
     if remaining:
         log.info("%s holds state of callbacks this run does not have: %s.", source, ", ".join(remaining))
 

@@ -12,6 +12,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from trainer._utils import rng_state, set_rng_state
 from trainer.core.flags import overfit_loader
 from trainer.loops.batches import check_loader, one_loader
 from trainer.loops.combined import CombinedLoader, as_train_loader
@@ -36,9 +37,28 @@ def module_defines(model: Any, method: str) -> bool:
 
 
 def _overrides_step(model: Any, step: str) -> bool:
+    """Whether `model` has its own `step` method: one of its class, or one set on the instance;
+    `model.validation_step = None` switches the stage off (Lightning's `is_overridden`)."""
     from trainer.module import Module
 
-    return getattr(type(model), step, None) is not getattr(Module, step)
+    own = getattr(model, step, None)
+    if own is None:
+        return False
+    return getattr(own, "__func__", own) is not getattr(Module, step)
+
+
+def _val_loader_of(source: Any, isolated: bool = True) -> Any:
+    """`val_dataloader()`, `isolated`: without touching the random streams. Lightning asks for
+    it inside its sanity check, whose random state is restored afterwards, so a validation set
+    drawn at random (the BoringModel's `RandomDataset`) leaves training's draws as they were;
+    without a sanity check (`num_sanity_val_steps=0`) its draws stay, here as there."""
+    if not isolated:
+        return source()
+    saved = rng_state()
+    try:
+        return source()
+    finally:
+        set_rng_state(saved)
 
 
 class TrainerData:
@@ -70,8 +90,14 @@ class TrainerData:
             self._loader_source = None
             if datamodule is not None:
                 val = getattr(datamodule, "val_dataloader", None)
-                self._loader_source = lambda: (datamodule.train_dataloader(), val() if callable(val) else None)
+                validates = self.args.limit_val_batches != 0 and callable(val)  # Lightning: not asked when 0
+                self._loader_source = lambda: (datamodule.train_dataloader(),
+                                               _val_loader_of(val, self._sanity_checks()) if validates else None)
         return resolved
+
+    def _sanity_checks(self) -> bool:
+        """Whether fit's sanity check runs (Lightning asks for the validation data inside it)."""
+        return self.args.num_sanity_val_steps != 0
 
     def _prepare_data(self, model: Module, datamodule: Any) -> None:
         """Lightning's `prepare_data` (download, tokenize: work done once per machine), the
@@ -96,15 +122,17 @@ class TrainerData:
                 return self._loader_source()
             return train, val
         from_module_train = train is None and module_defines(model, "train_dataloader")
-        from_module_val = val is None and module_defines(model, "val_dataloader")
+        # Lightning does not ask for validation data it will not use (limit_val_batches=0)
+        from_module_val = val is None and module_defines(model, "val_dataloader") and self.args.limit_val_batches != 0
         if from_module_train:
             train = getattr(model, "train_dataloader")()
         if from_module_val:
-            val = getattr(model, "val_dataloader")()
+            val = _val_loader_of(getattr(model, "val_dataloader"), self._sanity_checks())
         if from_module_train:
             def source() -> tuple[Any, Any]:
                 val = getattr(model, "val_dataloader", None)
-                return getattr(model, "train_dataloader")(), (val() if callable(val) else None)
+                wanted = callable(val) and self.args.limit_val_batches != 0
+                return getattr(model, "train_dataloader")(), (_val_loader_of(val, self._sanity_checks()) if wanted else None)
 
             self._loader_source = source
         return train, val

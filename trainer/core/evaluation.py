@@ -21,6 +21,7 @@ from trainer._utils import length_of
 from trainer.checkpoint.latest import note
 from trainer.core.compiled_module import from_compiled
 from trainer.loops.batches import check_module
+from trainer.loops.combined import CombinedLoader
 from trainer.loops.evaluation import EvalLoop
 from trainer.loops.hooks import Dispatcher, with_module_callbacks
 from trainer.loops.loaders import EvalLoaders, loader_list
@@ -181,8 +182,11 @@ class TrainerEvaluation:
             counts = [batch_limit(getattr(self.args, limit_name), length_of(one), limit_name) for one in loader_list(loader)]
             count: Any = counts if isinstance(loader, EvalLoaders) else counts[0]
             self._eval_loaders = {**(self._eval_loaders or {}), stage: loader}  # trainer.test_dataloaders, ...
+            reported = counts
+            if isinstance(loader, CombinedLoader):  # Lightning reports each of its iterables' batches
+                reported = [batch_limit(getattr(self.args, limit_name), length_of(one), limit_name) for one in loader.flattened]
             self._eval_batches = {**(self._eval_batches or {}),
-                                  stage: [math.inf if each is None else each for each in counts]}
+                                  stage: [math.inf if each is None else each for each in reported]}
             results = self._eval.run(loader, stage, count, keep=keep)
         except BaseException:
             self._interrupted = True

@@ -238,7 +238,10 @@ class TrainerProperties:
         per_epoch = self.num_training_batches
         if not math.isinf(per_epoch):
             per_epoch = math.ceil(per_epoch / self.args.accumulate_grad_batches) if self._manual_free() else per_epoch
-        epochs = self.args.max_epochs if self.args.max_epochs is not None else (None if self.args.max_steps else 1)
+        args = self.args
+        epochs = args.max_epochs if args.max_epochs is not None else (None if args.max_steps else max(1, args.min_epochs or 0))
+        if args.max_epochs is None and not args.max_steps and args.min_steps and not math.isinf(per_epoch) and per_epoch:
+            epochs = max(epochs or 1, math.ceil(args.min_steps / per_epoch))  # no limit given: min_steps' epochs
         total = math.inf if epochs is None or math.isinf(per_epoch) else per_epoch * epochs
         return min(total, self.args.max_steps) if self.args.max_steps is not None else total
 
@@ -402,7 +405,10 @@ class TrainerProperties:
 
     @property
     def num_sanity_val_batches(self) -> list[int | float]:
-        """Batches the sanity check runs: `num_sanity_val_steps` (-1: all) capped by each loader's."""
+        """Batches the sanity check runs: `num_sanity_val_steps` (-1: all) capped by each loader's;
+        [] before any fit (fit-only, as Lightning's: `validate` alone leaves it empty)."""
+        if self._loop is None:
+            return []
         steps = math.inf if self.args.num_sanity_val_steps == -1 else self.args.num_sanity_val_steps
         return [min(steps, batches) for batches in self.num_val_batches]
 

@@ -72,7 +72,7 @@ def run_progress(args: Any, state: Any, global_step: int, per_epoch: float, modu
     batches of `max_epochs`, or `max_steps`); `total_steps`: the fit's optimizer steps when
     known exactly. Under manual optimization a batch may take any number of steps (a GAN
     takes two), so the total is known only from `max_steps` alone."""
-    epochs = args.max_epochs if args.max_epochs is not None else (None if args.max_steps else 1)
+    epochs = args.max_epochs if args.max_epochs is not None else (None if args.max_steps else max(1, args.min_epochs or 0))
     by_epochs = epochs is not None and not math.isinf(per_epoch) and per_epoch > 0
     fractions = [(state.epoch * per_epoch + state.batches_done) / (epochs * per_epoch)] if by_epochs and epochs else []
     if args.max_steps:

@@ -93,7 +93,7 @@ class _Reduction:
         self.weight = 0.0
 
     def add(self, value: torch.Tensor, weight: float) -> None:
-        converted = value.float()
+        converted = value if value.dtype == torch.float64 else value.float()  # float64 keeps its precision (Lightning)
         if self.total is None:
             if self.reduce == "mean" and weight != 1.0:
                 self.total = converted * weight
@@ -130,7 +130,10 @@ def to_floats(values: Mapping[str, torch.Tensor | float | _Reduction]) -> dict[s
         else:
             out[name] = float(value)
     for names in by_device.values():
-        stacked = torch.stack([read[n].detach().float().reshape(()) for n in names])  # type: ignore[union-attr]
+        tensors = [read[n].detach().reshape(()) for n in names]  # type: ignore[union-attr]
+        # float32, or float64 when one of them is: a float64 value keeps its precision, as Lightning's does
+        wide = torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
+        stacked = torch.stack([t.to(wide) for t in tensors])
         out.update(zip(names, stacked.tolist()))
     return {name: out[name] for name in read}
 

@@ -147,9 +147,9 @@ class RunContext:
         reload = self._reload()
         return None if reload is None else reload(module)
 
-    def call(self, hook: str, *args: Any) -> None:
-        """Call a hook on the callbacks and the module (`trainer/loops/hooks.py`)."""
-        self.hooks.call(hook, self._trainer(), self.module, *args)
+    def call(self, hook: str, *args: Any) -> Any:
+        """Call a hook on the callbacks and the module (`trainer/loops/hooks.py`); what the module's returned."""
+        return self.hooks.call(hook, self._trainer(), self.module, *args)
 
     def uninterruptible(self) -> contextlib.AbstractContextManager[Any]:
         """Opening bars and writing epoch-end files: not cut by an interrupt (inside fit)."""

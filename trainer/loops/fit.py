@@ -87,7 +87,14 @@ class FitLoop(FitValidation):
             return True
         if self.max_time is not None and self.context.strategy.world_size == 1 and self._elapsed() >= self.max_time:
             return True
-        max_epochs = args.max_epochs if args.max_epochs is not None else (None if args.max_steps or self.max_time else 1)
+        if args.max_epochs is not None:
+            max_epochs: int | None = args.max_epochs
+        elif args.max_steps or self.max_time:
+            max_epochs = None
+        else:  # no limit given: one epoch, or as many as min_epochs / min_steps ask for
+            if args.min_steps is not None and state.global_step < args.min_steps:
+                return False
+            max_epochs = max(1, args.min_epochs or 0)
         return max_epochs is not None and state.epoch >= max_epochs
 
     def stop_now(self) -> bool:
@@ -133,7 +140,9 @@ class FitLoop(FitValidation):
                 f"Trainer(limit_train_batches={args.limit_train_batches!r}) leaves no training batch. Expected "
                 "a positive number or fraction; to only evaluate, call trainer.validate(model, loader)."
             )
-        self.schedule = ValidationSchedule(args.val_check_interval, args.check_val_every_n_epoch, self.epoch_batches)
+        # without validation (no loader, limit_val_batches=0) the interval is never used, so never refused (Lightning)
+        interval = args.val_check_interval if self.val_loader is not None else None
+        self.schedule = ValidationSchedule(interval, args.check_val_every_n_epoch, self.epoch_batches)
         if self.val_loader is not None:  # a step without dataloader_idx for several loaders: before any batch
             check_dataloader_idx(module_of(self.context), "validation", isinstance(self.val_loader, EvalLoaders))
         if isinstance(self.val_loader, EvalLoaders):  # several: a limit per loader, as Lightning's
@@ -333,8 +342,8 @@ class FitLoop(FitValidation):
                 else:
                     batch = move_to_device(batch, device) if mover is None else mover(batch)
                     self.batch_running = batch_idx
-                    if want_start:
-                        context.call("on_train_batch_start", batch, batch_idx)
+                    if want_start and _skips_rest(context.call("on_train_batch_start", batch, batch_idx)):
+                        return True  # the module's -1: the rest of this epoch is skipped (Lightning); its end runs
                     metrics.batch = batch  # its size weights epoch means logged without batch_size
                     output = run(batch, batch_idx, size, last)  # advances the bar before a step logs
                     if want_end:
@@ -399,3 +408,8 @@ def warn_eval_modules(module: Any) -> None:
             f"Found {len(names)} module(s) in eval mode at the start of training ({shown}): they train in eval "
             "mode (dropout off, batch-norm statistics frozen), as in Lightning. If that is not intended, call "
             ".train() on the module before fit.", UserWarning, stacklevel=2)
+
+
+def _skips_rest(returned: Any) -> bool:
+    """Lightning's rule: `on_train_batch_start` returning -1 skips the rest of the epoch."""
+    return isinstance(returned, int) and not isinstance(returned, bool) and returned == -1

@@ -78,6 +78,11 @@ class CallbackBase:
         """The key of this callback's state in a checkpoint (its class name by default)."""
         return type(self).__qualname__
 
+    def _generate_state_key(self, **kwargs: Any) -> str:
+        """A `state_key` that tells instances apart by `kwargs`, in Lightning's format:
+        ``f"{class name}{kwargs!r}"`` (``MyCallback{'what': 'epochs'}``)."""
+        return f"{type(self).__qualname__}{kwargs!r}"
+
     def state_dict(self) -> dict[str, Any]:
         return {}
 
@@ -133,28 +138,29 @@ class Dispatcher:
             self._targets[hook] = bound
         _warn_removed_hooks([module, *self.callbacks])
         self._module_hooks: dict[str, Any] = {}
-        for hook in HOOKS:
-            module_hook = getattr(type(module), hook, None) if module is not None else None
-            if module_hook is not None and module_hook is not getattr(_module_base(), hook, None):
-                fn = getattr(module, hook)
+        for hook in HOOKS:  # the module's own: of its class, or set on the instance (`model.on_fit_start = ...`)
+            fn = getattr(module, hook, None) if module is not None else None
+            if fn is not None and getattr(fn, "__func__", fn) is not getattr(_module_base(), hook, None):
                 self._module_hooks[hook] = fn if timer is None else timer.wrap(fn, f"[Module]{type(module).__name__}.{hook}")
 
-    def call(self, hook: str, trainer: object, module: object, *args: Any) -> None:
-        """Call `hook` with `(trainer, module, *args)` on the callbacks, `(*args)` on the module."""
+    def call(self, hook: str, trainer: object, module: object, *args: Any) -> Any:
+        """Call `hook` with `(trainer, module, *args)` on the callbacks, `(*args)` on the module;
+        return what the module's returned (Lightning reads `on_train_batch_start`'s -1)."""
         if hook in _MODULE_FIRST:
-            self.call_module(hook, *args)
+            returned = self.call_module(hook, *args)
             self.call_callbacks(hook, trainer, module, *args)
         else:
             self.call_callbacks(hook, trainer, module, *args)
-            self.call_module(hook, *args)
+            returned = self.call_module(hook, *args)
+        return returned
 
-    def call_module(self, hook: str, *args: Any) -> None:
+    def call_module(self, hook: str, *args: Any) -> Any:
         module_hook = self._module_hooks.get(hook)
-        if module_hook is not None:
-            if hook in _STAGE_BY_NAME:
-                module_hook(stage=args[0])
-            else:
-                module_hook(*args)
+        if module_hook is None:
+            return None
+        if hook in _STAGE_BY_NAME:
+            return module_hook(stage=args[0])
+        return module_hook(*args)
 
     def call_callbacks(self, hook: str, trainer: object, module: object, *args: Any) -> None:
         for fn in self._targets[hook]:
@@ -186,9 +192,11 @@ def _warn_removed_hooks(objects: Sequence[Any]) -> None:
 
 
 def _overrides(callback: CallbackBase, hook: str) -> bool:
-    """Whether the callback's class overrides `hook` of `trainer.Callback` (whose defaults do nothing)."""
+    """Whether the callback overrides `hook` of `trainer.Callback` (whose defaults do nothing): in
+    its class, or on the instance (`callback.on_fit_start = ...`)."""
     defaults = next(cls for cls in type(callback).__mro__ if CallbackBase in cls.__bases__)  # trainer.Callback
-    return getattr(type(callback), hook) is not getattr(defaults, hook)
+    own = getattr(callback, hook, None)
+    return own is not None and getattr(own, "__func__", own) is not getattr(defaults, hook)
 
 
 def _module_base() -> type:

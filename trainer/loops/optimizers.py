@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
+from collections.abc import Sequence
 from typing import Any, Callable, Literal
 
 import torch
@@ -90,12 +91,20 @@ class OptimizerSetup:
         return self.optimizers[0]
 
     def step_schedulers(self, interval: Interval, count: int, read_metric: Callable[[str], float | None]) -> None:
-        for config in self.schedulers:
+        for config in plateaus_last(self.schedulers):
             if config.interval == interval:
                 config.step(count, read_metric)
 
     def has_step_schedulers(self) -> bool:
         return any(config.interval == "step" for config in self.schedulers)
+
+
+def plateaus_last(configs: Sequence[Any]) -> list[Any]:
+    """The schedulers in the order Lightning steps them at a step's or an epoch's end: the
+    others first, then those that read a monitored value (ReduceLROnPlateau), each group in the
+    order configure_optimizers gave them. (The order shows: ReduceLROnPlateau ignores a cut
+    smaller than its `eps`, so it matters which of two schedulers of one optimizer goes first.)"""
+    return sorted(configs, key=lambda config: config.monitor is not None)
 
 
 def _fail(detail: str) -> ValueError:
@@ -202,9 +211,11 @@ def parse_optimizers(returned: Any, manual: bool = False) -> OptimizerSetup:
             return _from_dicts(list(returned), manual)
         if len(returned) == 2 and _is_optimizer(returned[0]) and (_is_scheduler(returned[1]) or isinstance(returned[1], dict)):
             return _build([returned[0]], [returned[1]], manual)
-        if len(returned) == 2 and all(isinstance(v, (list, tuple)) for v in returned):
+        if len(returned) == 2 and isinstance(returned[0], (list, tuple)):
             optimizers, schedulers = returned
-            if optimizers and all(_is_optimizer(v) for v in optimizers):
+            if not isinstance(schedulers, (list, tuple)) and (_is_scheduler(schedulers) or isinstance(schedulers, dict)):
+                schedulers = [schedulers]  # `([optimizer], scheduler)`: one scheduler outside a list (Lightning)
+            if optimizers and all(_is_optimizer(v) for v in optimizers) and isinstance(schedulers, (list, tuple)):
                 return _build(list(optimizers), list(schedulers), manual)
     raise _fail(_describe(returned))
 
@@ -254,7 +265,9 @@ def _scheduler_config(spec: Any, manual: bool = False) -> SchedulerConfig:
         raise _fail(f"lr_scheduler interval {interval!r} (expected 'epoch' or 'step')")
     if isinstance(frequency, bool) or not isinstance(frequency, int) or frequency < 1:
         raise _fail(f"lr_scheduler frequency {frequency!r} (expected a positive int)")
-    if not _is_scheduler(scheduler):
+    # manual optimization: the module steps it, in its own way (Lightning asks for no step()); its state is saved
+    stateful = not _is_optimizer(scheduler) and hasattr(scheduler, "state_dict") and hasattr(scheduler, "load_state_dict")
+    if not (_is_scheduler(scheduler) or (manual and stateful)):
         raise _fail(f"a scheduler {scheduler!r} without step()/state_dict()")
     is_plateau = isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
     if is_plateau and monitor is None and not manual:  # manual optimization: the module steps it with the value
@@ -264,4 +277,10 @@ def _scheduler_config(spec: Any, manual: bool = False) -> SchedulerConfig:
         )
     if monitor is not None and not is_plateau:
         monitor = None  # Lightning reads the monitor only for ReduceLROnPlateau
+    if manual and isinstance(spec, dict):  # the module steps its schedulers: nothing to monitor (Lightning)
+        ignored = [key for key in spec if key in ("monitor", "strict", "reduce_on_plateau")]
+        if ignored:
+            warnings.warn(f"The lr scheduler dict contains the key(s) {ignored}, but the keys will be ignored. You need "
+                          "to call `lr_scheduler.step()` manually in manual optimization.", RuntimeWarning, stacklevel=2)
+        monitor = None
     return SchedulerConfig(scheduler, interval, frequency, monitor, bool(strict), name)

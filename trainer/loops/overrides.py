@@ -21,6 +21,7 @@ import torch
 
 from trainer.loops.batches import ordered_parameters
 from trainer.loops.context import module_of, signals_of
+from trainer.loops.optimizers import plateaus_last
 
 __all__ = ["LoopOptimizer", "OverrideSteps", "check_overrides", "step_schedulers"]
 
@@ -233,8 +234,8 @@ def step_schedulers(
 ) -> None:
     """Step the schedulers of `interval` due at `count` through the module's
     `lr_scheduler_step(scheduler, metric)`: `metric` is the monitored value of a
-    ReduceLROnPlateau, None otherwise (Lightning's arguments)."""
-    for config in configs:
+    ReduceLROnPlateau, None otherwise (Lightning's arguments), the ReduceLROnPlateaus last."""
+    for config in plateaus_last(configs):
         if config.interval != interval or count % config.frequency:
             continue
         if config.monitor is None:
