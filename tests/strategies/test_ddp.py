@@ -186,7 +186,8 @@ def test_only_rank_zero_writes_files(runs):
     files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
     events = [f for f in files if ".tfevents." in f]
     run = "default/version_0/"
-    assert [f for f in files if f not in events] == [run + "checkpoints/epoch=1-step=6.ckpt", run + "last.ckpt", run + "manual.ckpt"]
+    assert [f for f in files if f not in events] == [run + "checkpoints/epoch=1-step=6.ckpt", run + "hparams.yaml",
+                                                     run + "last.ckpt", run + "manual.ckpt"]
     assert events and all(f.startswith(run) for f in events)
     assert all(f".{rank0['io/pid']}." in f and f".{rank1['io/pid']}." not in f for f in events)
     folders = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_dir())

@@ -10,7 +10,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 __all__ = ["flatten_params", "hparam_value", "plain_params", "write_atomic", "write_hparams_yaml"]
 
@@ -70,6 +69,8 @@ def plain_params(value: Any) -> Any:
 def write_hparams_yaml(folder: Path, params: Mapping[str, Any]) -> Path:
     """`folder/hparams.yaml`: the hyperparameters nested as given (values YAML can't hold become
     text), written atomically; Lightning's loggers keep the same file beside their logs."""
+    import yaml  # on first use: `import trainer` stays light
+
     path = Path(folder) / "hparams.yaml"
     write_atomic(path, yaml.safe_dump(plain_params(dict(params)), sort_keys=False, allow_unicode=True))
     return path

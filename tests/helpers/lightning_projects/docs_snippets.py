@@ -492,7 +492,7 @@ class EvalModel(LightningModule):
 def run_evaluation(root_dir: Path) -> dict[str, Any]:
     """Fit, then `trainer.test(model)` on the fitted weights ("final") and the page's four
     `trainer.test` calls, with the callback's `last_model_path` beside "last" (which file "last"
-    is differs on purpose: docs/lightning.md)."""
+    is differs on purpose: the deliberate differences in the docs)."""
     torch.manual_seed(0)
     model = EvalModel()
     checkpoint = ModelCheckpoint(monitor="val_loss", save_last=True)

@@ -1,4 +1,4 @@
-"""The Lightning-Hydra template's MNIST run, from ashleve/lightning-hydra-template
+"""The Lightning-Hydra template's MNIST run, from ashleve/Lightning-Hydra-template (GitHub)
 (`src/models/mnist_module.py`, `src/models/components/simple_dense_net.py`,
 `src/data/mnist_datamodule.py`, `src/train.py` and the `configs/` it reads).
 

@@ -7,7 +7,7 @@ Kept as written: `LSTM_Predict`, whose decoder feeds each predicted step back as
 `train_loss`/`val_loss` with `sync_dist=True`, Adam; `load_with_model`, which rebuilds the wrapper
 and reads `torch.load(checkpoint_path)['state_dict']`; the training script's
 `EarlyStopping(monitor='val_loss', min_delta=1e-5, mode='min', patience=..., verbose=True)` imported
-from `lightning.pytorch.callbacks.early_stopping`, `CSVLogger(save_dir=...)`,
+from Lightning's `callbacks.early_stopping` module, `CSVLogger(save_dir=...)`,
 `ModelCheckpoint(monitor='val_loss', dirpath=..., filename='lstm_imputed' + '-{epoch}',
 save_top_k=5, mode='min', verbose=True)` and `fit(model, train, val)` with two loaders.
 Substituted: the imputed weather series is a noisy sum of sines cut into windows of 12 steps
@@ -110,16 +110,16 @@ def main(root_dir: str | Path, precision: str = "32-true", max_epochs: int = 14,
     val = DataLoader(windows(16, g), batch_size=8)
     model_path = str(Path(root_dir) / "models")
     base_lstm = LSTM_Predict(DELAY)
-    lightning_lstm = LightningLSTM(base_lstm)
+    lit_lstm = LightningLSTM(base_lstm)
     early_stopping = EarlyStopping(monitor='val_loss', min_delta=1e-5, mode='min', patience=patience, verbose=True)
     logger = CSVLogger(save_dir=str(Path(root_dir) / "history" / "lstm_imputed"))
     checkpoint = ModelCheckpoint(monitor='val_loss', dirpath=model_path, filename='lstm_imputed' + '-{epoch}',
                                  save_top_k=5, mode='min', verbose=True)
     trainer = L.Trainer(max_epochs=max_epochs, logger=logger, callbacks=[checkpoint, early_stopping], precision=precision,
                         accelerator="cpu", enable_progress_bar=False, enable_model_summary=False, log_every_n_steps=2)
-    trainer.fit(lightning_lstm, train, val)
+    trainer.fit(lit_lstm, train, val)
     reloaded = LightningLSTM.load_with_model(checkpoint.best_model_path, LSTM_Predict)
-    return {"model": lightning_lstm, "trainer": trainer, "val": dict(trainer.callback_metrics),
+    return {"model": lit_lstm, "trainer": trainer, "val": dict(trainer.callback_metrics),
             "files": sorted(p.name for p in Path(model_path).iterdir()), "best": Path(checkpoint.best_model_path).name,
             "best_score": float(checkpoint.best_model_score), "top": sorted(Path(p).name for p in checkpoint.best_k_models),
             "stopped_epoch": early_stopping.stopped_epoch, "wait": early_stopping.wait_count,
