@@ -20,7 +20,6 @@ class DefaultCheckpoint:
     save_top_k = 1
     best_model_score: Any = None
     last_model_path = ""  # Lightning's default keeps no separate last.ckpt
-    best_k_models: dict[str, Any] = {}
 
     def __init__(self, best_path: Callable[[], str], folder: Callable[[], Any]) -> None:
         self._best_path, self._folder = best_path, folder
@@ -28,6 +27,11 @@ class DefaultCheckpoint:
     @property
     def best_model_path(self) -> str:
         return self._best_path()
+
+    @property
+    def best_k_models(self) -> dict[str, Any]:
+        """Empty, as Lightning's default callback (monitor=None) keeps it."""
+        return {}
 
     @property
     def kth_best_model_path(self) -> str:
