@@ -69,8 +69,15 @@ def test_lightning_loader_keywords_and_evaluation(tmp_path: Path):
     trainer = Trainer(max_epochs=1, enable_checkpointing=False, **QUIET)
     trainer.fit(TinyNet(), train_dataloaders=DataLoader(make_data(8), batch_size=4), val_dataloaders=DataLoader(make_data(4)))
     assert trainer.global_step == 2
+    with pytest.raises(ValueError, match=r"test\(\) runs test_step, and TinyNet has none"):  # as Lightning refuses
+        trainer.test(TinyNet(), datamodule=Data())
+
+    class Tested(TinyNet):
+        def test_step(self, batch: Any, batch_idx: int) -> None:
+            self.validation_step(batch, batch_idx)
+
     data = Data()
-    assert trainer.test(TinyNet(), datamodule=data) == {}  # TinyNet's test_step logs nothing
+    assert set(trainer.test(Tested(), datamodule=data)) == {"val/loss"}  # what its test_step logged
     assert data.calls == ["prepare_data", "setup(test)", "teardown(test)"]
     assert "val/loss" in trainer.validate(TinyNet(), dataloaders=DataLoader(make_data(4), batch_size=2))
 

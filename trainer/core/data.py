@@ -36,7 +36,7 @@ def module_defines(model: Any, method: str) -> bool:
     return callable(getattr(model, method, None))
 
 
-def _overrides_step(model: Any, step: str) -> bool:
+def overrides_step(model: Any, step: str) -> bool:
     """Whether `model` has its own `step` method: one of its class, or one set on the instance;
     `model.validation_step = None` switches the stage off (Lightning's `is_overridden`)."""
     from trainer.module import Module
@@ -105,7 +105,7 @@ class TrainerData:
         `prepare_data_per_node = False`) while the other ranks wait."""
         owners = [datamodule] if callable(getattr(datamodule, "prepare_data", None)) else []
         # the base class's no-op needs no wait on the other ranks
-        if module_defines(model, "prepare_data") and _overrides_step(model, "prepare_data"):
+        if module_defines(model, "prepare_data") and overrides_step(model, "prepare_data"):
             owners.append(model)
         for owner in owners:
             per_node = getattr(owner, "prepare_data_per_node", True)
@@ -143,7 +143,7 @@ class TrainerData:
         or dict of loaders (silently, as Lightning)."""
         if val is None or no_loaders(one_loader(val)):  # an empty list or dict: no validation, as Lightning
             return None
-        if not _overrides_step(model, "validation_step"):
+        if not overrides_step(model, "validation_step"):
             if not self._warned_no_validation_step:
                 self._warned_no_validation_step = True
                 log.warning("You passed a validation loader, but %s has no validation_step: validation is skipped. "
