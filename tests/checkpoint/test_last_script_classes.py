@@ -21,7 +21,7 @@ from trainer.checkpoint import CheckpointError
 
 
 def _net_class(module: str, name: str = "Net") -> type[TinyNet]:
-    return type(name, (TinyNet,), {"__module__": module})
+    return type(name, (TinyNet,), {"__module__": module, "test_step": TinyNet.validation_step})
 
 
 def _trainer(root: Path, **kwargs: object) -> Trainer:
