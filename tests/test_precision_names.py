@@ -4,6 +4,7 @@ for the same argument, while an instance passed to the Trainer is kept exactly a
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import pytest
@@ -25,18 +26,10 @@ def test_string_checks_give_lightnings_answers(argument: Any) -> None:
     import trainer
 
     theirs = lightning.Trainer(precision=argument, accelerator="cpu", logger=False, enable_checkpointing=False)
-    with pytest.warns(UserWarning) if argument == "16-mixed" else _nothing():
+    with pytest.warns(UserWarning) if argument == "16-mixed" else contextlib.nullcontext():
         ours = trainer.Trainer(precision=argument, accelerator="cpu", logger=False, enable_checkpointing=False)
     assert checks(ours.precision) == checks(theirs.precision)
     assert ours.precision_plugin.precision == theirs.precision_plugin.precision == theirs.precision
-
-
-class _nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: Any) -> None:
-        return None
 
 
 def test_an_instance_is_kept_as_given_and_compares_by_identity() -> None:
