@@ -39,7 +39,8 @@ def test_checkpoint_holds_the_whole_state_and_loads_weights_only(ckpt):
     loop = state["loop"]
     assert loop == {"epoch": 2, "global_step": 20, "batches_done": 0, "skipped_steps": loop["skipped_steps"],
                     "batches_before_epoch": 20, "elapsed": loop["elapsed"],
-                    "validation_pending": False, "epoch_end_validated": False, "skipped_windows": [], "lr_backoff": 1.0}
+                    "validation_pending": False, "epoch_end_validated": False, "epoch_schedulers_stepped": False,
+                    "skipped_windows": [], "lr_backoff": 1.0}
     assert 0 < loop["elapsed"] < 600
     assert set(state["rng"][0]) >= {"python", "numpy", "torch"}
     assert state["data"][0]["epoch_start"]["torch"].dtype == torch.uint8

@@ -403,14 +403,15 @@ class AutomaticOptimization(PlainSteps, OverrideSteps):
             state = context.state
             context.output.step_done(window_loss, state.epoch, state.global_step)  # the bar's loss every 0.5 s; the last step's, written at the end
 
-    def step_schedulers(self, interval: str, count: int) -> None:
-        """The schedulers of `interval` due at `count`; through the module's `lr_scheduler_step`
-        when it overrides it."""
+    def step_schedulers(self, interval: str, count: int, monitored: bool | None = None) -> None:
+        """The schedulers of `interval` due at `count` (`monitored`: only those that read a
+        metric, only the others, or all); through the module's `lr_scheduler_step` when it
+        overrides it."""
         opt = optimizers_of(self.context)
         if self.scheduler_hook is None:
-            opt.step_schedulers(interval, count, self.context.read_metric)  # type: ignore[arg-type]
+            opt.step_schedulers(interval, count, self.context.read_metric, monitored)  # type: ignore[arg-type]
         else:
-            step_schedulers(opt.schedulers, interval, count, self.context.read_metric, self.scheduler_hook)
+            step_schedulers(opt.schedulers, interval, count, self.context.read_metric, self.scheduler_hook, monitored)
 
     def _nonfinite_loss(self, batches_done: int) -> None:
         self.optimizer.zero_grad(set_to_none=True)

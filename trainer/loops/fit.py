@@ -8,12 +8,13 @@
         for each micro-batch (windows of accumulate_grad_batches):
             on_train_batch_start
             optimization.run(batch)               automatic.py or manual.py
+            (the epoch's last batch: epoch-interval schedulers that read no metric, as Lightning)
             on_train_batch_end                    after the step a window's last batch completes
             stop after a step at max_steps or on request
             validation when val_check_interval says so (schedule.py)
         validation (on_validation_start ... on_validation_end)
         on_train_epoch_end                        the module's, then the callbacks'
-        epoch-interval schedulers; last.ckpt
+        epoch-interval ReduceLROnPlateau (the others if the last batch wasn't known); last.ckpt
     on_train_end
 
 What one step does lives in the optimization object; this file only says when. The sanity check
@@ -231,7 +232,7 @@ class FitLoop(FitValidation):
             and not state.epoch_end_validated  # a resume into this epoch's end after its validation
             and (state.validation_pending or self.schedule.at_epoch_end(state.epoch, self.validate_at_end))
         ):
-            self.validate()
+            self.validate(epoch_end=True)
             state.epoch_end_validated = True
         self.validate_at_end = False
         # The module's hook first; what it logs (on_epoch) closes into the epoch's values, which
@@ -246,9 +247,11 @@ class FitLoop(FitValidation):
         context.hooks.call_callbacks("on_train_epoch_end", context.trainer, module_of(context))
         optimization = self.optimization
         if optimizers_of(context).schedulers and isinstance(optimization, AutomaticOptimization):
-            optimization.step_schedulers("epoch", state.epoch + 1)
+            if not state.epoch_schedulers_stepped:  # the epoch ended without a known last batch
+                optimization.step_schedulers("epoch", state.epoch + 1, monitored=False)
+            optimization.step_schedulers("epoch", state.epoch + 1, monitored=True)  # after what logs their metric
         state.epoch += 1
-        state.epoch_end_validated = False
+        state.epoch_end_validated = state.epoch_schedulers_stepped = False
         state.batches_before_epoch += state.batches_done
         state.batches_done = 0
         self.batch_running = -1
@@ -256,6 +259,12 @@ class FitLoop(FitValidation):
             context.output.end_epoch()
             context.checkpoints.save_last()
         context.agree_stop()
+    def _step_epoch_schedulers(self) -> None:
+        state, optimization = self.context.state, self.optimization
+        if not state.epoch_schedulers_stepped and isinstance(optimization, AutomaticOptimization):
+            optimization.step_schedulers("epoch", state.epoch + 1, monitored=False)
+            state.epoch_schedulers_stepped = True
+
     def _check_progress(self, steps_before: int, learned_before: int | None) -> None:
         """An epoch without a single optimizer step: never loop forever on max_steps. An epoch
         whose every training_step returned None learned nothing: said once, loudly."""
@@ -327,6 +336,12 @@ class FitLoop(FitValidation):
                 run = optimization.plain_run
             batch_idx = state.batches_done - 1
             schedule, validating, metrics = self.schedule, self.val_loader is not None, context.metrics
+            # Lightning steps the epoch-interval schedulers that read no metric right after the
+            # epoch's last step, before on_train_batch_end and the epoch's validation (those hooks
+            # and a checkpoint written in them see the stepped schedulers). Without a known last
+            # batch (a loader without len()) they step at the epoch's end.
+            epoch_schedulers = total is not None and isinstance(optimization, AutomaticOptimization) and any(
+                config.interval == "epoch" and config.monitor is None for config in optimizers_of(context).schedulers)
             assert schedule is not None
             fewest = strategy.fewest if distributed and total is None else None
             if state.validation_pending and not validating:
@@ -346,6 +361,8 @@ class FitLoop(FitValidation):
                         return True  # the module's -1: the rest of this epoch is skipped (Lightning); its end runs
                     metrics.batch = batch  # its size weights epoch means logged without batch_size
                     output = run(batch, batch_idx, size, last)  # advances the bar before a step logs
+                    if epoch_schedulers and last and state.batches_done >= total:  # type: ignore[operator]
+                        self._step_epoch_schedulers()
                     if want_end:
                         context.call("on_train_batch_end", optimization.batch_end_outputs(output), batch, batch_idx)
                     if not self.monitors.done:

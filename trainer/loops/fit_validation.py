@@ -70,13 +70,15 @@ class FitValidation:
             context.metrics.latest = latest
         self.monitors.after_validation(names, context)
 
-    def validate(self) -> None:
+    def validate(self, epoch_end: bool = False) -> None:
         """Validation inside fit (epoch end, val_check_interval): it draws from the random
         streams as the user's own loop would, unless `isolate_validation_rng=True`.
 
         Until it reaches `on_validation_end` it is pending: a checkpoint written meanwhile (a
         Ctrl-C, a callback's save) holds the random state it began with, and a resume from
-        that file runs it again, so its draws happen exactly once either way.
+        that file runs it again, so its draws happen exactly once either way. From
+        `on_validation_end` on it counts as done (the epoch's end validation too: a resume
+        from a checkpoint written there does not run it again).
         """
         context, state = self.context, self.context.state
         isolate = context.args.isolate_validation_rng
@@ -86,6 +88,8 @@ class FitValidation:
 
         def complete() -> None:
             state.validation_pending = False
+            if epoch_end:
+                state.epoch_end_validated = True
             if not isolate:  # from here on a checkpoint holds the streams as validation left them
                 self.rng_before_validation = None
 

@@ -90,9 +90,12 @@ class OptimizerSetup:
     def optimizer(self) -> torch.optim.Optimizer:
         return self.optimizers[0]
 
-    def step_schedulers(self, interval: Interval, count: int, read_metric: Callable[[str], float | None]) -> None:
+    def step_schedulers(
+        self, interval: Interval, count: int, read_metric: Callable[[str], float | None], monitored: bool | None = None
+    ) -> None:
+        """`monitored`: only those that read a metric (True), only the others (False), or all."""
         for config in plateaus_last(self.schedulers):
-            if config.interval == interval:
+            if config.interval == interval and monitored in (None, config.monitor is not None):
                 config.step(count, read_metric)
 
     def has_step_schedulers(self) -> bool:

@@ -231,12 +231,16 @@ def step_schedulers(
     count: int,
     read_metric: Callable[[str], float | None],
     hook: Callable[[Any, Any], Any],
+    monitored: bool | None = None,
 ) -> None:
     """Step the schedulers of `interval` due at `count` through the module's
     `lr_scheduler_step(scheduler, metric)`: `metric` is the monitored value of a
-    ReduceLROnPlateau, None otherwise (Lightning's arguments), the ReduceLROnPlateaus last."""
+    ReduceLROnPlateau, None otherwise (Lightning's arguments), the ReduceLROnPlateaus last.
+    `monitored` picks only those that read a metric (True) or only the others (False)."""
     for config in plateaus_last(configs):
         if config.interval != interval or count % config.frequency:
+            continue
+        if monitored is not None and monitored != (config.monitor is not None):
             continue
         if config.monitor is None:
             hook(config.scheduler, None)

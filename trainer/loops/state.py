@@ -28,6 +28,9 @@ class LoopState:
     # it again, from the random state it began with (so its draws happen exactly once).
     validation_pending: bool = False
     epoch_end_validated: bool = False  # this epoch's end-of-epoch validation already ran
+    # The epoch's schedulers that read no metric stepped after its last batch's step (Lightning's
+    # moment, before on_train_batch_end); a checkpoint written after that holds them stepped.
+    epoch_schedulers_stepped: bool = False
     # Windows the non-finite guard skipped, (epoch, first micro-batch, end): a resume or a
     # rollback that replays one skips it again (trainer/loops/guard.py).
     skipped_windows: list[tuple[int, int, int]] = dataclasses.field(default_factory=list)
@@ -56,6 +59,7 @@ class LoopState:
             "elapsed": self.elapsed_now(),
             "validation_pending": self.validation_pending,
             "epoch_end_validated": self.epoch_end_validated,
+            "epoch_schedulers_stepped": self.epoch_schedulers_stepped,
             "skipped_windows": [list(window) for window in self.skipped_windows],
             "lr_backoff": self.lr_backoff,
             **({} if self.loss_mean is None else {"loss_mean": self.loss_mean.detach().cpu(), "loss_count": self.loss_count}),
@@ -70,6 +74,7 @@ class LoopState:
         self.elapsed = float(state.get("elapsed", 0.0))
         self.validation_pending = bool(state.get("validation_pending", False))
         self.epoch_end_validated = bool(state.get("epoch_end_validated", False))
+        self.epoch_schedulers_stepped = bool(state.get("epoch_schedulers_stepped", False))
         self.skipped_windows = [(int(e), int(a), int(b)) for e, a, b in state.get("skipped_windows", [])]
         self.lr_backoff = float(state.get("lr_backoff", 1.0))
         self.loss_mean, self.loss_count = state.get("loss_mean"), int(state.get("loss_count", 0))
