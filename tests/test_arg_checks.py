@@ -145,7 +145,7 @@ def test_invalid_arguments_name_argument_value_and_accepted(kwargs, names):
 
 def test_all_problems_reported_at_once():
     with pytest.raises(ValueError) as error:
-        Trainer(max_epochs=0, accumulate_grad_batches=0)
+        Trainer(max_epochs=-2, accumulate_grad_batches=0)
     assert "max_epochs" in str(error.value) and "accumulate_grad_batches" in str(error.value)
 
 

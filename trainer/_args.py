@@ -34,8 +34,8 @@ class TrainerArgs(BaseModel):
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True, validate_default=False)
 
     precision: Any = Field("fp32", description='"fp32", "amp", "bf16" or a Precision instance')
-    max_epochs: int | None = Field(None, ge=1, description="stop after this many epochs")
-    max_steps: int | None = Field(None, ge=1, description="stop after this many optimizer steps")
+    max_epochs: int | None = Field(None, ge=0, description="stop after this many epochs (0: the sanity check only)")
+    max_steps: int | None = Field(None, ge=0, description="stop after this many optimizer steps (0: the sanity check only)")
     accumulate_grad_batches: int = Field(1, ge=1, description="micro-batches per optimizer step")
     gradient_clip_val: float | None = Field(None, ge=0, description="clip threshold; None or 0: no clipping")
     gradient_clip_algorithm: Literal["norm", "value"] = "norm"

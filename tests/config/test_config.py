@@ -96,7 +96,7 @@ def test_every_mistake_reported_at_once_with_its_path() -> None:
         (lambda c: c["model"].update(class_path="nopkg_xyz.models.Thing"), "no module named 'nopkg_xyz'"),
         (lambda c: c["model"].update(class_path=f"{PKG}.modles.TinyClassifier"), "Did you mean 'models'?"),
         (lambda c: c["model"].update(class_path=f"{PKG}.models.NotAModule"), "Expected a subclass of trainer.module.Module"),
-        (lambda c: c["trainer"].update(max_epochs=0), "trainer.max_epochs: Input should be greater than or equal to 1"),
+        (lambda c: c["trainer"].update(max_epochs=-2), "trainer.max_epochs: Input should be greater than or equal to 0"),
         (lambda c: c["trainer"].update(seed=1), "trainer.seed: set `seed:` at the top level"),
         (lambda c: c.update(logger="tensorboard"), "logger: Expected true, false, {class_path: ..., init_args: {...}} or a list of them. Received: 'tensorboard'"),
         (lambda c: c.update(callbacks=[{"class_path": f"{PKG}.data.RandomData"}]), "callbacks[0].class_path: Expected a subclass of trainer.callback.Callback"),

@@ -74,6 +74,6 @@ def test_fit_loop_internals_name_what_to_read(tmp_path: Path) -> None:
     with pytest.raises(AttributeError, match=r"fit_loop\.epoch_loop\.val_loop .*trainer\.global_step"):
         run_trainer.fit_loop.epoch_loop.val_loop
     with pytest.raises(ValueError, match="max_epochs"):
-        run_trainer.fit_loop.max_epochs = 0
+        run_trainer.fit_loop.max_epochs = -2
     run_trainer.fit_loop.max_epochs = -1  # Lightning's "no limit"
     assert run_trainer.max_epochs is None and run_trainer.fit_loop.max_epochs == -1

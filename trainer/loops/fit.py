@@ -171,20 +171,32 @@ class FitLoop(FitValidation):
         iter(train_loader)
         return train_loader
 
+    def _nothing_to_train(self, train_loader: Any) -> None:
+        """A fit whose limits are already reached: `max_epochs=0`/`max_steps=0` (Lightning's way
+        to run only the sanity check), or a resume from a run that reached them."""
+        context, args = self.context, self.context.args
+        if args.max_epochs == 0 or args.max_steps == 0:
+            log.info("fit trains nothing: max_epochs=%s / max_steps=%s (the sanity check only, as in Lightning).",
+                     args.max_epochs, args.max_steps)
+        else:
+            log.warning(  # a warning, so a notebook (no logging configured) shows it
+                "Nothing to train: the run already reached max_epochs=%s / max_steps=%s%s. To train further, "
+                "create a Trainer with higher limits and call its fit with ckpt_path=%s (with the trainer command: "
+                "raise --trainer.max_epochs or --trainer.max_steps and pass --ckpt_path last).",
+                args.max_epochs, args.max_steps, "" if self.max_time is None else f" / max_time={args.max_time!r}",
+                repr(str(context.checkpoints.last_path)) if args.enable_checkpointing else "<a trainer.save_checkpoint(path) file>",
+            )
+        context.data_order.settle(train_loader)
+
     def run(self, train_loader: Any) -> None:
         with self._running():
             context, args = self.context, self.context.args
             self._measure(train_loader)
             self.loaded_epoch = context.state.epoch
-            if self.finished():
-                log.warning(  # a warning, so a notebook (no logging configured) shows it
-                    "Nothing to train: the run already reached max_epochs=%s / max_steps=%s%s. To train further, "
-                    "create a Trainer with higher limits and call its fit with ckpt_path=%s (with the trainer command: "
-                    "raise --trainer.max_epochs or --trainer.max_steps and pass --ckpt_path last).",
-                    args.max_epochs, args.max_steps, "" if self.max_time is None else f" / max_time={args.max_time!r}",
-                    repr(str(context.checkpoints.last_path)) if args.enable_checkpointing else "<a trainer.save_checkpoint(path) file>",
-                )
-                context.data_order.settle(train_loader)
+            if self.finished():  # Lightning's rule: the sanity check only, no training hooks, nothing saved
+                self._nothing_to_train(train_loader)
+                self.sanity_check()
+                return
             self.sanity_check()
             warn_eval_modules(module_of(context))
             context.call("on_train_start")
