@@ -109,7 +109,8 @@ class TrainerProperties:
 
     @property
     def current_epoch(self) -> int:
-        return self._run.state.epoch
+        state = self._run.state
+        return state.epoch if state.shown_epoch is None else state.shown_epoch
 
     @property
     def precision(self) -> Precision:

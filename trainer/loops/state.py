@@ -38,6 +38,9 @@ class LoopState:
     loss_mean: Any = None  # loss_spike_factor: the mean of the window losses, a device tensor (guard.py)
     loss_count: int = 0
     clock_start: float | None = dataclasses.field(default=None, repr=False)  # set while fit runs
+    # While `on_save_checkpoint` runs for a file written at an epoch boundary: the epoch that
+    # ended, as the file's `epoch` says and as Lightning's hooks see it (not checkpointed).
+    shown_epoch: int | None = dataclasses.field(default=None, repr=False, compare=False)
 
     def start_clock(self) -> None:
         self.clock_start = time.monotonic() - self.elapsed
