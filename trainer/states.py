@@ -89,6 +89,11 @@ class TrainerState:
         object.__setattr__(self, "_status", status)
 
     @property
+    def loop(self) -> Any:
+        """The run's `LoopState` this view reads."""
+        return self._loop
+
+    @property
     def fn(self) -> TrainerFn | None:
         return self._fn()
 

@@ -88,3 +88,12 @@ def test_state_names_on_lightnings_path() -> None:
     assert TrainerFn.FITTING == "fit" and TrainerFn.FITTING == "FIT" and RunningStage.TRAINING != "fit"
     assert RunningStage.SANITY_CHECKING.dataloader_prefix == "val" and RunningStage.SANITY_CHECKING.evaluating
     assert TrainerStatus.INTERRUPTED.stopped and not TrainerStatus.RUNNING.stopped
+
+
+def test_the_state_view_is_built_once_per_run_state() -> None:
+    """Callbacks read `trainer.state` per batch: one view object, not one per read."""
+    from trainer import Trainer as Ours
+
+    run_trainer = Ours(max_epochs=1, logger=False)
+    assert run_trainer.state is run_trainer.state
+    assert run_trainer.state.epoch == 0 and run_trainer.state.stage is None

@@ -62,12 +62,16 @@ class TrainerProperties:
     _running: str | None = None  # "fit", "validate", "test", "predict" while that call runs
     _last_call: str | None = None  # the call that runs or ran last (trainer.state.fn)
     _ckpt_path: str | None = None
+    _state_view: TrainerState | None = None  # `trainer.state`, made once per run state
 
     @property
     def state(self) -> TrainerState:
         """Lightning's `status`, `fn` and `stage` (trainer/states.py), and where the loop is:
         epoch, global step, batches of the epoch (the run's `LoopState`, checkpointed as is)."""
-        return TrainerState(self._run.state, self._state_fn, self._state_stage, self._state_status)
+        view, loop = self._state_view, self._run.state
+        if view is None or view.loop is not loop:  # read per batch by callbacks: built once per run state
+            view = self._state_view = TrainerState(loop, self._state_fn, self._state_stage, self._state_status)
+        return view
 
     def _state_fn(self) -> TrainerFn | None:
         return None if self._last_call is None else TrainerFn(self._last_call)
