@@ -160,15 +160,21 @@ class TrainerFit:
                 self._run.checkpoints.restore(checkpoint)
             compile_cache = start_compile_cache(self.args, self.strategy, self._run.checkpoints, checkpoint)
             self._run.state.stop_requested = self._run.stop_request = self._run.preempted = False
-            self._run.train_loader, val_loader = train_loader, val_loader = fit_loaders()
-            self._fit_loaders = None
-            if checkpoint is not None:
-                check_resume(self._run, checkpoint, train_loader)
-            checkpoint = None  # let go: the run's checkpoints keep it only until the resumed epoch's start hooks ran
-            val_loader = self._checked_val(model, val_loader)
-            if val_loader is not None:
-                val_loader = self._prepare_loader(val_loader, train=False)
-            self._fit_with_signals(train_loader, val_loader)
+            held = [checkpoint]  # let go once read: the run's checkpoints keep it until the resumed epoch's start hooks ran
+            checkpoint = None
+
+            def loaders() -> tuple[Any, Any]:
+                """The fit's loaders, asked for after on_fit_start as Lightning asks (a hook that
+                draws random numbers comes before a dataset built in train_dataloader())."""
+                train, val = fit_loaders()
+                self._run.train_loader, self._fit_loaders = train, None
+                if held[0] is not None:
+                    check_resume(self._run, held[0], train)
+                held[0] = None
+                val = self._checked_val(model, val)
+                return train, (self._prepare_loader(val, train=False) if val is not None else None)
+
+            self._fit_with_signals(loaders)
             if compile_cache is not None:
                 compile_cache.report()
             if self._run.simple_profiler is not None and self.strategy.is_global_zero:  # profiler="simple"
@@ -181,7 +187,7 @@ class TrainerFit:
             if self._run.datamodule is not None and callable(getattr(self._run.datamodule, "teardown", None)):
                 self._run.datamodule.teardown(stage=TrainerFn.FITTING)
 
-    def _fit_with_signals(self, train_loader: Any, val_loader: Any) -> None:
+    def _fit_with_signals(self, loaders: Callable[[], tuple[Any, Any]]) -> None:
         with SignalGuard(self._preempt, self._requeue.signals) as signals:
             self._run.signals = signals
             early = early_signals.take(self._requeue.signals)  # SLURM's signal while the script started
@@ -194,6 +200,7 @@ class TrainerFit:
                 self._run.metrics.clear_latest()  # a new, empty callback_metrics dict, as Lightning's
                 self._run.output.forget_shown()
                 self._run.call("on_fit_start")
+                train_loader, val_loader = loaders()
                 self._run.checkpoints.start_run()  # the run folder's last.ckpt checked before anything is written
                 self._run.output.start_run(self._run.module)
                 self._loop = FitLoop(self._run, self._eval, val_loader)

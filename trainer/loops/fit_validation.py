@@ -59,10 +59,10 @@ class FitValidation:
         latest = dict(context.metrics.latest)
         context.sanity_checking = True
         try:
-            context.call("on_sanity_check_start")
-            with isolated_rng():
+            with isolated_rng():  # its hooks' draws too, as Lightning's
+                context.call("on_sanity_check_start")
                 self.evaluation.run(self.val_loader, "validation", limit, during_fit=True)
-            context.call("on_sanity_check_end")
+                context.call("on_sanity_check_end")
             names = set(context.metrics.latest)
         finally:
             context.sanity_checking = False
