@@ -1,0 +1,44 @@
+"""beginner_source/text_sentiment_ngrams_tutorial.py, ported to a LightningModule with this
+package's imports (tests/helpers/tutorials/text_sentiment_ngrams.py).
+
+An `nn.EmbeddingBag` fed by a `collate_fn` that concatenates texts of different lengths and
+builds their offsets; `clip_grad_norm_(..., 0.1)` as `gradient_clip_val=0.1`; a shuffled
+validation loader; a `StepLR` stepped only when the epoch's validation accuracy fell below the
+best so far. The port, run here and under Lightning in one process, trains to the weights of
+the tutorial's loop (`torch.equal`), prints its lines, follows the same learning rates and
+gives the same validation and test accuracies.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.examples.conftest import one_thread  # noqa: F401  (small ops: one intra-op thread)
+from tests.helpers.lightning_projects import assert_same_weights, load_file
+from tests.helpers.tutorials import text_sentiment_ngrams as tutorial
+
+SOURCE = Path(tutorial.__file__)
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def test_the_port_trains_to_the_tutorials_weights_here_and_under_lightning() -> None:
+    reference, accu_test = tutorial.original()
+    assert reference.lrs != sorted(reference.lrs) and len(set(reference.lrs)) > 1  # the scheduler both stepped and waited
+    for framework in ("ours", "lightning"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # Lightning's notes on few workers and a shuffled validation loader
+            run = load_file(SOURCE, framework).main()
+        assert_same_weights(run["model"], reference)
+        assert run["model"].printed == reference.printed, framework
+        assert run["model"].lrs == reference.lrs
+        assert run["test"] == accu_test
+        assert f"{run['valid']:.3f}" == reference.printed[-1].split("valid accuracy")[1].strip()
+
+
+def test_the_comparison_can_fail() -> None:
+    with pytest.raises(AssertionError, match="differ"):
+        assert_same_weights(load_file(SOURCE, "ours").main(epochs=3)["model"], tutorial.original()[0])
