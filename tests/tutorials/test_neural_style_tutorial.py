@@ -38,5 +38,6 @@ def test_the_port_ends_on_the_tutorials_image_here_and_under_lightning() -> None
 
 
 def test_the_comparison_can_fail() -> None:
-    run = load_file(SOURCE, "ours").main(num_steps=tutorial.NUM_STEPS - 25)
+    with pytest.warns(UserWarning, match="eval mode"):
+        run = load_file(SOURCE, "ours").main(num_steps=tutorial.NUM_STEPS - 25)
     assert not torch.equal(run["output"], tutorial.original()[0])
