@@ -39,6 +39,21 @@ def test_the_port_trains_to_the_tutorials_weights_here_and_under_lightning() -> 
         assert f"{run['valid']:.3f}" == reference.printed[-1].split("valid accuracy")[1].strip()
 
 
+def test_deciding_in_lr_scheduler_step_is_the_tutorials_rule_here_and_one_epoch_late_in_lightning() -> None:
+    """A deliberate difference (docs/lightning.md): an epoch-interval scheduler steps after the
+    epoch's validation here, before it in Lightning, so `lr_scheduler_step` sees this epoch's
+    accuracy here and the previous one's there."""
+    reference, _ = tutorial.original()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ours = load_file(SOURCE, "ours").main(decide_when_stepped=True)["model"]
+        theirs = load_file(SOURCE, "lightning").main(decide_when_stepped=True)["model"]
+    assert_same_weights(ours, reference)
+    assert ours.lrs == reference.lrs and theirs.lrs != reference.lrs
+    first_decision = [line for line in theirs.printed if line.startswith("| end of epoch   1 |")]
+    assert first_decision == ["| end of epoch   1 | valid accuracy      nan "]  # no validation ran before it
+
+
 def test_the_comparison_can_fail() -> None:
     with pytest.raises(AssertionError, match="differ"):
         assert_same_weights(load_file(SOURCE, "ours").main(epochs=3)["model"], tutorial.original()[0])

@@ -90,6 +90,7 @@ class TextClassificationModel(L.LightningModule):
         self.printed: list[str] = []
         self.total_accu: float | None = None
         self.lrs: list[float] = []
+        self.decide_when_stepped = False
 
     def init_weights(self) -> None:
         initrange = 0.5
@@ -143,12 +144,15 @@ class TextClassificationModel(L.LightningModule):
         self.count(self(text, offsets), label)
 
     def on_validation_epoch_end(self) -> None:
-        accu_val = self.total_acc / self.total_count
-        self.log("valid_accuracy", accu_val)
-        self.decide(accu_val, self.lr_schedulers(), self.current_epoch + 1)
+        self.accu_val = self.total_acc / self.total_count
+        self.log("valid_accuracy", self.accu_val)
+        if not self.decide_when_stepped:
+            self.decide(self.accu_val, self.lr_schedulers(), self.current_epoch + 1)
 
     def lr_scheduler_step(self, scheduler: Any, metric: Any) -> None:
-        pass  # stepped by the validation's decision (on_validation_epoch_end)
+        if self.decide_when_stepped:  # the other way to write it: at the Trainer's epoch step
+            self.decide(getattr(self, "accu_val", float("nan")), scheduler, self.current_epoch + 1)
+        # else: stepped by the validation's decision (on_validation_epoch_end)
 
     def on_test_epoch_start(self) -> None:
         self.reset_counts()
@@ -171,9 +175,12 @@ def new_model(seed: int = 0) -> TextClassificationModel:
     return TextClassificationModel(len(vocab), EMSIZE, 4)
 
 
-def main(epochs: int = EPOCHS, **options: Any) -> dict[str, Any]:
-    """The port: fit with the validation split, then test."""
+def main(epochs: int = EPOCHS, decide_when_stepped: bool = False, **options: Any) -> dict[str, Any]:
+    """The port: fit with the validation split, then test. `decide_when_stepped` moves the
+    decision into `lr_scheduler_step`, which Lightning calls before the epoch's validation and
+    this package after it (docs/lightning.md)."""
     model = new_model()
+    model.decide_when_stepped = decide_when_stepped
     train_dataloader, valid_dataloader, test_dataloader = loaders()
     trainer = L.Trainer(max_epochs=epochs, gradient_clip_val=0.1, num_sanity_val_steps=0, logger=False,
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
