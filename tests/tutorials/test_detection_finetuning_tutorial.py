@@ -52,7 +52,8 @@ def test_under_amp_the_warm_up_follows_the_real_steps_unless_the_port_steps_it_e
     with pytest.warns(UserWarning, match="before `optimizer.step"):  # PyTorch's note on the skipped first step
         reference, _, warmup = tutorial.original("amp", init_scale=scale)
     port = load_file(SOURCE, "ours")
-    plain = port.main(precision=AMP(init_scale=scale))
+    with pytest.warns(UserWarning, match="before `optimizer.step"):  # the epoch's StepLR: all of epoch 0 skipped
+        plain = port.main(precision=AMP(init_scale=scale))
     skipped = plain["trainer"].precision.scaler  # type: ignore[attr-defined]
     assert skipped.get_scale() < scale  # steps were skipped
     assert plain["warmup"].last_epoch < tutorial.EPOCHS * 4  # the Trainer's warm-up counted only real steps
