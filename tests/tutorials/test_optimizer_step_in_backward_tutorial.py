@@ -58,6 +58,15 @@ def test_the_manual_port_in_mixed_precision(precision: str) -> None:
     assert_same_weights(run["model"], tutorial.original(precision))
 
 
+def test_the_hooks_port_under_amp_is_refused_with_the_recipe() -> None:
+    """Under amp the tutorial's own form would step on scaled gradients, and at the Trainer's
+    step no gradient is left for the GradScaler to check: the error names the cause and the
+    manual form (PyTorch's own message is a bare "No inf checks were recorded")."""
+    with pytest.warns(UserWarning, match="returned None"), \
+            pytest.raises(ValueError, match=r"no gradient.*self\.optimizers\(\).*Optimizer steps inside backward"):
+        load_file(SOURCE, "ours").main("hooks", precision="amp")
+
+
 def test_the_comparison_can_fail() -> None:
     model = load_file(SOURCE, "ours").main("manual")["model"]
     with pytest.raises(AssertionError, match="differ"):
