@@ -294,7 +294,7 @@ class AMP(Precision):
             # skip on the device; whether they skipped is the scaler's found_inf. Deferred (the
             # automatic loop), it is counted on the device and read at logging steps; otherwise
             # (manual optimization's `opt.stepped`) it is read here.
-            scaler.step(optimizer)
+            _scaler_step(scaler, optimizer)
             found = list(scaler._per_optimizer_states[id(optimizer)]["found_inf_per_device"].values())
             if defer_skips:
                 skipped = found[0].reshape(()) if len(found) == 1 else torch.stack([f.reshape(()).to(found[0].device) for f in found]).amax()
@@ -310,7 +310,7 @@ class AMP(Precision):
                 optimizer.register_step_post_hook(self._count_step)
                 self._hooked.add(optimizer)
             before = self._steps_taken
-            scaler.step(optimizer)
+            _scaler_step(scaler, optimizer)
             stepped = self._steps_taken != before
         self._unscaled.discard(id(optimizer))
         self._stepped.add(id(optimizer))
@@ -393,3 +393,22 @@ def resolve_precision(precision: str | Precision) -> Precision:
         f"Trainer(precision=...) expected one of {accepted} or a trainer.precision.Precision "
         f"instance. Received: {precision!r} of type {type(precision).__name__}."
     )
+
+
+def _scaler_step(scaler: torch.amp.GradScaler, optimizer: torch.optim.Optimizer) -> None:
+    """`scaler.step(optimizer)`; an optimizer with no gradient at all, which GradScaler refuses
+    with a bare "No inf checks were recorded", gets an error that says why it happens."""
+    try:
+        scaler.step(optimizer)
+    except AssertionError as error:
+        if "No inf checks were recorded" not in str(error):
+            raise
+        raise ValueError(
+            f"Trainer(precision='amp') found no gradient to step in {type(optimizer).__name__}: every parameter's "
+            ".grad is None at the optimizer step, so the GradScaler has nothing to check for infs. Expected the "
+            "loss to reach the optimizer's parameters. If gradient hooks consume the gradients "
+            "(register_post_accumulate_grad_hook stepping optimizers of their own, with configure_optimizers "
+            "returning None), those steps would apply scaled gradients: return the optimizers from "
+            "configure_optimizers and step them through self.optimizers() under manual optimization "
+            "(docs/manual_optimization.md, \"Optimizer steps inside backward\"), or use precision='bf16'."
+        ) from error

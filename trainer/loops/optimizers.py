@@ -150,7 +150,10 @@ def optimizers_or_none(module: Any) -> Any:
         name = type(module).__name__
         if getattr(module, "automatic_optimization", True):
             message = (f"configure_optimizers() of {name} returned None: this fit runs training_step and "
-                       "backward with no optimizer, so the weights do not change (as in Lightning).")
+                       "backward with no optimizer (as in Lightning), so the Trainer steps nothing: the weights "
+                       "change only where the module changes them itself (optimizers of its own stepped from "
+                       "gradient hooks, register_post_accumulate_grad_hook). Return the optimizer from "
+                       "configure_optimizers to have the Trainer step it.")
         else:
             message = (
                 f"configure_optimizers() of {name} returned None: the Trainer has no optimizer, so under manual "
