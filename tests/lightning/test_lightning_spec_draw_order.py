@@ -1,9 +1,12 @@
 """Where fit's hooks and the module's loader methods draw from the random streams, compared
 with Lightning in one process: `on_fit_start` runs before `train_dataloader()` builds its
 data (a hook that draws first gets the same numbers, and the data and weights are
-Lightning's), and the sanity check's hooks draw inside its isolated streams. (With a sanity
-check Lightning asks for `train_dataloader()` after it, here before it; the check restores the
-streams, so both draw the same numbers.)"""
+Lightning's); the first epoch's iterator is opened before `val_dataloader()` (without a
+sanity check) and before `on_train_start`, and `val_dataloader()` is asked first when a sanity
+check runs, so a validation set drawn at random and what the start hooks draw are Lightning's;
+the sanity check's hooks draw inside its isolated streams. (With a sanity check Lightning asks
+for `train_dataloader()` after it, here before it; the check restores the streams, so both draw
+the same numbers.)"""
 
 from __future__ import annotations
 
@@ -45,13 +48,26 @@ class Model(BoringModel):
         self.draw("train_dataloader")
         return DataLoader(TensorDataset(torch.randn(16, 32)), batch_size=4, shuffle=True)
 
+    def val_dataloader(self):
+        self.draw("val_dataloader")
+        return DataLoader(TensorDataset(torch.randn(8, 32)), batch_size=4, shuffle=True)
+
+    def on_train_start(self):
+        self.draw("on_train_start")
+
+    def on_train_epoch_start(self):
+        self.draw("on_train_epoch_start")
+
+    def validation_step(self, batch, batch_idx):
+        self.log("val_loss", self.step(batch[0]))
+
     def training_step(self, batch, batch_idx):
         loss = self.step(batch[0])
         return loss + (self.noise.sum() * 0.01 * self.layer.weight.sum() if hasattr(self, "noise") else 0)
 
 
 class SanityDraws(Callback):
-    def on_sanity_check_start(self, trainer, module):
+    def on_sanity_check_end(self, trainer, module):
         torch.rand(3)  # inside the sanity check's isolated streams: training never sees it
 
 
@@ -61,7 +77,7 @@ def run(root, where, sanity):
     trainer = Trainer(default_root_dir=root, max_epochs=2, num_sanity_val_steps=sanity, limit_val_batches=2,
                       callbacks=[SanityDraws()], **QUIET)
     trainer.fit(model)
-    return model.seen, [p.detach().tolist() for p in model.parameters()]
+    return model.seen, [p.detach().tolist() for p in model.parameters()], float(trainer.callback_metrics["val_loss"])
 '''
 
 SPEC = Spec(SOURCE, "spec_draw_order")
@@ -69,6 +85,7 @@ SPEC = Spec(SOURCE, "spec_draw_order")
 
 @pytest.mark.parametrize("sanity", [0, 2])
 def test_draws_before_training_are_lightnings(sanity: int, tmp_path: Path) -> None:
-    ours, theirs = SPEC.compare("run", tmp_path, where=("setup", "on_fit_start", "train_dataloader"), sanity=sanity)
+    where = ("setup", "on_fit_start", "train_dataloader", "val_dataloader", "on_train_start", "on_train_epoch_start")
+    ours, theirs = SPEC.compare("run", tmp_path, where=where, sanity=sanity)
     assert ours == theirs
-    assert [name for name, _ in ours[0]][:3] == ["setup", "on_fit_start", "train_dataloader"]
+    assert {name for name, _ in ours[0]} == set(where)

@@ -91,8 +91,8 @@ class TrainerData:
             if datamodule is not None:
                 val = getattr(datamodule, "val_dataloader", None)
                 validates = self.args.limit_val_batches != 0 and callable(val)  # Lightning: not asked when 0
-                self._loader_source = lambda: (datamodule.train_dataloader(),
-                                               _val_loader_of(val, self._sanity_checks()) if validates else None)
+                self._loader_source = lambda: (datamodule.train_dataloader,
+                                               (lambda: _val_loader_of(val, self._sanity_checks())) if validates else None)
         return resolved
 
     def _sanity_checks(self) -> bool:
@@ -115,27 +115,50 @@ class TrainerData:
         if owners and self.strategy.world_size > 1:
             self.strategy.barrier()
 
-    def _fit_loaders_from_module(self, model: Module, train: Any, val: Any) -> tuple[Any, Any]:
-        """After `setup("fit")`: the module's own loaders where none were given (Lightning's data hooks)."""
+    def _fit_loader_sources(self, model: Module, train: Any, val: Any) -> tuple[Callable[[], Any], Callable[[], Any]]:
+        """After `setup("fit")`: how to get the training and the validation loader, the module's
+        own where none were given (Lightning's data hooks); the caller asks in Lightning's order."""
+        def given(loader: Any) -> Callable[[], Any]:
+            return lambda: loader
+
         if self._run.datamodule is not None:
             if train is None and self._loader_source is not None:
-                return self._loader_source()
-            return train, val
+                train_of, val_of = self._loader_source()
+                return train_of, (val_of if val_of is not None else given(None))
+            return given(train), given(val)
         from_module_train = train is None and module_defines(model, "train_dataloader")
         # Lightning does not ask for validation data it will not use (limit_val_batches=0)
         from_module_val = val is None and module_defines(model, "val_dataloader") and self.args.limit_val_batches != 0
         if from_module_train:
-            train = getattr(model, "train_dataloader")()
-        if from_module_val:
-            val = _val_loader_of(getattr(model, "val_dataloader"), self._sanity_checks())
-        if from_module_train:
             def source() -> tuple[Any, Any]:
                 val = getattr(model, "val_dataloader", None)
                 wanted = callable(val) and self.args.limit_val_batches != 0
-                return getattr(model, "train_dataloader")(), (_val_loader_of(val, self._sanity_checks()) if wanted else None)
+                return getattr(model, "train_dataloader"), ((lambda: _val_loader_of(val, self._sanity_checks())) if wanted else None)
 
             self._loader_source = source
-        return train, val
+        train_of = getattr(model, "train_dataloader") if from_module_train else given(train)
+        val_of = (lambda: _val_loader_of(getattr(model, "val_dataloader"), self._sanity_checks())) if from_module_val else given(val)
+        return train_of, val_of
+
+    def _fit_loaders_in_order(self, model: Module, train: Any, val: Any, *, opens: bool,
+                              defer_opening: bool) -> tuple[Any, Any, bool]:
+        """fit's loaders in Lightning's order: `val_dataloader()` first when a sanity check runs
+        (inside its restored random state), then the training loader, prepared, and (`opens`) its
+        first epoch's iterator, then `val_dataloader()` without a sanity check. With a sanity
+        check and `defer_opening` the iterator is opened after it, as Lightning's data setup
+        runs after its sanity check (the third value says it is owed); asked for earlier
+        (`estimated_stepping_batches` in configure_optimizers), it is opened at once, as there."""
+        train_of, val_of = self._fit_loader_sources(model, train, val)
+        sanity = self._sanity_checks()
+        first_val = val_of() if sanity else None
+        loader = as_train_loader(train_of())
+        check_loader(loader, "train_loader")
+        loader = self._prepare_loader(loader, train=True)
+        owed = opens and sanity and defer_opening
+        if opens and not owed:
+            self.strategy.set_epoch(loader, self._run.state.epoch)  # a sampler iter() reads at once sees its epoch
+            self._run.data_order.open_ahead(loader, self._run.state.epoch)
+        return loader, (first_val if sanity else val_of()), owed
 
     def _checked_val(self, model: Module, val: Any) -> Any:
         """The validation loader fit runs, or None: a module without `validation_step` skips
@@ -172,10 +195,10 @@ class TrainerData:
         None when the loaders were passed to fit directly (they are the same objects)."""
         if self._loader_source is None:
             return None
-        train, val = self._loader_source()
-        train = as_train_loader(train)
+        train_of, val_of = self._loader_source()  # how to ask for each (core/data.py)
+        train = as_train_loader(train_of())
         check_loader(train, "train_loader")
-        val = self._checked_val(model, val)
+        val = self._checked_val(model, val_of() if val_of is not None else None)
         return self._prepare_loader(train, train=True), (None if val is None else self._prepare_loader(val, train=False))
 
     def _evaluation_loader(self, model: Module, stage: str, loader: Any, *, call: bool = True) -> Any:

@@ -63,7 +63,8 @@ class TrainerFit:
         @property
         def global_step(self) -> int: ...
         def _loaders(self, stage: str, model: Module, datamodule: Any, *loaders: Any) -> tuple[Any, ...]: ...
-        def _fit_loaders_from_module(self, model: Module, train: Any, val: Any) -> tuple[Any, Any]: ...
+        def _fit_loaders_in_order(self, model: Module, train: Any, val: Any, *, opens: bool,
+                                  defer_opening: bool) -> tuple[Any, Any, bool]: ...
         def _checked_val(self, model: Module, val: Any) -> Any: ...
         def _prepare_loader(self, loader: Any, *, train: bool, fitting: bool = True) -> Any: ...
         def _setup(self, model: Module, stage: str) -> None: ...
@@ -133,21 +134,22 @@ class TrainerFit:
             check_loader(train_loader, "train_loader")
         check_manual_arguments(model, self.args)
         checkpoint = self._run.checkpoints.read_checkpoint(ckpt_path, module=model) if ckpt_path is not None else None
+        resuming = checkpoint is not None  # the checkpoint's data order decides the epoch's iterator
         if checkpoint is not None:
             self._ckpt_path = checkpoint.get("_path")
         if self.args.seed is not None and self._starts_run(model):  # a continued run keeps its random streams
             seed_everything(self.args.seed)
-        prepared: list[tuple[Any, Any]] = []
+        prepared: list[tuple[Any, Any, bool]] = []
+        # a fresh epoch's first iterator is opened as fit sets up its data (Lightning's moment)
+        opens = not resuming and self._run.state.batches_done == 0 and self.args.limit_train_batches != 0
 
-        def fit_loaders() -> tuple[Any, Any]:
+        def fit_loaders(after_fit_start: bool = False) -> tuple[Any, Any]:
             """The train loader prepared (sampler included) and the val loader, once: on
-            `estimated_stepping_batches`'s request in configure_optimizers, or after setup."""
+            `estimated_stepping_batches`'s request in configure_optimizers, or after on_fit_start."""
             if not prepared:
-                train, val = self._fit_loaders_from_module(model, train_loader, val_loader)
-                train = as_train_loader(train)
-                check_loader(train, "train_loader")
-                prepared.append((self._prepare_loader(train, train=True), val))
-            return prepared[0]
+                prepared.append(self._fit_loaders_in_order(model, train_loader, val_loader, opens=opens,
+                                                           defer_opening=after_fit_start))
+            return prepared[0][0], prepared[0][1]
 
         self._fit_loaders = fit_loaders
         try:
@@ -163,16 +165,17 @@ class TrainerFit:
             held = [checkpoint]  # let go once read: the run's checkpoints keep it until the resumed epoch's start hooks ran
             checkpoint = None
 
-            def loaders() -> tuple[Any, Any]:
+            def loaders() -> tuple[Any, Any, bool]:
                 """The fit's loaders, asked for after on_fit_start as Lightning asks (a hook that
                 draws random numbers comes before a dataset built in train_dataloader())."""
-                train, val = fit_loaders()
+                train, val = fit_loaders(after_fit_start=True)
                 self._run.train_loader, self._fit_loaders = train, None
                 if held[0] is not None:
                     check_resume(self._run, held[0], train)
                 held[0] = None
                 val = self._checked_val(model, val)
-                return train, (self._prepare_loader(val, train=False) if val is not None else None)
+                owed = prepared[0][2]  # the first iterator is still to be opened: after the sanity check
+                return train, (self._prepare_loader(val, train=False) if val is not None else None), owed
 
             self._fit_with_signals(loaders)
             if compile_cache is not None:
@@ -181,13 +184,14 @@ class TrainerFit:
                 self._run.simple_profiler.report(lambda: self._run.output.run_dir)
         finally:
             self._fit_loaders = None
+            self._run.data_order.discard_opened()  # an iterator opened for an epoch that never started
             self._run.checkpoints.forget_resume()
             self._run.metrics.renew_view()
             self._run.call("teardown", TrainerFn.FITTING)
             if self._run.datamodule is not None and callable(getattr(self._run.datamodule, "teardown", None)):
                 self._run.datamodule.teardown(stage=TrainerFn.FITTING)
 
-    def _fit_with_signals(self, loaders: Callable[[], tuple[Any, Any]]) -> None:
+    def _fit_with_signals(self, loaders: Callable[[], tuple[Any, Any, bool]]) -> None:
         with SignalGuard(self._preempt, self._requeue.signals) as signals:
             self._run.signals = signals
             early = early_signals.take(self._requeue.signals)  # SLURM's signal while the script started
@@ -200,10 +204,11 @@ class TrainerFit:
                 self._run.metrics.clear_latest()  # a new, empty callback_metrics dict, as Lightning's
                 self._run.output.forget_shown()
                 self._run.call("on_fit_start")
-                train_loader, val_loader = loaders()
+                train_loader, val_loader, open_after_sanity = loaders()
                 self._run.checkpoints.start_run()  # the run folder's last.ckpt checked before anything is written
                 self._run.output.start_run(self._run.module)
                 self._loop = FitLoop(self._run, self._eval, val_loader)
+                self._loop.open_after_sanity = open_after_sanity
                 self._loop.run(train_loader)
                 self._run.call("on_fit_end")
                 self._run.checkpoints.finish_writes()  # async_checkpointing: the last write is complete (or raises)

@@ -138,22 +138,49 @@ class DataOrder:
         self.yielded = 0
         self.fetching = False  # inside the loader's __next__ (an interrupt there is not a clean cut)
         self._pending: dict[str, Any] | None = None
+        # An epoch's iterator opened ahead of its start hooks (Lightning opens the first one when
+        # fit sets up its data): (loader, epoch, iterator), and the global random state at the
+        # epoch's first batch, which a replay then needs beside the one before iter().
+        self._opened: tuple[Any, int, Iterator[Any]] | None = None
+        self.first_fetch: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ iterators
+    def open_ahead(self, loader: Any, epoch: int) -> None:
+        """Call iter() on a fresh epoch's loader now, as Lightning does when fit sets up its
+        data (before `on_train_start`, and before `val_dataloader()` without a sanity check):
+        the worker seed is drawn here, what the start hooks draw comes after it. Plain loaders
+        only (a loader with its own state, or several combined, open at the epoch's start)."""
+        self.discard_opened()
+        if is_stateful_loader(loader) or getattr(loader, "combines_loaders", False):
+            return
+        generators = loader_generators(loader)
+        self.epoch_start = {**rng_state(), "generators": {path: g.get_state() for path, g in generators.items()}}
+        self.loader, self.epoch, self.yielded, self.first_fetch = loader, epoch, 0, None
+        self._opened = (loader, epoch, iter(loader))
+
+    def discard_opened(self) -> None:
+        """Forget an iterator opened ahead that no epoch used (a fit that ended before it)."""
+        self._opened = None
+
     def epoch_iterator(self, loader: Any, skip: int, epoch: int) -> Iterator[Any]:
         """An iterator over this epoch's batches, positioned after `skip` consumed ones."""
+        opened, self._opened = self._opened, None
+        if opened is not None and opened[0] is loader and opened[1] == epoch and skip == 0 and self._pending is None:
+            self.yielded = 0
+            return self._count(opened[2], record_first=True)
         pending, self._pending = self._pending, None
-        self.loader, self.epoch, self.yielded = loader, epoch, skip
+        self.loader, self.epoch, self.yielded, self.first_fetch = loader, epoch, skip, None
         if is_stateful_loader(loader):
             return self._count(self._stateful_iterator(loader, skip, pending))
         generators = loader_generators(loader)
-        if skip == 0:
+        if skip == 0 and not (pending or {}).get("opened"):
             if pending is not None:  # an epoch-boundary checkpoint: continue its generators
                 _set_generator_states(generators, pending.get("generators") or {})
             # every global stream: an iterable may decide its order with Python's or NumPy's
             self.epoch_start = {**rng_state(), "generators": {path: g.get_state() for path, g in generators.items()}}
-            return self._count(iter(loader))
+            return self._count(iter(loader), record_first=True)  # every epoch: a checkpoint's layout stays the same
         start = pending.get("epoch_start") if pending is not None else self.epoch_start
+        first = pending.get("first_fetch") if pending is not None else self.first_fetch
         if start is None:
             raise RuntimeError(
                 f"Cannot resume {skip} batches into epoch {epoch}: the checkpoint has no record of "
@@ -168,10 +195,15 @@ class DataOrder:
         _set_generator_states(generators, start.get("generators") or {})
         try:
             iterator = iter(loader)
-            if not _skip_without_loading(loader, iterator, skip):
+            if first is not None:  # opened ahead: the start hooks drew between iter() and the first batch
+                set_rng_state(first)
+            if skip and not _skip_without_loading(loader, iterator, skip):
                 _consume(iterator, skip)
         finally:
             set_rng_state(current)
+        self.epoch_start, self.first_fetch = start, first
+        if skip == 0:  # resumed between the opening and the first batch: that batch's state is still to come
+            return self._count(iterator, record_first=True)
         return self._count(iterator)
 
     def _stateful_iterator(self, loader: Any, skip: int, pending: dict[str, Any] | None) -> Iterator[Any]:
@@ -201,7 +233,9 @@ class DataOrder:
             set_rng_state(current)
         return iterator
 
-    def _count(self, iterator: Iterator[Any]) -> Iterator[Any]:
+    def _count(self, iterator: Iterator[Any], record_first: bool = False) -> Iterator[Any]:
+        if record_first:  # the generator runs this at the first next(): the state the first batch draws from
+            self.first_fetch = rng_state()
         while True:
             self.fetching = True  # stays True if an interrupt lands inside the loader
             try:
@@ -247,6 +281,10 @@ class DataOrder:
             return dict(self._pending)
         loader = self.loader
         state: dict[str, Any] = {"epoch_start": self.epoch_start, "generators": {}, "loader": None}
+        if self.first_fetch is not None:
+            state["first_fetch"] = self.first_fetch
+        if self._opened is not None:  # written between the opening and the first batch
+            state["opened"] = True
         if loader is None:
             return state
         state["batch_size"] = loader_batch_size(loader)  # the unit of the loop's batches_done

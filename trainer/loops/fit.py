@@ -69,6 +69,7 @@ class FitLoop(FitValidation):
         self.epoch_batches: int | None = None
         self.batch_running = -1  # the training batch being run (-1: none yet this epoch); trainer.is_last_batch
         self.schedule: ValidationSchedule | None = None
+        self.open_after_sanity = False  # the first epoch's iterator, opened after the sanity check (Lightning's moment)
         self.validate_at_end = False
         self.val_limit: int | None | list[int | None] = None  # a list: one per loader (several loaders)
         self.profiler = StepProfiler.from_arg(args.profiler)
@@ -198,6 +199,9 @@ class FitLoop(FitValidation):
                 self.sanity_check()
                 return
             self.sanity_check()
+            if self.open_after_sanity:
+                context.strategy.set_epoch(train_loader, context.state.epoch)
+                context.data_order.open_ahead(train_loader, context.state.epoch)
             warn_eval_modules(module_of(context))
             context.call("on_train_start")
             restore_streams_after_train_start(context)  # a resume at an epoch's start: the hooks' draws undone
