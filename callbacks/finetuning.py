@@ -4,6 +4,7 @@ its own optimizer parameter group (Lightning's callbacks of the same names and b
 from __future__ import annotations
 
 import logging
+import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -160,10 +161,11 @@ class BaseFinetuning(Callback):
         dropped: list[nn.Parameter] = []
         for param in params:
             (dropped if any(torch.equal(p, param) for p in held) else kept).append(param)
-        if dropped:
-            log.warning("Some parameters to unfreeze are already in this optimizer and are skipped. Build the "
-                        "optimizer from the trainable parameters only: %s(filter(lambda p: p.requires_grad, "
-                        "self.parameters()), ...).", type(optimizer).__name__)
+        if dropped:  # a UserWarning, as Lightning's (a test may catch it with pytest.warns)
+            warnings.warn(f"{len(dropped)} parameter(s) to unfreeze already exist within another group of this "
+                          "optimizer and are skipped. Did you init your optimizer in `configure_optimizers` with "
+                          f"the trainable parameters only: {type(optimizer).__name__}(filter(lambda p: "
+                          "p.requires_grad, self.parameters()), ...)?", UserWarning, stacklevel=3)
         return kept
 
     @staticmethod
