@@ -280,6 +280,30 @@ def restore_backbone(root):
     return groups(trainer.optimizers[0]), cb.previous_backbone_lr, weights(model)
 
 
+def resume_at_epoch_end(root):
+    """A resume from an epoch-end checkpoint of ModelCheckpoint (listed after the finetuning
+    callback) runs the next epoch's finetuning once: the backbone's rate grows once per epoch."""
+    class HeadOnly(BackboneBoring):
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.layer.parameters(), lr=0.1)
+
+    def run(folder, ckpt_path=None):
+        torch.manual_seed(42)
+        model, record = HeadOnly(), Record()
+        ckpt = ModelCheckpoint(dirpath=folder, save_top_k=-1, filename="{epoch}")
+        callback = BackboneFinetuning(unfreeze_backbone_at_epoch=1)
+        trainer = Trainer(default_root_dir=folder, max_epochs=4, limit_train_batches=2, limit_val_batches=0,
+                          callbacks=[callback, record, ckpt], **QUIET)
+        trainer.fit(model, ckpt_path=ckpt_path)
+        return record.seen, callback.previous_backbone_lr, callback._internal_optimizer_metadata, weights(model)
+
+    whole = run(root / "whole")
+    resumed = run(root / "resumed", ckpt_path=root / "whole" / "epoch=1.ckpt")
+    saved = torch.load(root / "whole" / "epoch=1.ckpt", weights_only=False)
+    state = next(v for k, v in saved["callbacks"].items() if k.startswith("BackboneFinetuning"))
+    return whole, resumed, state["previous_backbone_lr"], [g["lr"] for g in saved["optimizer_states"][0]["param_groups"]]
+
+
 def no_backbone(root):
     """Lightning: BackboneFinetuning.on_fit_start refuses a module without `backbone`."""
     trainer = Trainer(default_root_dir=root, max_epochs=1, limit_train_batches=1, limit_val_batches=0,
@@ -318,7 +342,7 @@ def test_backbone_finetuning(options: dict[str, Any], tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("scenario", ["already_held", "static_helpers", "metadata", "restore", "restore_backbone",
-                                      "no_backbone"])
+                                      "resume_at_epoch_end", "no_backbone"])
 def test_finetuning(scenario: str, tmp_path: Path) -> None:
     ours, theirs = SPEC.compare(scenario, tmp_path)
     assert same(ours, theirs), (ours, theirs)

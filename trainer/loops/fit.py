@@ -255,6 +255,12 @@ class FitLoop(FitValidation):
         with context.uninterruptible():
             context.output.end_epoch()
             context.checkpoints.save_last()
+            # A callback's epoch-end file waiting for this cut (ModelCheckpoint) is written now,
+            # before the next epoch's start hooks change what it holds.
+            for callback in context.hooks.callbacks:
+                at_cut = getattr(callback, "_at_epoch_cut", None)
+                if callable(at_cut):
+                    at_cut(context.trainer)
         context.agree_stop()
     def _check_progress(self, steps_before: int, learned_before: int | None) -> None:
         """An epoch without a single optimizer step: never loop forever on max_steps. An epoch
