@@ -80,6 +80,7 @@ def backbone(root, options=None, epochs=4):
                       callbacks=[callback, record, ckpt], **QUIET)
     trainer.fit(model)
     saved = torch.load(ckpt.last_model_path, weights_only=False)["callbacks"][callback.state_key]
+    saved = {k: saved[k] for k in ("internal_optimizer_metadata", "previous_backbone_lr")}  # Lightning's keys
     return dict(seen=record.seen, weights=weights(model), groups=groups(trainer.optimizers[0]),
                 previous=callback.previous_backbone_lr, saved=saved)
 
@@ -342,7 +343,27 @@ def test_backbone_finetuning(options: dict[str, Any], tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("scenario", ["already_held", "static_helpers", "metadata", "restore", "restore_backbone",
-                                      "resume_at_epoch_end", "no_backbone"])
+                                      "no_backbone"])
 def test_finetuning(scenario: str, tmp_path: Path) -> None:
     ours, theirs = SPEC.compare(scenario, tmp_path)
+    if scenario in ("restore", "restore_backbone"):
+        # The groups and the metadata are Lightning's. The weights after the resume are not:
+        # here what the first run unfroze trains on (test_resume_at_epoch_end).
+        keep = 3 if scenario == "restore" else 2
+        ours, theirs = ours[:keep], theirs[:keep]
     assert same(ours, theirs), (ours, theirs)
+
+
+def test_resume_at_epoch_end(tmp_path: Path) -> None:
+    """The checkpoint holds the state before the next epoch's finetuning, as Lightning's, and the
+    rates go on as in the uninterrupted run. Unlike Lightning's, a resumed run here also trains
+    what the interrupted run had unfrozen (Lightning's `setup` freezes the backbone again and
+    nothing unfreezes it), so it ends with the uninterrupted run's weights."""
+    ours, theirs = SPEC.compare("resume_at_epoch_end", tmp_path)
+    (whole, resumed, saved_lr, saved_groups), (their_whole, their_resumed, their_lr, their_groups) = ours, theirs
+    assert same(whole, their_whole)
+    assert (saved_lr, saved_groups) == (their_lr, their_groups)
+    rates = [(epoch, groups) for epoch, groups, _, _ in resumed[0]]
+    assert rates == [(epoch, groups) for epoch, groups, _, _ in their_resumed[0]] == [(e, g) for e, g, _, _ in whole[0][2:]]
+    assert resumed[0] == whole[0][2:] and same(resumed[1:], whole[1:])
+    assert "backbone.weight" not in their_resumed[0][0][2]  # Lightning's resume: the backbone stays frozen
