@@ -202,10 +202,7 @@ def resume(root, crash_on_epoch=1, scheduler="step"):
     swa = Counting(swa_epoch_start=3, swa_lrs=0.1)
     trainer = Trainer(callbacks=[swa], **dict(kwargs, enable_checkpointing=False))
     trainer.fit(again, ckpt_path=root / "checkpoints" / files[-1])
-    # Not compared: `update_calls` of the resumed run. The epoch-end checkpoint here is written
-    # once the next epoch has started (its SWA update done), so a resume into the window does
-    # not redo that update; Lightning's redoes it. n_averaged and the weights agree.
-    return dict(crashed=crashed, files=files, seen=swa.seen,
+    return dict(crashed=crashed, files=files, seen=swa.seen, update_calls=swa.update_calls,
                 transfer_calls=swa.transfer_calls, weights=weights(again), n_averaged=int(swa.n_averaged),
                 epoch=trainer.current_epoch, step=trainer.global_step)
 
