@@ -4,6 +4,7 @@ its own optimizer parameter group (Lightning's callbacks of the same names and b
 from __future__ import annotations
 
 import logging
+import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -47,14 +48,24 @@ class BaseFinetuning(Callback):
     def __init__(self) -> None:
         self._internal_optimizer_metadata: dict[int, list[dict[str, Any]]] = {}
         self._restarting = False
+        self._saved_flags: tuple[Any, Any] = (None, None)  # a checkpoint's requires_grad and BatchNorm tracking
         self._trainer: Callable[[], Any] = lambda: None
 
     def state_dict(self) -> dict[str, Any]:
-        return {"internal_optimizer_metadata": self._internal_optimizer_metadata}
+        state: dict[str, Any] = {"internal_optimizer_metadata": self._internal_optimizer_metadata}
+        trainer = self._trainer()
+        module = None if trainer is None else trainer.lightning_module
+        if isinstance(module, nn.Module):  # which parameters train now, beyond Lightning's keys
+            state["trainable"] = {name: p.requires_grad for name, p in module.named_parameters()}
+            state["batch_norm_tracking"] = {name: m.track_running_stats for name, m in module.named_modules()
+                                            if isinstance(m, _BatchNorm)}
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._restarting = True
-        self._internal_optimizer_metadata = dict(state.get("internal_optimizer_metadata", state))
+        self._internal_optimizer_metadata = {k: v for k, v in state.get("internal_optimizer_metadata", state).items()
+                                             if isinstance(k, int)}
+        self._saved_flags = (state.get("trainable"), state.get("batch_norm_tracking"))
         trainer = self._trainer()
         if trainer is not None and trainer.optimizers:  # the optimizers exist: rebuild their groups now
             self._rebuild_groups(trainer, trainer.lightning_module)
@@ -73,6 +84,17 @@ class BaseFinetuning(Callback):
             groups = self._internal_optimizer_metadata.get(index)
             if groups:
                 optimizer.param_groups = _with_params(groups, named)
+        # What the interrupted run had unfrozen trains again (freeze_before_training froze it in
+        # setup, and finetune_function unfreezes only at its epoch): the run continues exactly.
+        # A Lightning checkpoint has no such record; Lightning's resume leaves those frozen.
+        trainable, tracking = self._saved_flags
+        for name, flag in (trainable or {}).items():
+            if name in named:
+                named[name].requires_grad = bool(flag)
+        layers = dict(module.named_modules())
+        for name, flag in (tracking or {}).items():
+            if isinstance(layers.get(name), _BatchNorm):
+                layers[name].track_running_stats = bool(flag)
         self._restarting = False
 
     def on_train_epoch_start(self, trainer: Trainer, module: Any) -> None:
@@ -160,10 +182,11 @@ class BaseFinetuning(Callback):
         dropped: list[nn.Parameter] = []
         for param in params:
             (dropped if any(torch.equal(p, param) for p in held) else kept).append(param)
-        if dropped:
-            log.warning("Some parameters to unfreeze are already in this optimizer and are skipped. Build the "
-                        "optimizer from the trainable parameters only: %s(filter(lambda p: p.requires_grad, "
-                        "self.parameters()), ...).", type(optimizer).__name__)
+        if dropped:  # a UserWarning, as Lightning's (a test may catch it with pytest.warns)
+            warnings.warn(f"{len(dropped)} parameter(s) to unfreeze already exist within another group of this "
+                          "optimizer and are skipped. Did you init your optimizer in `configure_optimizers` with "
+                          f"the trainable parameters only: {type(optimizer).__name__}(filter(lambda p: "
+                          "p.requires_grad, self.parameters()), ...)?", UserWarning, stacklevel=3)
         return kept
 
     @staticmethod

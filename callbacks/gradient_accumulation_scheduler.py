@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from trainer import Callback
@@ -50,6 +51,11 @@ class GradientAccumulationScheduler(Callback):
             raise ValueError(f"Trainer(accumulate_grad_batches={trainer.accumulate_grad_batches}) and a "
                              "GradientAccumulationScheduler were both given. Expected one of them: leave the "
                              "Trainer's at 1, or drop the callback.")
+        overridden = [name for name in ("optimizer_step", "optimizer_zero_grad") if _overrides(module, name)]
+        if overridden and self.going_to_accumulate_grad_batches():
+            warnings.warn(f"{type(module).__name__} overrides {' and '.join(overridden)}: with gradient accumulation "
+                          "these hooks will not be called on every batch, only once per optimizer step (after the "
+                          "window's last micro-batch).", UserWarning, stacklevel=2)
         most = max(self.scheduling.values())
         if most > 1:  # what the Trainer refuses later (CUDA graphs can't accumulate) is refused now, before any step
             before = trainer.accumulate_grad_batches
@@ -59,3 +65,11 @@ class GradientAccumulationScheduler(Callback):
 
     def on_train_epoch_start(self, trainer: Trainer, module: Any) -> None:
         trainer.accumulate_grad_batches = self.get_accumulate_grad_batches(trainer.current_epoch)
+
+
+def _overrides(module: Any, name: str) -> bool:
+    """Whether `module`'s class defines hook `name` itself (not the one every module has)."""
+    from trainer import LightningModule
+
+    own = getattr(type(module), name, None)
+    return own is not None and own is not getattr(LightningModule, name, None)

@@ -228,6 +228,12 @@ class ModelCheckpoint(KeptFiles, Checkpoint):
         if self._fitting and not self._skip(trainer) and self._saves_on_train_epoch_end(trainer) and self._epoch_due(trainer):
             self._pending = self._plan(trainer, last="if_saved")
 
+    def _at_epoch_cut(self, trainer: Trainer) -> None:
+        """The Trainer calls it once an epoch is counted done (after its schedulers stepped and
+        last.ckpt was written), before the next epoch's `on_train_epoch_start` hooks: the
+        epoch-end file holds the state those hooks have not changed yet, as Lightning's does."""
+        self._flush(trainer)
+
     def on_train_epoch_start(self, trainer: Trainer, module: Any) -> None:
         self._flush(trainer)
 

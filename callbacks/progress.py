@@ -7,6 +7,7 @@ As in Lightning, at most one progress-bar callback may be given, and not togethe
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -21,6 +22,21 @@ def _refresh_rate(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"{name}(refresh_rate=...) expected an int >= 0 (0: no bar). Received: {value!r}.")
     return value
+
+
+def _environment_rate(rate: int) -> int:
+    """Lightning's adjustments of a tqdm bar's rate: 20 instead of 1 on Google Colab (its notebook
+    front end falls behind a bar redrawn every batch), and at least `TQDM_MINITERS` when set."""
+    if os.environ.get("COLAB_GPU") and rate == 1:
+        return 20
+    miniters = os.environ.get("TQDM_MINITERS")
+    if miniters is not None:
+        try:
+            return max(int(miniters), rate)
+        except ValueError:
+            raise ValueError(f"TQDM_MINITERS={miniters!r} in the environment: expected an int (the fewest batches "
+                             "between two redraws of the bar), or unset it.") from None
+    return rate
 
 
 class _NoBar:
@@ -68,7 +84,7 @@ class TQDMProgressBar(Callback):
     """
 
     def __init__(self, refresh_rate: int = 1, process_position: int = 0, leave: bool = False) -> None:
-        self.refresh_rate = _refresh_rate("TQDMProgressBar", refresh_rate)
+        self.refresh_rate = _environment_rate(_refresh_rate("TQDMProgressBar", refresh_rate))
         self.process_position = process_position
         self.leave = leave
         _warn_unused_overrides(self)

@@ -128,8 +128,8 @@ class StochasticWeightAveraging(ExtraEpoch, Callback):
 
     @property
     def n_averaged(self) -> torch.Tensor | None:
-        """How many weights the average holds (None before fit)."""
-        return None if self._average_model is None else self._average_model.n_averaged
+        """How many weights the average holds (None until the SWA window starts, as Lightning's)."""
+        return None if self._average_model is None or not self._initialized else self._average_model.n_averaged
 
     @property
     def average_model(self) -> AveragedModel | None:
@@ -144,6 +144,17 @@ class StochasticWeightAveraging(ExtraEpoch, Callback):
     @staticmethod
     def pl_module_contains_batch_norm(pl_module: nn.Module) -> bool:
         return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in pl_module.modules())
+
+    @staticmethod
+    def update_parameters(average_model: nn.Module, model: nn.Module, n_averaged: torch.Tensor, avg_fn: AvgFn) -> None:
+        """Fold `model`'s parameters into `average_model`'s with `avg_fn` (the first time: copy
+        them) and add one to `n_averaged` in place. Called at the start of every epoch of the
+        SWA window, with Lightning's arguments: a subclass may override it."""
+        for averaged, current in zip(average_model.parameters(), model.parameters()):
+            target = averaged.detach()
+            value = current.detach().to(target.device)
+            target.copy_(value if int(n_averaged) == 0 else avg_fn(target, value, n_averaged.to(target.device)))
+        n_averaged += 1
 
     @staticmethod
     def transfer_weights(src_pl_module: nn.Module, dst_pl_module: nn.Module) -> None:
@@ -192,7 +203,8 @@ class StochasticWeightAveraging(ExtraEpoch, Callback):
             self._initialize(trainer, module, epoch)
         if in_window and epoch > self._latest_update_epoch:
             assert self._average_model is not None
-            self._average_model.update_parameters(module)
+            with torch.no_grad():
+                self.update_parameters(self._average_model.module, module, self._average_model.n_averaged, self._avg_fn)
             self._latest_update_epoch = epoch
 
     def on_train_batch_start(self, trainer: Trainer, module: Any, batch: Any, batch_idx: int) -> None:

@@ -200,7 +200,10 @@ def callback_keys(callbacks: Sequence[CallbackState]) -> list[str]:
 
 
 def _callbacks(callbacks: Sequence[CallbackState]) -> dict[str, Any]:
-    return {key: callback.state_dict() for key, callback in zip(callback_keys(callbacks), callbacks)}
+    """Each callback's state by key; as in Lightning, an empty state is left out, so that
+    callback's `load_state_dict` is not called on resume."""
+    states = ((key, callback.state_dict()) for key, callback in zip(callback_keys(callbacks), callbacks))
+    return {key: state for key, state in states if state}
 
 
 def _load_callbacks(host: StateHost, saved: Any, source: str) -> None:

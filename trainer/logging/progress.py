@@ -19,6 +19,20 @@ from typing import Any
 __all__ = ["ProgressBar", "RichBar"]
 
 
+def _shown(value: float) -> str:
+    """A value as Lightning's tqdm bar prints it: three significant digits (the plain text when
+    that is shorter), then, without an exponent, zeros after the point up to five characters
+    (`1.000`, `0.123`, `0.812`, `1e-5`)."""
+    plain = str(value)
+    short = f"{value:.3g}".replace("e+0", "e+").replace("e-0", "e-")
+    text = short if len(short) < len(plain) else plain
+    if "e" in text or not isinstance(value, float):
+        return text
+    if "." not in text and len(text) < 5:
+        text += "."
+    return text + "0" * (5 - len(text))
+
+
 class ProgressBar:
     """Draws the training and validation bars; `close` is safe to call at any time.
 
@@ -49,7 +63,7 @@ class ProgressBar:
     def set_postfix(self, values: Mapping[str, float]) -> None:
         """Show `values` after the bar (drawn with the next update, not immediately)."""
         if self._bar is not None and values:
-            self._bar.set_postfix({k: f"{v:.4g}" for k, v in values.items()}, refresh=False)
+            self._bar.set_postfix({k: _shown(v) for k, v in values.items()}, refresh=False)
 
     def start_validation(self, total: int | None, desc: str = "Validation") -> None:
         tqdm = _auto_tqdm()

@@ -274,6 +274,12 @@ class FitLoop(FitValidation):
         with context.uninterruptible():
             context.output.end_epoch()
             context.checkpoints.save_last()
+            # A callback's epoch-end file waiting for this cut (ModelCheckpoint) is written now,
+            # before the next epoch's start hooks change what it holds.
+            for callback in context.hooks.callbacks:
+                at_cut = getattr(callback, "_at_epoch_cut", None)
+                if callable(at_cut):
+                    at_cut(context.trainer)
         context.agree_stop()
     def _step_epoch_schedulers(self) -> None:
         state, optimization = self.context.state, self.optimization
