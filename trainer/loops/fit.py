@@ -281,6 +281,7 @@ class FitLoop(FitValidation):
                 if callable(at_cut):
                     at_cut(context.trainer)
         context.agree_stop()
+
     def _step_epoch_schedulers(self) -> None:
         state, optimization = self.context.state, self.optimization
         if not state.epoch_schedulers_stepped and isinstance(optimization, AutomaticOptimization):
