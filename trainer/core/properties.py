@@ -373,9 +373,13 @@ class TrainerProperties:
 
     @property
     def val_dataloaders(self) -> Any:
-        """The validation loader of fit, else the one `validate` used; None without one."""
+        """The validation loader of the latest `fit` or `validate` (`validate` after `fit`: the one
+        it used, as Lightning's); None without one."""
+        validated = (self._eval_loaders or {}).get("validation")
         fitted = getattr(self._loop, "val_loader", None)
-        return public_loaders(fitted if fitted is not None else (self._eval_loaders or {}).get("validation"))
+        if self._last_call == "validate" and validated is not None:
+            return public_loaders(validated)
+        return public_loaders(fitted if fitted is not None else validated)
 
     test_dataloaders = _Recorded("loader", "test")  # the loader `test` used; None before it ran
     predict_dataloaders = _Recorded("loader", "predict")  # the loader `predict` used; None before it ran

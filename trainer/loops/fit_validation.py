@@ -45,6 +45,8 @@ class FitValidation:
         rng_before_validation: dict[str, Any] | None
         monitors: MonitorCheck
 
+        def reload_val(self) -> None: ...
+
     def sanity_check(self) -> None:
         """`num_sanity_val_steps` validation batches before training: nothing is logged, no
         callback acts on them (`trainer.sanity_checking`), no random stream moves."""
@@ -83,6 +85,7 @@ class FitValidation:
         self.rng_before_validation = rng_state()
         state.validation_pending = True
         module_of(context).on_validation_model_zero_grad()  # Lightning's, before a validation in fit
+        self.reload_val()  # reload_dataloaders_every_n_epochs: Lightning's validation asks for its loader here
 
         def complete() -> None:
             state.validation_pending = False
