@@ -193,9 +193,14 @@ class TrainerEvaluation:
             self._eval_batches = {**(self._eval_batches or {}),
                                   stage: [math.inf if each is None else each for each in reported]}
             results = self._eval.run(loader, stage, count, keep=keep)
-        except BaseException:
+        except BaseException as error:
             self._interrupted = True
-            self.strategy.teardown(failed=True)
+            try:  # the callbacks' (and the DataModule's) on_exception, as Lightning calls them in every stage
+                self._run.call("on_exception", error)
+                if callable(getattr(self._run.datamodule, "on_exception", None)):
+                    self._run.datamodule.on_exception(error)
+            finally:
+                self.strategy.teardown(failed=True)
             raise
         finally:
             self._run.metrics.renew_view()
