@@ -261,3 +261,87 @@ def test_sanity_check_of_every_batch(limit_val_batches: float, tmp_path: Path) -
 def test_repeated_fit_calls(max_steps: int, max_epochs: int | None, tmp_path: Path) -> None:
     ours, theirs = SPEC.compare("repeated_fit", tmp_path, max_steps=max_steps, max_epochs=max_epochs)
     assert ours == theirs
+
+
+SOURCE_MORE = '''
+import torch
+from trainer import Callback, Trainer
+from trainer.demos.boring_classes import BoringModel
+
+QUIET = dict(enable_progress_bar=False, enable_model_summary=False, logger=False, enable_checkpointing=False)
+
+
+def metrics_reset(root):
+    """Lightning: test_trainer_metrics_reset_before_each_task (what each task starts with)."""
+    seen = []
+
+    class Watch(Callback):
+        def record(self, trainer, name):
+            seen.append((name, sorted(k for k in trainer.callback_metrics if not k.startswith("train/")),
+                         sorted(trainer.progress_bar_metrics), sorted(trainer.logged_metrics)))
+
+        def on_train_start(self, trainer, *args):
+            self.record(trainer, "train")
+
+        def on_validation_start(self, trainer, *args):
+            if not trainer.sanity_checking and trainer.state.fn == "validate":
+                self.record(trainer, "validate")
+
+        def on_test_start(self, trainer, *args):
+            self.record(trainer, "test")
+
+        def on_predict_start(self, trainer, *args):
+            self.record(trainer, "predict")
+
+    class Model(BoringModel):
+        def training_step(self, *args, **kwargs):
+            self.log("t_metric", 7.0, prog_bar=True)
+            return super().training_step(*args, **kwargs)
+
+        def validation_step(self, *args, **kwargs):
+            self.log("v_metric", 14.0, prog_bar=True)
+            return super().validation_step(*args, **kwargs)
+
+        def test_step(self, *args, **kwargs):
+            self.log("test_metric", 21.0)
+            return super().test_step(*args, **kwargs)
+
+    torch.manual_seed(0)
+    model = Model()
+    trainer = Trainer(default_root_dir=root, max_epochs=1, limit_train_batches=2, limit_val_batches=2,
+                      limit_test_batches=2, limit_predict_batches=2, callbacks=[Watch()], **QUIET)
+    trainer.fit(model)
+    trainer.validate(model, verbose=False)
+    trainer.test(model, verbose=False)
+    trainer.predict(model)
+    return seen
+
+
+def disabled_validation(root, fast_dev_run):
+    """Lightning: test_disabled_validation."""
+    calls = []
+
+    class Model(BoringModel):
+        def validation_step(self, *args, **kwargs):
+            calls.append(self.trainer.sanity_checking)
+            return super().validation_step(*args, **kwargs)
+
+    torch.manual_seed(0)
+    trainer = Trainer(default_root_dir=root, max_epochs=2, limit_train_batches=0.1, limit_val_batches=0.0,
+                      fast_dev_run=fast_dev_run, **QUIET)
+    trainer.fit(Model())
+    return {"calls": calls, "current_epoch": trainer.current_epoch, "global_step": trainer.global_step}
+'''
+
+SPEC_MORE = Spec(SOURCE_MORE, "spec_trainer_api_more")
+
+
+def test_metrics_start_empty_in_each_task(tmp_path: Path) -> None:
+    ours, theirs = SPEC_MORE.compare("metrics_reset", tmp_path)
+    assert ours == theirs
+
+
+@pytest.mark.parametrize("fast_dev_run", [False, True])
+def test_disabled_validation(fast_dev_run: bool, tmp_path: Path) -> None:
+    ours, theirs = SPEC_MORE.compare("disabled_validation", tmp_path, fast_dev_run=fast_dev_run)
+    assert ours == theirs
