@@ -179,20 +179,6 @@ class FitLoop(FitValidation):
         iter(train_loader)
         return train_loader
 
-    def reload_val(self) -> None:
-        """`reload_dataloaders_every_n_epochs=n`: a validation n or more epochs after the val
-        loader's last load asks for it again, as Lightning's validation does (its draws are the
-        run's: Lightning's reload happens inside the validation, not isolated)."""
-        context, n = self.context, self.context.args.reload_dataloaders_every_n_epochs
-        if not n or context.state.epoch - self.val_loaded_epoch < n:
-            return
-        reloaded = context.reload_loader(module_of(context), "val")
-        self.val_loaded_epoch = context.state.epoch
-        if reloaded is not None:
-            (val_loader,) = reloaded
-            self.val_loader = val_loader if context.args.limit_val_batches != 0 else None
-            self._measure_val()
-
     def run(self, train_loader: Any) -> None:
         with self._running():
             context, args = self.context, self.context.args
