@@ -333,7 +333,48 @@ def disabled_validation(root, fast_dev_run):
     return {"calls": calls, "current_epoch": trainer.current_epoch, "global_step": trainer.global_step}
 '''
 
+SOURCE_MORE += '''
+
+def stateful_ckpt_path(root):
+    """Lightning: test_stateful_trainer_ckpt_path_support (NeMo's pattern: `trainer.ckpt_path = path`)."""
+    import warnings
+    from pathlib import Path
+
+    torch.manual_seed(0)
+    first = BoringModel()
+    trainer = Trainer(default_root_dir=root, max_steps=2, limit_val_batches=1, **QUIET)
+    trainer.fit(first)
+    path = Path(root) / "two.ckpt"
+    trainer.save_checkpoint(path)
+    out = {}
+    model = BoringModel()
+    trainer = Trainer(default_root_dir=root, max_steps=3, limit_val_batches=1, limit_test_batches=1, **QUIET)
+    trainer.ckpt_path = path
+    out["set"] = Path(trainer.ckpt_path).name
+    trainer.fit(model)  # resumes from the file set on the Trainer
+    out["resumed"] = (trainer.global_step, Path(trainer.ckpt_path).name)
+    test_model = BoringModel()
+    trainer.test(test_model, verbose=False)  # the set file's weights, not the module's
+    out["tested_weights_are_the_files"] = all(torch.equal(a, b) for a, b in zip(
+        test_model.state_dict().values(), first.state_dict().values()))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.validate(BoringModel(), ckpt_path=path, verbose=False)
+    out["warned"] = any("ckpt_path" in str(w.message) for w in caught)
+    plain_model = BoringModel()
+    before = [v.clone() for v in plain_model.state_dict().values()]
+    trainer.test(plain_model, verbose=False)  # forgotten: the module's own weights
+    out["forgotten"] = all(torch.equal(a, b) for a, b in zip(before, plain_model.state_dict().values()))
+    trainer.ckpt_path = None
+    return out
+'''
+
 SPEC_MORE = Spec(SOURCE_MORE, "spec_trainer_api_more")
+
+
+def test_ckpt_path_set_on_the_trainer(tmp_path: Path) -> None:
+    ours, theirs = SPEC_MORE.compare("stateful_ckpt_path", tmp_path)
+    assert ours == theirs
 
 
 def test_metrics_start_empty_in_each_task(tmp_path: Path) -> None:

@@ -99,6 +99,9 @@ class TrainerEvaluation:
     _last_call: str | None
     _ckpt_path: str | None
 
+    def _chosen_ckpt_path(self, given: Any, verb: str) -> Any:  # pragma: no cover - defined by Trainer
+        raise NotImplementedError
+
     def validate(self, model: Module | None = None, loader: Any = None, ckpt_path: str | Path | None = None,
                  verbose: bool = True, *, dataloaders: Any = None, datamodule: Any = None,
                  weights_only: bool | None = None) -> Any:
@@ -127,6 +130,7 @@ class TrainerEvaluation:
     def _evaluate(self, stage: str, model: Module | None, loader: Any, ckpt_path: Any, dataloaders: Any,
                   datamodule: Any, verbose: bool, keep: bool = True) -> Any:
         verb = "validate" if stage == "validation" else stage
+        ckpt_path = self._chosen_ckpt_path(ckpt_path, verb)  # `trainer.ckpt_path = path` (Lightning's)
         if model is None:  # Lightning: the model of the previous fit
             model = self._run.module
             if model is None:
