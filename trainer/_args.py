@@ -153,6 +153,19 @@ class TrainerArgs(BaseModel):
             )
         return name
 
+    @pydantic.field_validator("check_val_every_n_epoch")
+    @classmethod
+    def _check_val_every_n_epoch(cls, value: int | None, info: pydantic.ValidationInfo) -> int | None:
+        interval = info.data.get("val_check_interval")
+        if value is None and isinstance(interval, float):  # Lightning refuses it too
+            raise ValueError(
+                f"None counts val_check_interval over the whole run, which takes an int number of training "
+                f"batches, and val_check_interval={interval!r} is a fraction of an epoch. Expected "
+                f"val_check_interval=<batches> with check_val_every_n_epoch=None, or a fraction with "
+                f"check_val_every_n_epoch=1"
+            )
+        return value
+
     @pydantic.field_validator("requeue_signal", mode="before")
     @classmethod
     def _check_requeue_signal(cls, value: Any) -> str | None:

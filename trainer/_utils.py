@@ -174,10 +174,11 @@ def _set_cuda_rng_state(states: list[torch.Tensor]) -> None:
 
 def length_of(loader: Any) -> int | None:
     """`len(loader)`, or None for loaders without a length (a DataLoader over an
-    IterableDataset without `__len__` has `__len__` but raises TypeError)."""
+    IterableDataset without `__len__` has `__len__` but raises TypeError; a wrapper's
+    `__len__` may raise NotImplementedError, which Lightning also reads as no length)."""
     try:
         return len(loader)
-    except TypeError:
+    except (TypeError, NotImplementedError):
         return None
 
 

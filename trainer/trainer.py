@@ -171,7 +171,7 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation, TrainerFit):
         self._eval = EvalLoop(run)
         # while fit sets up (configure_optimizers): its train loader, prepared on first request
         self._fit_loaders: Callable[[], tuple[Any, Any]] | None = None
-        self._loader_source: Callable[[], tuple[Any, Any]] | None = None  # reload_dataloaders_every_n_epochs
+        self._loader_source: Callable[..., Any] | None = None  # reload_dataloaders_every_n_epochs
         self._warned_no_validation_step = False
         self._steps_at_fit_start = 0  # an error keeps last.ckpt only when this fit took steps
         self._handling_error = False

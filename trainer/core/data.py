@@ -67,7 +67,7 @@ class TrainerData:
     args: TrainerArgs
     strategy: Strategy
     _run: RunContext
-    _loader_source: Callable[[], tuple[Any, Any]] | None
+    _loader_source: Callable[..., Any] | None
     _warned_no_validation_step: bool
 
     def _loaders(self, stage: str, model: Module, datamodule: Any, *loaders: Any) -> tuple[Any, ...]:
@@ -91,8 +91,13 @@ class TrainerData:
             if datamodule is not None:
                 val = getattr(datamodule, "val_dataloader", None)
                 validates = self.args.limit_val_batches != 0 and callable(val)  # Lightning: not asked when 0
-                self._loader_source = lambda: (datamodule.train_dataloader,
-                                               (lambda: _val_loader_of(val, self._sanity_checks())) if validates else None)
+
+                def source(part: str, isolated: bool = True) -> Any:
+                    if part == "train":
+                        return datamodule.train_dataloader()
+                    return _val_loader_of(val, isolated and self._sanity_checks()) if validates else None
+
+                self._loader_source = source
         return resolved
 
     def _sanity_checks(self) -> bool:
@@ -123,17 +128,19 @@ class TrainerData:
 
         if self._run.datamodule is not None:
             if train is None and self._loader_source is not None:
-                train_of, val_of = self._loader_source()
-                return train_of, (val_of if val_of is not None else given(None))
+                source = self._loader_source
+                return (lambda: source("train")), (lambda: source("val"))
             return given(train), given(val)
         from_module_train = train is None and module_defines(model, "train_dataloader")
         # Lightning does not ask for validation data it will not use (limit_val_batches=0)
         from_module_val = val is None and module_defines(model, "val_dataloader") and self.args.limit_val_batches != 0
         if from_module_train:
-            def source() -> tuple[Any, Any]:
+            def source(part: str, isolated: bool = True) -> Any:
+                if part == "train":
+                    return getattr(model, "train_dataloader")()
                 val = getattr(model, "val_dataloader", None)
                 wanted = callable(val) and self.args.limit_val_batches != 0
-                return getattr(model, "train_dataloader"), ((lambda: _val_loader_of(val, self._sanity_checks())) if wanted else None)
+                return _val_loader_of(val, isolated and self._sanity_checks()) if wanted else None
 
             self._loader_source = source
         train_of = getattr(model, "train_dataloader") if from_module_train else given(train)
@@ -190,16 +197,19 @@ class TrainerData:
             return loader
         return self.strategy.setup_loader(loader, train=train)
 
-    def _reload_loaders(self, model: Module) -> tuple[Any, Any] | None:
-        """`reload_dataloaders_every_n_epochs`: the source's train and val loaders again, prepared;
-        None when the loaders were passed to fit directly (they are the same objects)."""
+    def _reload_loaders(self, model: Module, part: str) -> tuple[Any] | None:
+        """`reload_dataloaders_every_n_epochs`: the source's train (`part="train"`) or val loader
+        again, prepared, as a 1-tuple (the val loader may be None: no validation); None when the
+        loaders were passed to fit directly (they are the same objects). A val loader asked for
+        while fit runs draws from the random streams, as Lightning's reload inside its validation."""
         if self._loader_source is None:
             return None
-        train_of, val_of = self._loader_source()  # how to ask for each (core/data.py)
-        train = as_train_loader(train_of())
-        check_loader(train, "train_loader")
-        val = self._checked_val(model, val_of() if val_of is not None else None)
-        return self._prepare_loader(train, train=True), (None if val is None else self._prepare_loader(val, train=False))
+        if part == "train":
+            train = as_train_loader(self._loader_source("train"))
+            check_loader(train, "train_loader")
+            return (self._prepare_loader(train, train=True),)
+        val = self._checked_val(model, self._loader_source("val", False))
+        return (None if val is None else self._prepare_loader(val, train=False),)
 
     def _evaluation_loader(self, model: Module, stage: str, loader: Any, *, call: bool = True) -> Any:
         """After `setup(stage)`: the module's own `<stage>_dataloader()` where none was given

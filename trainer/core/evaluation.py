@@ -99,6 +99,9 @@ class TrainerEvaluation:
     _last_call: str | None
     _ckpt_path: str | None
 
+    def _chosen_ckpt_path(self, given: Any, verb: str) -> Any:  # pragma: no cover - defined by Trainer
+        raise NotImplementedError
+
     def validate(self, model: Module | None = None, loader: Any = None, ckpt_path: str | Path | None = None,
                  verbose: bool = True, *, dataloaders: Any = None, datamodule: Any = None,
                  weights_only: bool | None = None) -> Any:
@@ -127,6 +130,7 @@ class TrainerEvaluation:
     def _evaluate(self, stage: str, model: Module | None, loader: Any, ckpt_path: Any, dataloaders: Any,
                   datamodule: Any, verbose: bool, keep: bool = True) -> Any:
         verb = "validate" if stage == "validation" else stage
+        ckpt_path = self._chosen_ckpt_path(ckpt_path, verb)  # `trainer.ckpt_path = path` (Lightning's)
         if model is None:  # Lightning: the model of the previous fit
             model = self._run.module
             if model is None:
@@ -193,9 +197,14 @@ class TrainerEvaluation:
             self._eval_batches = {**(self._eval_batches or {}),
                                   stage: [math.inf if each is None else each for each in reported]}
             results = self._eval.run(loader, stage, count, keep=keep)
-        except BaseException:
+        except BaseException as error:
             self._interrupted = True
-            self.strategy.teardown(failed=True)
+            try:  # the callbacks' (and the DataModule's) on_exception, as Lightning calls them in every stage
+                self._run.call("on_exception", error)
+                if callable(getattr(self._run.datamodule, "on_exception", None)):
+                    self._run.datamodule.on_exception(error)
+            finally:
+                self.strategy.teardown(failed=True)
             raise
         finally:
             self._run.metrics.renew_view()

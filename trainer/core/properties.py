@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -63,6 +64,7 @@ class TrainerProperties:
     _last_call: str | None = None  # the call that runs or ran last (trainer.state.fn)
     _ckpt_path: str | None = None
     _state_view: TrainerState | None = None  # `trainer.state`, made once per run state
+    _ckpt_path_set: Any = None  # `trainer.ckpt_path = path`: read by later calls given no ckpt_path
 
     @property
     def state(self) -> TrainerState:
@@ -364,9 +366,28 @@ class TrainerProperties:
         return not math.isinf(total) and running == total - 1 and running >= done
 
     @property
-    def ckpt_path(self) -> str | None:
-        """The checkpoint the last fit/validate/test/predict read ("last"/"best" resolved), or None."""
-        return self._ckpt_path
+    def ckpt_path(self) -> Any:
+        """The checkpoint the last fit/validate/test/predict read ("last"/"best" resolved), or None;
+        after `trainer.ckpt_path = path`, that path."""
+        return self._ckpt_path_set if self._ckpt_path_set is not None else self._ckpt_path
+
+    @ckpt_path.setter
+    def ckpt_path(self, path: Any) -> None:
+        """Lightning's stateful form (NeMo's experiment manager sets it): the checkpoint every later
+        fit/validate/test/predict reads when called without `ckpt_path=`; None forgets it."""
+        self._ckpt_path_set = path if path else None
+
+    def _chosen_ckpt_path(self, given: Any, verb: str) -> Any:
+        """The `ckpt_path` a call reads: the one it was given, else the one set on the Trainer. A
+        given one replaces a set one, with Lightning's warning."""
+        if self._ckpt_path_set is None:
+            return given
+        if given is None:
+            return self._ckpt_path_set
+        warnings.warn(f"`trainer.ckpt_path = {self._ckpt_path_set!r}` was set, and then {verb}(ckpt_path="
+                      f"{given!r}) was called: the latter is read, and the former forgotten.", UserWarning, stacklevel=3)
+        self._ckpt_path_set = None
+        return given
 
     # ------------------------------------------------------------------- data
     @property
@@ -378,9 +399,13 @@ class TrainerProperties:
 
     @property
     def val_dataloaders(self) -> Any:
-        """The validation loader of fit, else the one `validate` used; None without one."""
+        """The validation loader of the latest `fit` or `validate` (`validate` after `fit`: the one
+        it used, as Lightning's); None without one."""
+        validated = (self._eval_loaders or {}).get("validation")
         fitted = getattr(self._loop, "val_loader", None)
-        return public_loaders(fitted if fitted is not None else (self._eval_loaders or {}).get("validation"))
+        if self._last_call == "validate" and validated is not None:
+            return public_loaders(validated)
+        return public_loaders(fitted if fitted is not None else validated)
 
     test_dataloaders = _Recorded("loader", "test")  # the loader `test` used; None before it ran
     predict_dataloaders = _Recorded("loader", "predict")  # the loader `predict` used; None before it ran

@@ -32,6 +32,7 @@ class CallbackView:
     view: dict[str, Any]
     _view_given: dict[str, Any]
     eval_step_values: dict[str, torch.Tensor]
+    prog_bar: set[str]
 
     def current(self) -> dict[str, torch.Tensor | float | _Reduction]:
         """`latest`, and while the module's epoch-end hook runs (`epoch_end_reached`) this rank's
@@ -66,8 +67,10 @@ class CallbackView:
 
     def clear_latest(self) -> None:
         """Forget every metric: `validate`/`test` start a new, empty `callback_metrics` dict, as
-        Lightning's (a reference to the earlier one keeps the earlier values)."""
+        Lightning's (a reference to the earlier one keeps the earlier values); which names are
+        `prog_bar=True` is this run's to say (`progress_bar_metrics` starts empty)."""
         self.latest = {}
+        self.prog_bar = set()
         self.eval_step_values = {}
         self.view = {}
         self._view_given = {}

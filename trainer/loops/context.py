@@ -94,7 +94,7 @@ class RunContext:
         self.train_loader: Any = None
         self.at_run_start: list[Callable[[], None]] = []  # what the YAML layer runs once a run starts
         self.module_callbacks = True  # False: the learning-rate sweep runs without configure_callbacks()
-        self._reload: Callable[[], Callable[[Module], tuple[Any, Any] | None] | None] = lambda: None
+        self._reload: Callable[[], Callable[[Module, str], tuple[Any] | None] | None] = lambda: None
         # what the loops set
         self.in_train_batches = False  # where `self.log` defaults to per-step values
         self.sanity_checking = False
@@ -138,14 +138,15 @@ class RunContext:
     def experiment_config(self) -> dict[str, Any] | None:
         return self.trainer.experiment_config  # type: ignore[no-any-return]
 
-    def set_loader_source(self, reload: Callable[[Module], tuple[Any, Any] | None]) -> None:
+    def set_loader_source(self, reload: Callable[[Module, str], tuple[Any] | None]) -> None:
         """`reload_dataloaders_every_n_epochs`: how the Trainer makes the loaders again (held weakly)."""
         self._reload = weakref.WeakMethod(reload)  # type: ignore[arg-type]
 
-    def reload_loaders(self, module: Module) -> tuple[Any, Any] | None:
-        """The train and val loaders again, prepared (None: they were passed to fit directly)."""
+    def reload_loader(self, module: Module, part: str) -> tuple[Any] | None:
+        """The train (`part="train"`) or val loader again, prepared, as a 1-tuple (None: the
+        loaders were passed to fit directly)."""
         reload = self._reload()
-        return None if reload is None else reload(module)
+        return None if reload is None else reload(module, part)
 
     def call(self, hook: str, *args: Any) -> Any:
         """Call a hook on the callbacks and the module (`trainer/loops/hooks.py`); what the module's returned."""

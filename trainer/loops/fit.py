@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 import logging
 import warnings
 from collections.abc import Iterator
@@ -76,7 +77,8 @@ class FitLoop(FitValidation):
         self.clock = clock_of(context.callbacks)  # a StepTimeBreakdown's (logging/step_time.py); usually None
         if context.simple_profiler is not None:  # profiler="simple": time every training batch
             self.optimization.run = context.simple_profiler.wrap(self.optimization.run, "run_training_batch")  # type: ignore[method-assign]
-        self.loaded_epoch = 0  # reload_dataloaders_every_n_epochs: the epoch the loaders were made for
+        self.loaded_epoch = 0  # reload_dataloaders_every_n_epochs: the epoch the train loader was made for
+        self.val_loaded_epoch: float = 0  # and the val loader's (-inf: before its first validation)
         self._warned_nothing_learned = False
         self._warned_used_up = False
         self.rng_before_validation: dict[str, Any] | None = None  # while a validation is pending
@@ -145,6 +147,11 @@ class FitLoop(FitValidation):
         # without validation (no loader, limit_val_batches=0) the interval is never used, so never refused (Lightning)
         interval = args.val_check_interval if self.val_loader is not None else None
         self.schedule = ValidationSchedule(interval, args.check_val_every_n_epoch, self.epoch_batches)
+        self._measure_val()
+
+    def _measure_val(self) -> None:
+        """The validation limit of the val loader (one per loader when several)."""
+        args = self.context.args
         if self.val_loader is not None:  # a step without dataloader_idx for several loaders: before any batch
             check_dataloader_idx(module_of(self.context), "validation", isinstance(self.val_loader, EvalLoaders))
         if isinstance(self.val_loader, EvalLoaders):  # several: a limit per loader, as Lightning's
@@ -155,16 +162,18 @@ class FitLoop(FitValidation):
 
     def _reload(self, train_loader: Any) -> Any:
         """`reload_dataloaders_every_n_epochs=n`: at the start of every n-th epoch, the data
-        source's loaders again (Lightning's rule); loaders passed to fit directly stay."""
+        source's train loader again (Lightning's rule; the val loader is asked for again by the
+        first validation n or more epochs after its last load, `reload_val`); loaders passed to
+        fit directly stay."""
         context, n = self.context, self.context.args.reload_dataloaders_every_n_epochs
         state = context.state
         if not n or state.batches_done or state.epoch - self.loaded_epoch < n:
             return train_loader
         self.loaded_epoch = state.epoch
-        reloaded = context.reload_loaders(module_of(context))
+        reloaded = context.reload_loader(module_of(context), "train")
         if reloaded is not None:
-            train_loader, val_loader = reloaded
-            self.val_loader = val_loader if context.args.limit_val_batches != 0 else None
+            (train_loader,) = reloaded
+            context.train_loader = train_loader
             self._measure(train_loader)
         # Lightning opens a reloaded loader's iterator once more than it uses (its data setup
         # and its epoch start each call iter()): a DataLoader draws a seed each time, and the
@@ -194,6 +203,9 @@ class FitLoop(FitValidation):
             context, args = self.context, self.context.args
             self._measure(train_loader)
             self.loaded_epoch = context.state.epoch
+            assert self.schedule is not None  # the first validating epoch keeps the loader fit started with
+            self.val_loaded_epoch = context.state.epoch if self.schedule.epoch_validates(context.state.epoch) \
+                else -math.inf
             if self.finished():  # Lightning's rule: the sanity check only, no training hooks, nothing saved
                 self._nothing_to_train(train_loader)
                 self.sanity_check()

@@ -44,6 +44,9 @@ class FitValidation:
         val_limit: int | None | list[int | None]
         rng_before_validation: dict[str, Any] | None
         monitors: MonitorCheck
+        val_loaded_epoch: float
+
+        def _measure_val(self) -> None: ...
 
     def sanity_check(self) -> None:
         """`num_sanity_val_steps` validation batches before training: nothing is logged, no
@@ -56,7 +59,7 @@ class FitValidation:
             limit = [each if steps == -1 else (steps if each is None else min(steps, each)) for each in self.val_limit]
         else:
             limit = self.val_limit if steps == -1 else (steps if self.val_limit is None else min(steps, self.val_limit))
-        latest = dict(context.metrics.latest)
+        latest, prog_bar = dict(context.metrics.latest), set(context.metrics.prog_bar)
         context.sanity_checking = True
         try:
             with isolated_rng():  # its hooks' draws too, as Lightning's
@@ -67,8 +70,22 @@ class FitValidation:
         finally:
             context.sanity_checking = False
             context.metrics.clear_latest()  # training starts a new callback_metrics dict, as Lightning's
-            context.metrics.latest = latest
+            context.metrics.latest, context.metrics.prog_bar = latest, prog_bar
         self.monitors.after_validation(names, context)
+
+    def reload_val(self) -> None:
+        """`reload_dataloaders_every_n_epochs=n`: a validation n or more epochs after the val
+        loader's last load asks for it again, as Lightning's validation does (its draws are the
+        run's: Lightning's reload happens inside the validation, not isolated)."""
+        context, n = self.context, self.context.args.reload_dataloaders_every_n_epochs
+        if not n or context.state.epoch - self.val_loaded_epoch < n:
+            return
+        reloaded = context.reload_loader(module_of(context), "val")
+        self.val_loaded_epoch = context.state.epoch
+        if reloaded is not None:
+            (val_loader,) = reloaded
+            self.val_loader = val_loader if context.args.limit_val_batches != 0 else None
+            self._measure_val()
 
     def validate(self, epoch_end: bool = False) -> None:
         """Validation inside fit (epoch end, val_check_interval): it draws from the random
@@ -85,6 +102,7 @@ class FitValidation:
         self.rng_before_validation = rng_state()
         state.validation_pending = True
         module_of(context).on_validation_model_zero_grad()  # Lightning's, before a validation in fit
+        self.reload_val()  # reload_dataloaders_every_n_epochs: Lightning's validation asks for its loader here
 
         def complete() -> None:
             state.validation_pending = False

@@ -69,8 +69,13 @@ class ModuleLink(ModuleTools):
     def _attach(self, trainer: object, run: TrainerLink) -> None:
         # Weak: the Trainer holds the module, so a strong link back would be a reference cycle,
         # and a finished run's module (its GPU memory) would wait for the garbage collector.
-        object.__setattr__(self, "_trainer_ref", weakref.ref(trainer))
-        object.__setattr__(self, "_run_ref", weakref.ref(run))
+        # Modules nested in it are attached too (`self.inner.trainer`, `.current_epoch`), as
+        # Lightning's trainer setter does for the LightningModules among its children.
+        trainer_ref, run_ref = weakref.ref(trainer), weakref.ref(run)
+        for module in self.modules():
+            if isinstance(module, ModuleLink):
+                object.__setattr__(module, "_trainer_ref", trainer_ref)
+                object.__setattr__(module, "_run_ref", run_ref)
 
     def _running(self) -> TrainerLink | None:
         """The run of the Trainer this module is attached to, or None (never attached, or gone)."""
