@@ -17,6 +17,7 @@ from trainer.core.flags import overfit_loader
 from trainer.loops.batches import check_loader, one_loader
 from trainer.loops.combined import CombinedLoader, as_train_loader
 from trainer.loops.loaders import EvalLoaders, no_loaders
+from trainer.module import own_hook
 
 if TYPE_CHECKING:
     from trainer._args import TrainerArgs
@@ -34,17 +35,6 @@ _STEP_OF = {"val_dataloader": "validation_step", "test_dataloader": "test_step",
 def module_defines(model: Any, method: str) -> bool:
     """Whether the module has a `*_dataloader` method (LightningModule's data hooks)."""
     return callable(getattr(model, method, None))
-
-
-def overrides_step(model: Any, step: str) -> bool:
-    """Whether `model` has its own `step` method: one of its class, or one set on the instance;
-    `model.validation_step = None` switches the stage off (Lightning's `is_overridden`)."""
-    from trainer.module import Module
-
-    own = getattr(model, step, None)
-    if own is None:
-        return False
-    return getattr(own, "__func__", own) is not getattr(Module, step)
 
 
 def _val_loader_of(source: Any, isolated: bool = True) -> Any:
@@ -110,7 +100,7 @@ class TrainerData:
         `prepare_data_per_node = False`) while the other ranks wait."""
         owners = [datamodule] if callable(getattr(datamodule, "prepare_data", None)) else []
         # the base class's no-op needs no wait on the other ranks
-        if module_defines(model, "prepare_data") and overrides_step(model, "prepare_data"):
+        if module_defines(model, "prepare_data") and own_hook(model, "prepare_data") is not None:
             owners.append(model)
         for owner in owners:
             per_node = getattr(owner, "prepare_data_per_node", True)
@@ -173,7 +163,7 @@ class TrainerData:
         or dict of loaders (silently, as Lightning)."""
         if val is None or no_loaders(one_loader(val)):  # an empty list or dict: no validation, as Lightning
             return None
-        if not overrides_step(model, "validation_step"):
+        if own_hook(model, "validation_step") is None:
             if not self._warned_no_validation_step:
                 self._warned_no_validation_step = True
                 log.warning("You passed a validation loader, but %s has no validation_step: validation is skipped. "

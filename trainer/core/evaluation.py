@@ -20,13 +20,12 @@ from trainer.core.flags import torch_flags
 from trainer._utils import length_of
 from trainer.checkpoint.latest import note
 from trainer.core.compiled_module import from_compiled
-from trainer.core.data import overrides_step
 from trainer.loops.batches import check_module
 from trainer.loops.combined import CombinedLoader
 from trainer.loops.evaluation import EvalLoop
 from trainer.loops.hooks import Dispatcher, with_module_callbacks
 from trainer.loops.loaders import EvalLoaders, loader_list
-from trainer.module import Module
+from trainer.module import Module, own_hook
 from trainer.loops.schedule import batch_limit
 from trainer.states import TrainerFn
 
@@ -143,7 +142,7 @@ class TrainerEvaluation:
         model = from_compiled(model, self.args.compile)  # torch.compile(module): the module, compiled
         check_module(model, verb)
         step = {"validation": "validation_step", "test": "test_step"}.get(stage)
-        if step is not None and not overrides_step(model, step):  # Lightning refuses too, rather than return nothing
+        if step is not None and own_hook(model, step) is None:  # Lightning refuses too, rather than return nothing
             raise ValueError(f"{verb}() runs {step}, and {type(model).__name__} has none. Expected a method "
                              f"`{step}(self, batch, batch_idx)` that logs its metrics with self.log.")
         self._running, self._last_call, self._interrupted = verb, verb, False

@@ -32,7 +32,8 @@ from typing import Any
 
 import torch
 
-from trainer.loops.batches import extract_loss, module_override, ordered_parameters
+from trainer.loops.batches import extract_loss, ordered_parameters
+from trainer.module import own_hook
 from trainer.loops.context import RunContext, module_of, optimizers_of
 from trainer.loops.device_skips import DeviceSkips
 from trainer.loops.guard import LossSpikes, nonfinite_window
@@ -68,11 +69,11 @@ class AutomaticOptimization(PlainSteps, OverrideSteps):
         self.want_before_zero_grad = wants("on_before_zero_grad")
         self.want_step_end = wants("on_train_step_end")
         module = module_of(context)
-        self.step_hook = module_override(module, "optimizer_step")
-        self.zero_hook = module_override(module, "optimizer_zero_grad")
-        self.clip_hook = module_override(module, "configure_gradient_clipping")
-        self.backward_hook = module_override(module, "backward")
-        self.scheduler_hook = module_override(module, "lr_scheduler_step")
+        self.step_hook = own_hook(module, "optimizer_step")
+        self.zero_hook = own_hook(module, "optimizer_zero_grad")
+        self.clip_hook = own_hook(module, "configure_gradient_clipping")
+        self.backward_hook = own_hook(module, "backward")
+        self.scheduler_hook = own_hook(module, "lr_scheduler_step")
         check_overrides(module, context.precision, opt.schedulers, self.backward_hook, self.scheduler_hook)
         self.proxy = LoopOptimizer(self.optimizer, self) if self.step_hook is not None else None
         self.hooked: dict[str, Any] | None = None  # inside an optimizer_step override: what ran

@@ -24,7 +24,6 @@ __all__ = [
     "empty_loader_message",
     "extract_loss",
     "micro_batches",
-    "module_override",
     "ordered_parameters",
 ]
 
@@ -82,14 +81,6 @@ def micro_batches(
             batch_idx += 1
         if size < k:
             return
-
-
-def module_override(module: Any, name: str) -> Callable[..., Any] | None:
-    """`module.<name>` when the module's class overrides `Module.<name>`, else None: looked
-    up once per fit, so a hook the module does not override costs nothing per step."""
-    if getattr(type(module), name, None) is getattr(Module, name, None):
-        return None
-    return getattr(module, name)  # type: ignore[no-any-return]
 
 
 def check_module(model: Any, stage: str = "fit") -> None:

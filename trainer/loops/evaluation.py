@@ -12,7 +12,8 @@ import torch
 
 from trainer.logging.metrics import to_floats
 from trainer._utils import length_of, move_to_device, to_host
-from trainer.loops.batches import batch_mover, module_override
+from trainer.loops.batches import batch_mover
+from trainer.module import own_hook
 from trainer.loops.combined import CombinedLoader, batches_of
 from trainer.loops.context import RunContext, module_of
 from trainer.loops.loaders import EvalLoaders, loader_list, no_loaders
@@ -69,8 +70,8 @@ class EvalLoop:
         if timer is not None:  # profiler="simple"
             step = timer.wrap(step, f"[Module]{type(module).__name__}.{_STEP[stage]}")
         modes = {sub: sub.training for sub in module.modules()}
-        eval_hook = module_override(module, _EVAL_HOOK[stage])
-        train_hook = module_override(module, f"on_{stage}_model_train") if stage != "predict" else None
+        eval_hook = own_hook(module, _EVAL_HOOK[stage])
+        train_hook = own_hook(module, f"on_{stage}_model_train") if stage != "predict" else None
         if eval_hook is not None:
             eval_hook()  # the module's on_<stage>_model_eval decides the modes
         else:

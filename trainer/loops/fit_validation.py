@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from trainer._utils import rng_state, set_rng_state
-from trainer.loops.batches import module_override
+from trainer.module import own_hook
 from trainer.loops.context import Evaluation, RunContext, module_of
 from trainer.loops.monitors import MonitorCheck
 
@@ -131,7 +131,7 @@ class FitValidation:
         zero_grad before the next window's first backward releases them (an
         `optimizer_zero_grad` override runs at that place itself)."""
         module, optimizers = module_of(self.context), self.context.optimizers
-        if optimizers is None or not module.automatic_optimization or module_override(module, "optimizer_zero_grad"):
+        if optimizers is None or not module.automatic_optimization or own_hook(module, "optimizer_zero_grad"):
             return
         for optimizer in optimizers.optimizers:
             optimizer.zero_grad(set_to_none=True)

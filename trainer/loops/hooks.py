@@ -138,9 +138,11 @@ class Dispatcher:
             self._targets[hook] = bound
         _warn_removed_hooks([module, *self.callbacks])
         self._module_hooks: dict[str, Any] = {}
+        from trainer.module import own_hook
+
         for hook in HOOKS:  # the module's own: of its class, or set on the instance (`model.on_fit_start = ...`)
-            fn = getattr(module, hook, None) if module is not None else None
-            if fn is not None and getattr(fn, "__func__", fn) is not getattr(_module_base(), hook, None):
+            fn = own_hook(module, hook) if module is not None else None
+            if fn is not None:
                 self._module_hooks[hook] = fn if timer is None else timer.wrap(fn, f"[Module]{type(module).__name__}.{hook}")
 
     def call(self, hook: str, trainer: object, module: object, *args: Any) -> Any:
@@ -197,9 +199,3 @@ def _overrides(callback: CallbackBase, hook: str) -> bool:
     defaults = next(cls for cls in type(callback).__mro__ if CallbackBase in cls.__bases__)  # trainer.Callback
     own = getattr(callback, hook, None)
     return own is not None and getattr(own, "__func__", own) is not getattr(defaults, hook)
-
-
-def _module_base() -> type:
-    from trainer.module import Module
-
-    return Module

@@ -41,7 +41,8 @@ from typing import Any, Callable
 import torch
 
 from trainer.precision import needs_closure
-from trainer.loops.batches import module_override, ordered_parameters
+from trainer.loops.batches import ordered_parameters
+from trainer.module import own_hook
 from trainer.loops.context import RunContext, module_of, optimizers_of
 from trainer._utils import WeakAttribute
 
@@ -157,7 +158,7 @@ class ManualOptimization:
         self.parameters = {id(opt): ordered_parameters(module_of(context), [opt]) for opt in self.optimizers}
         wants = context.hooks.wants
         # A module's backward() override runs in manual_backward too (Lightning's); checked as in automatic.py.
-        hook = module_override(module_of(context), "backward")
+        hook = own_hook(module_of(context), "backward")
         if hook is not None:
             from trainer.loops.overrides import check_overrides
 
@@ -215,7 +216,7 @@ class ManualOptimization:
         else the Trainer's `gradient_clip_val`."""
         args = self.context.args
         clip = args.gradient_clip_val
-        hook = module_override(module_of(self.context), "configure_gradient_clipping")
+        hook = own_hook(module_of(self.context), "configure_gradient_clipping")
         if hook is not None:
             hook(optimizer, clip, args.gradient_clip_algorithm if clip is not None else None)
         elif clip is not None and clip != 0:

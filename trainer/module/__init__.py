@@ -266,3 +266,13 @@ def _reduce_name(name: str, reduce_fx: Any) -> Reduce:
         f"self.log({name!r}, ..., reduce_fx=...) expected 'mean', 'sum', 'max', 'min' or torch.mean/sum/max/min. "
         f"Received: {reduce_fx!r}."
     )
+
+
+def own_hook(module: Any, name: str) -> Any:
+    """`module.<name>` when the module has its own (a method of its class, or one set on the
+    instance), else None: `model.validation_step = None` switches a stage off (Lightning's
+    `is_overridden`). Looked up once per run, so a hook nobody overrides costs nothing per step."""
+    own = getattr(module, name, None)
+    if own is None or getattr(own, "__func__", own) is getattr(Module, name, None):
+        return None
+    return own
