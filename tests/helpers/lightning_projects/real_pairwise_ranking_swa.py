@@ -39,7 +39,7 @@ from sklearn.preprocessing import LabelEncoder, StandardScaler
 from torch import nn
 from torch.utils.data import TensorDataset
 
-import trainer as pl  # was: import pytorch_lightning as pl
+import trainer as pl  # as in Lightning.pytorch
 from trainer.callbacks import LearningRateMonitor, StochasticWeightAveraging, TQDMProgressBar
 from trainer.utilities import grad_norm
 

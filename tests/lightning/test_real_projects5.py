@@ -1,0 +1,87 @@
+"""Real Lightning projects nobody here wrote, with only their imports changed
+(tests/helpers/lightning_projects/real_*.py; each cites its source and what was shrunk or
+substituted), trained under this package and under Lightning 2.6 in one process and compared
+with `torch.equal`: weights, counters, `callback_metrics`, what `test` returns, checkpoint
+files, learning rates and param groups, and what the projects record themselves.
+
+This set exercises what earlier sets did not: a `BaseFinetuning` callback unfreezing in two
+milestones into new param groups (`initial_denom_lr`) with BatchNorm kept frozen; SWA from an
+int epoch with annealing over a model with BatchNorm, `grad_norm` logged from
+`on_before_optimizer_step`, a scheduler dict with `"strict": False` and a `ModelCheckpoint`
+whose monitor never appears; manual optimization with two AdamW optimizers and two
+schedulers stepped every batch (and a Python float logged through `log_dict`).
+
+Accounted for (docs/lightning.md): `test` with one loader returns the dict itself (Lightning: a
+one-item list); our own `train/*` scalars join `callback_metrics` (`lightnings_values` compares
+what Lightning reports); `last.ckpt` is written by the Trainer itself; SWA's BatchNorm pass
+runs when training ends, not as an extra epoch (one step and one epoch fewer, and the values
+training_step logs in that extra epoch are Lightning's only).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests.helpers.lightning_projects import assert_same_run, both, lightnings_values
+
+pytest.importorskip("lightning")
+pytest.importorskip("torchmetrics")
+pytest.importorskip("sklearn")
+
+
+def metrics(values: dict[str, Any]) -> dict[str, float]:
+    return {key: float(value) for key, value in values.items()}
+
+
+@pytest.fixture
+def one_thread() -> Any:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+# ---------------------------------------- bkntr/brainways: milestone fine-tuning into new param groups
+def test_brainways_unfreezes_in_milestones_into_new_param_groups(tmp_path: Path, one_thread: None) -> None:
+    ours, theirs = both("real_brainways_finetune", tmp_path)
+    assert_same_run(ours, theirs)
+    lightnings_values(metrics(ours["val"]), metrics(theirs["val"]))
+    assert {"train_hem_acc", "val_ap_mae", "val_loss"} <= set(theirs["val"])
+    assert ours["test"] == theirs["test"][0]
+    # three groups: the head, then each milestone's layers at a tenth of the lr, weight decay kept
+    assert ours["groups"] == theirs["groups"] and len(theirs["groups"]) == 3
+    assert ours["frozen"] == theirs["frozen"] and all(theirs["frozen"].values())
+    assert ours["bn_tracking"] == theirs["bn_tracking"]
+    assert ours["best"] == theirs["best"] and ours["best_score"] == theirs["best_score"]
+    assert [name for name in ours["files"] if name != "last.ckpt"] == theirs["files"]
+
+
+# ---------------------------------------- a Kaggle survival notebook: SWA, grad_norm, an absent monitor
+def test_pairwise_ranking_notebook_with_swa_and_grad_norms(tmp_path: Path, one_thread: None) -> None:
+    ours, theirs = both("real_pairwise_ranking_swa", tmp_path)
+    # Lightning's SWA adds a BatchNorm epoch (one more step and epoch): the weights are equal
+    assert_same_run(ours, theirs, steps_differ_by=1)
+    extra_epoch = {"train_loss", "train_loss_epoch", "train_loss_step", "race_loss", "aux_loss"}
+    theirs_seen = {key: value for key, value in metrics(theirs["val"]).items() if key not in extra_epoch}
+    lightnings_values(metrics(ours["val"]), theirs_seen)
+    assert "grad_2.0_norm_total" in theirs_seen and "lr-Adam" in theirs_seen
+    assert extra_epoch <= set(ours["val"])
+    assert ours["test"] == theirs["test"][0]
+    assert ours["lr"] == theirs["lr"]
+    assert ours["index"] == theirs["index"]  # the fold drawn from NumPy's global generator
+    assert ours["best"] == theirs["best"] == "" and ours["files"] == theirs["files"] == []
+
+
+# ---------------------------------------- a HiFi-GAN: manual optimization, two optimizers, two schedulers
+@pytest.mark.parametrize("train_discriminator", [True, False])
+def test_hifigan_steps_two_optimizers_and_two_schedulers_by_hand(tmp_path: Path, one_thread: None,
+                                                                 train_discriminator: bool) -> None:
+    ours, theirs = both("real_hifigan_manual", tmp_path, train_discriminator=train_discriminator)
+    assert_same_run(ours, theirs)
+    assert ours["trainer"].global_step == (12 if train_discriminator else 6)
+    lightnings_values(metrics(ours["val"]), metrics(theirs["val"]))
+    assert ours["lrs"] == theirs["lrs"] and ours["lrs"][0] < 1e-4
