@@ -9,7 +9,9 @@ milestones into new param groups (`initial_denom_lr`) with BatchNorm kept frozen
 int epoch with annealing over a model with BatchNorm, `grad_norm` logged from
 `on_before_optimizer_step`, a scheduler dict with `"strict": False` and a `ModelCheckpoint`
 whose monitor never appears; manual optimization with two AdamW optimizers and two
-schedulers stepped every batch (and a Python float logged through `log_dict`).
+schedulers stepped every batch (and a Python float logged through `log_dict`);
+`val_check_interval=0.5` with a `ModelCheckpoint` whose file name holds a metric with a
+slash, a model logging its own `train/loss`, and `test(ckpt_path="best")`.
 
 Accounted for (docs/lightning.md): `test` with one loader returns the dict itself (Lightning: a
 one-item list); our own `train/*` scalars join `callback_metrics` (`lightnings_values` compares
@@ -85,3 +87,18 @@ def test_hifigan_steps_two_optimizers_and_two_schedulers_by_hand(tmp_path: Path,
     assert ours["trainer"].global_step == (12 if train_discriminator else 6)
     lightnings_values(metrics(ours["val"]), metrics(theirs["val"]))
     assert ours["lrs"] == theirs["lrs"] and ours["lrs"][0] < 1e-4
+
+
+# ---------------------------------------- DecDTW's audio alignment: slashes in names, half-epoch validation
+def test_music_dtw_validates_twice_an_epoch_and_tests_the_best_checkpoint(tmp_path: Path, one_thread: None) -> None:
+    ours, theirs = both("real_music_dtw", tmp_path)
+    assert_same_run(ours, theirs)
+    # `train/loss` is the model's own here: its value wins over the Trainer's scalar of that name
+    lightnings_values(metrics(ours["val"]), metrics(theirs["val"]))
+    assert ours["test"] == theirs["test"][0]  # from the best checkpoint, read back
+    # the same checkpoint chosen; Lightning keeps the "/" of `{val/loss}` (a folder `epoch=01-val/`),
+    # here it becomes "_" (docs/lightning.md), in the run's folder (no logger: `default/version_0`)
+    assert theirs["best"].replace("val/loss", "val_loss").split("/")[-1] == ours["best"].split("/")[-1]
+    assert [name.split("/")[-1] for name in ours["files"] if not name.endswith("last.ckpt")] == \
+        [name.replace("val/loss", "val_loss").split("/")[-1] for name in theirs["files"]]
+    assert len(theirs["files"]) == 1
