@@ -73,6 +73,10 @@ class BaseFinetuning(Callback):
             groups = self._internal_optimizer_metadata.get(index)
             if groups:
                 optimizer.param_groups = _with_params(groups, named)
+                # the groups were unfrozen to be trained: train them again, as the run never cut did
+                for group in optimizer.param_groups:
+                    for parameter in group["params"]:
+                        parameter.requires_grad_(True)
         self._restarting = False
 
     def on_train_epoch_start(self, trainer: Trainer, module: Any) -> None:

@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.helpers.lightning_projects import assert_same_run, both, lightnings_values
+from tests.helpers.lightning_projects import assert_same_run, assert_same_weights, both, lightnings_values, run
 
 pytest.importorskip("lightning")
 pytest.importorskip("torchmetrics")
@@ -102,3 +102,14 @@ def test_music_dtw_validates_twice_an_epoch_and_tests_the_best_checkpoint(tmp_pa
     assert [name.split("/")[-1] for name in ours["files"] if not name.endswith("last.ckpt")] == \
         [name.replace("val/loss", "val_loss").split("/")[-1] for name in theirs["files"]]
     assert len(theirs["files"]) == 1
+
+
+def test_brainways_resumed_after_a_milestone_trains_its_unfrozen_groups(tmp_path: Path, one_thread: None) -> None:
+    # cut after epoch 2 (the first milestone's group in the checkpoint), resumed by a fresh
+    # model whose `freeze_before_training` froze that group again: the restored group trains,
+    # as in the run never cut (Lightning restores the group but leaves its parameters frozen)
+    straight = run("real_brainways_finetune", "ours", tmp_path / "straight")
+    resumed = run("real_brainways_finetune", "ours", tmp_path / "resumed", stop_after=2)
+    assert_same_weights(resumed["model"], straight["model"])
+    assert resumed["groups"] == straight["groups"]
+    assert float(resumed["val"]["val_loss"]) == float(straight["val"]["val_loss"])

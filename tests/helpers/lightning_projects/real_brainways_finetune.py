@@ -363,26 +363,35 @@ class BrainwaysDataModule(pl.LightningDataModule):
         return DataLoader(self.val, batch_size=self.batch_size)
 
 
-def main(root_dir: str | Path, precision: str = "32-true", check_val_every_n_epoch: int = 1) -> dict[str, Any]:
+def main(root_dir: str | Path, precision: str = "32-true", check_val_every_n_epoch: int = 1,
+         stop_after: int | None = None) -> dict[str, Any]:
+    """`stop_after=n`: the run is cut after epoch n (a checkpoint saved with
+    `trainer.save_checkpoint`) and a fresh model, callbacks and Trainer resume it with
+    `fit(ckpt_path=...)` (a driver of our own: the repository's starts from weights only)."""
     config = BrainwaysConfig()
     config.opt.check_val_every_n_epoch = check_val_every_n_epoch
     pl.seed_everything(config.seed, workers=True)
-    model = BrainwaysRegModel(config)
-    datamodule = BrainwaysDataModule()
-    finetuning_callback = MilestonesFinetuning(
-        milestones=config.opt.milestones, train_bn=config.opt.train_bn
-    )
-    checkpoint_callback = ModelCheckpoint(monitor="val_loss", mode="min")
-    trainer = pl.Trainer(
-        default_root_dir=str(root_dir),
-        callbacks=[finetuning_callback, checkpoint_callback],
-        accelerator="cpu",
-        precision=precision,
-        max_epochs=config.opt.max_epochs,
-        check_val_every_n_epoch=config.opt.check_val_every_n_epoch,
-        logger=False, enable_progress_bar=False, enable_model_summary=False,
-    )
-    trainer.fit(model, datamodule=datamodule)
+    root_dir = Path(root_dir)
+    ckpt_path = None
+    for max_epochs in ([stop_after] if stop_after else []) + [config.opt.max_epochs]:
+        model = BrainwaysRegModel(config)
+        datamodule = BrainwaysDataModule()
+        finetuning_callback = MilestonesFinetuning(
+            milestones=config.opt.milestones, train_bn=config.opt.train_bn
+        )
+        checkpoint_callback = ModelCheckpoint(monitor="val_loss", mode="min")
+        trainer = pl.Trainer(
+            default_root_dir=str(root_dir),
+            callbacks=[finetuning_callback, checkpoint_callback],
+            accelerator="cpu",
+            precision=precision,
+            max_epochs=max_epochs,
+            check_val_every_n_epoch=config.opt.check_val_every_n_epoch,
+            logger=False, enable_progress_bar=False, enable_model_summary=False,
+        )
+        trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=False)  # the config object
+        ckpt_path = str(root_dir / "cut.ckpt")
+        trainer.save_checkpoint(ckpt_path)
     fit_metrics = dict(trainer.callback_metrics)
     optimizer = trainer.optimizers[0]
     groups = [(len(group["params"]), group["lr"], group["weight_decay"]) for group in optimizer.param_groups]
@@ -393,4 +402,4 @@ def main(root_dir: str | Path, precision: str = "32-true", check_val_every_n_epo
     return {"model": model, "trainer": trainer, "val": fit_metrics, "test": test, "groups": groups,
             "frozen": frozen, "bn_tracking": bn_tracking, "best": best,
             "best_score": float(checkpoint_callback.best_model_score),
-            "files": sorted(path.name for path in Path(root_dir).rglob("*.ckpt"))}
+            "files": sorted(path.name for path in Path(root_dir).rglob("*.ckpt") if path.name != "cut.ckpt")}
