@@ -11,7 +11,10 @@ int epoch with annealing over a model with BatchNorm, `grad_norm` logged from
 whose monitor never appears; manual optimization with two AdamW optimizers and two
 schedulers stepped every batch (and a Python float logged through `log_dict`);
 `val_check_interval=0.5` with a `ModelCheckpoint` whose file name holds a metric with a
-slash, a model logging its own `train/loss`, and `test(ckpt_path="best")`.
+slash, a model logging its own `train/loss`, and `test(ckpt_path="best")`; two validation
+loaders each watched by a callback that logs from `on_validation_batch_end` with
+`add_dataloader_idx=True`, and `predict` returning the step's dicts; a fine-tuning run cut
+after a milestone and resumed with `fit(ckpt_path=...)`.
 
 Accounted for (docs/lightning.md): `test` with one loader returns the dict itself (Lightning: a
 one-item list); our own `train/*` scalars join `callback_metrics` (`lightnings_values` compares
@@ -113,3 +116,15 @@ def test_brainways_resumed_after_a_milestone_trains_its_unfrozen_groups(tmp_path
     assert_same_weights(resumed["model"], straight["model"])
     assert resumed["groups"] == straight["groups"]
     assert float(resumed["val"]["val_loss"]) == float(straight["val"]["val_loss"])
+
+
+# ---------------------------------------- OML: a metric callback per validation loader, logging from a callback
+def test_oml_metric_callbacks_log_per_validation_loader(tmp_path: Path, one_thread: None) -> None:
+    ours, theirs = both("real_oml_two_loaders", tmp_path)
+    assert_same_run(ours, theirs)
+    lightnings_values(metrics(ours["val"]), metrics(theirs["val"]))
+    assert {"OVERALL/cmc/1/dataloader_idx_0", "OVERALL/norm/mean/dataloader_idx_1", "triplet_loss_epoch",
+            "active_tri", "lr"} <= set(theirs["val"])
+    assert ours["validate"] == theirs["validate"] and len(theirs["validate"]) == 2
+    assert torch.equal(ours["predicted"], theirs["predicted"])
+    assert ours["predicted_keys"] == theirs["predicted_keys"] and ours["lr"] == theirs["lr"]
