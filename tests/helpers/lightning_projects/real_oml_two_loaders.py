@@ -1,8 +1,9 @@
 """Metric learning validated on two loaders, from OML-Team/open-metric-learning (its folder
 `oml/Lightning/` is written here capitalised: `oml/Lightning/modules/extractor.py`:
 `ExtractorModule`; `oml/Lightning/callbacks/metric.py`: `MetricValCallback`; the README
-example `docs/readme/examples_source/extractor/train_2loaders_val.md`: one `MetricValCallback` per validation loader, `loader_idx=0` and `1`,
-`num_sanity_val_steps=0`, `trainer.validate(pl_model, dataloaders=(val_loader_1, val_loader_2))`).
+example `docs/readme/examples_source/extractor/train_2loaders_val.md`: one
+`MetricValCallback` per validation loader, `loader_idx=0` and `1`, `num_sanity_val_steps=0`,
+`trainer.validate(pl_model, dataloaders=(val_loader_1, val_loader_2))`).
 
 Kept as written: `ExtractorModule` (the criterion's loss logged as a Python float with
 `on_step=True, on_epoch=True` and `batch_size`, the criterion's `last_logs` through `log_dict`
