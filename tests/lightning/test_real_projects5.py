@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.helpers.lightning_projects import assert_same_run, assert_same_weights, both, lightnings_values, run
+from tests.helpers.lightning_projects import assert_same_run, assert_same_weights, both, lightnings_values, load_source, run
 
 pytest.importorskip("lightning")
 pytest.importorskip("torchmetrics")
@@ -128,3 +128,67 @@ def test_oml_metric_callbacks_log_per_validation_loader(tmp_path: Path, one_thre
     assert ours["validate"] == theirs["validate"] and len(theirs["validate"]) == 2
     assert torch.equal(ours["predicted"], theirs["predicted"])
     assert ours["predicted_keys"] == theirs["predicted_keys"] and ours["lr"] == theirs["lr"]
+
+
+# ---------------------------------------- a PESTO fine-tuning script: version="", a callback's last.ckpt in the run folder
+def test_pesto_run_folder_without_version_shares_its_last_checkpoint(tmp_path: Path, one_thread: None) -> None:
+    ours, theirs = both("real_pesto_finetune", tmp_path, resume=True)
+    assert_same_run(ours, theirs)
+    lightnings_values(metrics(ours["val"]), metrics(theirs["val"]))
+    assert {"train/grad_norm_pre_clip", "train/grad_norm_post_clip", "lr-Adam", "train_loss"} <= set(theirs["val"])
+    assert ours["offsets"] == theirs["offsets"] and len(theirs["offsets"]) == 3  # a new loader every epoch
+    # TensorBoardLogger(version=""): no version folder, the run folder is save_dir/name itself
+    assert ours["log_dir"] == ours["run_dir"] and theirs["log_dir"] == theirs["run_dir"]
+    # ModelCheckpoint(dirpath=<run folder>, save_last=True): one last.ckpt, the Trainer's own file too
+    assert ours["last"] == theirs["last"] == "last.ckpt"
+    assert ours["best"] == theirs["best"] and ours["files"] == theirs["files"] and ours["lr"] == theirs["lr"]
+    # resumed from that last.ckpt (the data differ from Lightning's: its offsets come from fresh random streams)
+    again, other = ours["resumed"], theirs["resumed"]
+    assert again["trainer"].global_step == other["trainer"].global_step == 12
+    assert again["last"] == other["last"] == "last.ckpt"
+    assert not [name for name in again["files"] if "-v" in name]
+
+
+ZERO_GRAD_OVERRIDE = '''
+import torch
+import trainer as L
+from torch.utils.data import DataLoader, TensorDataset
+from trainer.callbacks import ModelCheckpoint
+
+
+class Model(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(3, 1)
+
+    def training_step(self, batch, batch_idx):
+        loss = self.layer(batch[0]).pow(2).mean()
+        self.log("loss", loss)
+        return loss
+
+    def optimizer_zero_grad(self, epoch, batch_idx, optimizer):
+        optimizer.zero_grad(set_to_none=False)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def main(root):
+    L.seed_everything(0)
+    every = ModelCheckpoint(dirpath=root / "ckpts", monitor="loss", every_n_train_steps=1, save_top_k=-1,
+                            filename="{epoch}-{step}")
+    trainer = L.Trainer(max_epochs=2, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                        default_root_dir=root, callbacks=[every])
+    model = Model()
+    trainer.fit(model, DataLoader(TensorDataset(torch.randn(12, 3)), batch_size=4))
+    return model, sorted(path.name for path in (root / "ckpts").iterdir())
+'''
+
+
+def test_a_zero_grad_override_leaves_the_steps_gradients_and_still_checkpoints_every_step(tmp_path: Path) -> None:
+    # the gradients an `optimizer_zero_grad` override finds are the finished step's, not a window in progress
+    (ours, our_files), (theirs, their_files) = (
+        load_source(ZERO_GRAD_OVERRIDE, framework, "zero_grad_override").main(tmp_path / framework)
+        for framework in ("ours", "lightning"))
+    assert_same_weights(ours, theirs)
+    assert our_files == their_files and len(their_files) == 6
