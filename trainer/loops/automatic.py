@@ -67,7 +67,10 @@ class AutomaticOptimization(PlainSteps, OverrideSteps):
         self.want_before_backward = wants("on_before_backward")
         self.want_after_backward = wants("on_after_backward")
         self.want_before_step = wants("on_before_optimizer_step")
-        self.want_before_zero_grad = wants("on_before_zero_grad")
+        # on_before_zero_grad: this package's callbacks read it right after the step (SWA keeps the
+        # step's gradients); the module's and other callbacks' run where Lightning calls it
+        self.want_own_zero_grad = context.hooks.wants_in_package("on_before_zero_grad")
+        self.want_before_zero_grad = context.hooks.wants_outside_package("on_before_zero_grad")
         self.want_step_end = wants("on_train_step_end")
         module = module_of(context)
         self.step_hook = module_override(module, "optimizer_step")
@@ -138,7 +141,7 @@ class AutomaticOptimization(PlainSteps, OverrideSteps):
             and not self.copy_kept_loss and self.proxy is None and self.zero_hook is None
             and self.clip_hook is None and self.backward_hook is None
             and not (self.want_before_backward or self.want_after_backward or self.want_before_step
-                     or self.want_before_zero_grad or self.want_step_end)
+                     or self.want_before_zero_grad or self.want_own_zero_grad or self.want_step_end)
             and type(precision).backward is Precision.backward
             and type(precision).optimizer_step is Precision.optimizer_step
         )
@@ -213,7 +216,7 @@ class AutomaticOptimization(PlainSteps, OverrideSteps):
             self._check_skipped_everywhere(batch_idx)
         if self.zero_late and batch_idx % (context.args.accumulate_grad_batches or 1) == 0:  # Lightning's place
             if self.want_before_zero_grad:
-                context.call("on_before_zero_grad", self.optimizer)
+                context.hooks.call_split("on_before_zero_grad", context.trainer, context.module, self.optimizer, own=False)
             if self.zero_hook is not None:
                 self.zero_hook(context.state.epoch, batch_idx, self.optimizer)
             else:
@@ -395,6 +398,8 @@ class AutomaticOptimization(PlainSteps, OverrideSteps):
             state.skipped_steps += 1
         if schedulers and self.opt.schedulers:
             self.step_schedulers("step", state.global_step)
+        if self.want_own_zero_grad:
+            context.hooks.call_split("on_before_zero_grad", context.trainer, context.module, optimizer, own=True)
         if not self.zero_late:  # else at the next window's start, where Lightning zeroes
             optimizer.zero_grad(set_to_none=True)
         self.spent = self.zero_late

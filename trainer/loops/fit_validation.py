@@ -111,7 +111,7 @@ class FitValidation:
         that place itself: the hook sees the gradients Lightning's would)."""
         module, optimizers = module_of(self.context), self.context.optimizers
         if optimizers is None or not module.automatic_optimization or module_override(module, "optimizer_zero_grad") \
-                or self.context.hooks.wants("on_before_zero_grad"):
+                or self.context.hooks.wants_outside_package("on_before_zero_grad"):
             return
         for optimizer in optimizers.optimizers:
             optimizer.zero_grad(set_to_none=True)
