@@ -192,3 +192,51 @@ def test_a_zero_grad_override_leaves_the_steps_gradients_and_still_checkpoints_e
         for framework in ("ours", "lightning"))
     assert_same_weights(ours, theirs)
     assert our_files == their_files and len(their_files) == 6
+
+
+SWA_WITH_ZERO_GRAD_HOOK = '''
+import torch
+import trainer as L
+from torch.utils.data import DataLoader, TensorDataset
+from trainer.callbacks import StochasticWeightAveraging
+
+
+class Model(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4), torch.nn.Linear(4, 1))
+
+    def training_step(self, batch, batch_idx):
+        return self.net(batch[0]).pow(2).mean()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+class Norms(L.Callback):
+    def __init__(self):
+        self.seen = []
+
+    def on_before_zero_grad(self, trainer, pl_module, optimizer):
+        grads = [p.grad.norm() for p in pl_module.parameters() if p.grad is not None]
+        self.seen.append((trainer.global_step, float(torch.stack(grads).norm()) if grads else None))
+
+
+def main(root):
+    L.seed_everything(0)
+    norms = Norms()
+    trainer = L.Trainer(max_epochs=3, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, default_root_dir=root,
+                        callbacks=[StochasticWeightAveraging(swa_lrs=0.05, swa_epoch_start=1), norms])
+    model = Model()
+    trainer.fit(model, DataLoader(TensorDataset(torch.randn(12, 3)), batch_size=4, shuffle=True))
+    return {"model": model, "trainer": trainer, "seen": norms.seen}
+'''
+
+
+def test_swa_keeps_its_gradients_when_a_callback_of_ones_own_watches_zero_grad(tmp_path: Path) -> None:
+    ours, theirs = (load_source(SWA_WITH_ZERO_GRAD_HOOK, framework, "swa_zero_grad").main(tmp_path / framework)
+                    for framework in ("ours", "lightning"))
+    assert_same_run(ours, theirs, steps_differ_by=1)  # Lightning's SWA BatchNorm epoch: one step more
+    # the hook sees what Lightning's sees, step by step (Lightning's extra epoch adds its own calls)
+    assert ours["seen"] == theirs["seen"][:len(ours["seen"])] and ours["seen"][0] == (0, None)
