@@ -20,7 +20,15 @@ Accounted for (docs/lightning.md): `test` with one loader returns the dict itsel
 one-item list); our own `train/*` scalars join `callback_metrics` (`lightnings_values` compares
 what Lightning reports); `last.ckpt` is written by the Trainer itself; SWA's BatchNorm pass
 runs when training ends, not as an extra epoch (one step and one epoch fewer, and the values
-training_step logs in that extra epoch are Lightning's only).
+training_step logs in that extra epoch are Lightning's only); `/` in a checkpoint's rendered
+name becomes `_`, and without a logger the checkpoints sit in the run folder; a resume
+restores the random streams (a resumed run draws its own data order, not Lightning's).
+
+Found and fixed here (each test failed before its fix): a `BaseFinetuning` resume left the
+restored groups frozen; `TensorBoardLogger(version="")` raised; a `ModelCheckpoint` whose
+`dirpath` is the run folder wrote `last-v1.ckpt`; `on_before_zero_grad` ran right after the
+step instead of at Lightning's place; a module overriding `optimizer_zero_grad` could not
+checkpoint between steps.
 """
 
 from __future__ import annotations
