@@ -246,6 +246,16 @@ class ModelCheckpoint(KeptFiles, Checkpoint):
         self._flush(trainer)
         self._fitting = False
 
+    def _trainers_last(self, trainer: Trainer) -> str:
+        """The Trainer's own `last.ckpt` when `dirpath` is the run folder it writes it in: the
+        same file as this callback's `last.ckpt` (one file, as in Lightning), not a name taken
+        by another run. "" otherwise (a weights-only `last.ckpt` keeps its own name: the
+        Trainer's file must resume the whole run)."""
+        if self.save_weights_only or not trainer.args.enable_checkpointing or self._dir is None:
+            return ""
+        own = location(str(trainer.checkpoint_dir), trainer.args.storage_options)
+        return str(own / f"{self.CHECKPOINT_NAME_LAST}.ckpt") if str(own) == str(self._dir) else ""
+
     def on_exception(self, trainer: Trainer, module: Any, exception: BaseException) -> None:
         fitting, self._fitting = self._fitting, False
         if not (self.save_on_exception and fitting and self._dir is not None) or self._skip(trainer):
@@ -387,7 +397,8 @@ class ModelCheckpoint(KeptFiles, Checkpoint):
                     log.info("ModelCheckpoint: saved %s (%s=%s).", path, self.monitor or "step", plan["score"])
             if plan.get("last", self.save_last):
                 previous = self.last_model_path
-                self.last_model_path = str(self._dir / f"{self._versioned(self.CHECKPOINT_NAME_LAST, previous)}.ckpt")
+                mine = previous or self._trainers_last(trainer)
+                self.last_model_path = str(self._dir / f"{self._versioned(self.CHECKPOINT_NAME_LAST, mine)}.ckpt")
                 newest = self._written if self._written != self.last_model_path else ""
                 if self.save_last == "link" and newest and self.save_top_k != 0 and not is_remote(self._dir):
                     _link(trainer, newest, self.last_model_path)  # Lightning's: a symlink to the newest file

@@ -101,9 +101,11 @@ def auto_train_batches(n: int, k: int) -> list[str]:
         window_start = i // k * k
         last = i == min(window_start + k, n) - 1
         out += both("on_train_batch_start") + ["training_step"]
+        if i == window_start:  # Lightning's place: zero_grad before the window's first backward
+            out += both("on_before_zero_grad")
         out += both("on_before_backward") + both("on_after_backward")
         if last:
-            out += both("on_before_optimizer_step") + both("on_before_zero_grad") + ["Callback.on_train_step_end"]
+            out += both("on_before_optimizer_step") + ["Callback.on_train_step_end"]
         out += both("on_train_batch_end")
     return out
 
@@ -192,10 +194,17 @@ def test_on_train_batch_end_sees_the_step_it_completed():
             seen.append((batch_idx, trainer.global_step, grads))
 
     Trainer(max_epochs=1, accumulate_grad_batches=2, callbacks=[Watch()], **QUIET).fit(
-        HookedNet([]), DataLoader(make_data(n=20), batch_size=4)  # 5 batches: windows 2, 2, 1
+        TinyNet(), DataLoader(make_data(n=20), batch_size=4)  # 5 batches: windows 2, 2, 1
     )
     # After a window's last batch: the step is counted and its gradients already zeroed.
     assert seen == [(0, 0, True), (1, 1, False), (2, 1, True), (3, 2, False), (4, 3, False)]
+    # With an `on_before_zero_grad` hook (HookedNet defines every hook) the zeroing happens where
+    # Lightning's does, before the next window's first backward: the hook sees the step's gradients.
+    seen.clear()
+    Trainer(max_epochs=1, accumulate_grad_batches=2, callbacks=[Watch()], **QUIET).fit(
+        HookedNet([]), DataLoader(make_data(n=20), batch_size=4)
+    )
+    assert seen == [(0, 0, True), (1, 1, True), (2, 1, True), (3, 2, True), (4, 3, True)]
 
 
 def test_unused_hooks_are_not_looked_up_on_the_hot_path():

@@ -30,7 +30,10 @@ def cut_problem(trainer: StateHost) -> str | None:
     taken = order.unconsumed(trainer.state.epoch, trainer.state.batches_done)
     # Manual optimization judged its gradients above (left over after the module's own
     # opt.step() they are no window; see ManualOptimization.open_window).
-    accumulated = manual is None and any(
+    # Gradients an automatic step left for zero_grad at Lightning's place (an `optimizer_zero_grad`
+    # override or an `on_before_zero_grad` hook) belong to the finished step: a clean cut.
+    loop = trainer.fit_loop
+    accumulated = manual is None and not (loop is not None and loop.gradients_spent()) and any(
         p.grad is not None for optimizer in (trainer.optimizers.optimizers if trainer.optimizers is not None else []) for group in optimizer.param_groups for p in group["params"]
     )
     if not taken and not accumulated:

@@ -138,7 +138,8 @@ class RunFolder:
         self, root_dir: str | os.PathLike[str], name: str, version: int | str | None,
         version_dir: str | os.PathLike[str] | None, owner: str,
     ) -> None:
-        if not (isinstance(version, int) and not isinstance(version, bool) and version >= 0):
+        # version="" (Lightning's way to write no version folder): the run folder is root_dir/name itself
+        if version != "" and not (isinstance(version, int) and not isinstance(version, bool) and version >= 0):
             check_run_name(version, f"{owner}(version=...)")
         if version is not None and version_dir is not None:
             raise ValueError(f"{owner}: expected version= or version_dir=, not both. Received both.")

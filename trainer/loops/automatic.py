@@ -8,14 +8,16 @@ One optimizer step per window of `k = accumulate_grad_batches` micro-batches:
                       with summed / total items; items.py)
     window's last:    non-finite guard; on_before_optimizer_step; unscale; clip;
                       stepped = optimizer step; schedulers (interval "step", when stepped);
-                      on_before_zero_grad; zero_grad; global_step += 1; log every n steps
+                      zero_grad; global_step += 1; log every n steps
 
 Module overrides (Lightning's, looked up once per fit; none costs anything when absent):
 `optimizer_step(epoch, batch_idx, optimizer, optimizer_closure)` replaces the window's last
 micro-batch: its closure runs that micro-batch, and `optimizer.step(closure=...)` runs the
 closure, then the guard, `on_before_optimizer_step`, unscale, clip and the step (`optimizer`
 is a `LoopOptimizer`); `optimizer_zero_grad` runs where Lightning runs it (after the first
-micro-batch's training_step, before its backward) instead of our zeroing after the step;
+micro-batch's training_step, before its backward) instead of our zeroing after the step, and
+so does the zeroing, with `on_before_zero_grad` before it, when a hook of that name is defined
+(it then sees the previous step's gradients, as in Lightning);
 `configure_gradient_clipping` replaces the clip; `backward(loss)` replaces `loss.backward()`;
 `lr_scheduler_step(scheduler, metric)` steps the schedulers.
 
@@ -66,11 +68,19 @@ class AutomaticOptimization(PlainSteps, OverrideSteps):
         self.want_before_backward = wants("on_before_backward")
         self.want_after_backward = wants("on_after_backward")
         self.want_before_step = wants("on_before_optimizer_step")
-        self.want_before_zero_grad = wants("on_before_zero_grad")
+        # on_before_zero_grad: this package's callbacks read it right after the step (SWA keeps the
+        # step's gradients); the module's and other callbacks' run where Lightning calls it
+        self.want_own_zero_grad = context.hooks.wants_in_package("on_before_zero_grad")
+        self.want_before_zero_grad = context.hooks.wants_outside_package("on_before_zero_grad")
         self.want_step_end = wants("on_train_step_end")
         module = module_of(context)
         self.step_hook = own_hook(module, "optimizer_step")
         self.zero_hook = own_hook(module, "optimizer_zero_grad")
+        # Lightning's place for zero_grad (after the window's first training_step, before its
+        # backward) when something watches it: an `optimizer_zero_grad` override, or an
+        # `on_before_zero_grad` hook, which then sees the previous step's gradients, as in Lightning
+        self.zero_late = self.zero_hook is not None or self.want_before_zero_grad
+        self.spent = False  # the gradients present are the last step's, kept for zero_grad at Lightning's place
         self.clip_hook = own_hook(module, "configure_gradient_clipping")
         self.backward_hook = own_hook(module, "backward")
         self.scheduler_hook = own_hook(module, "lr_scheduler_step")
@@ -132,7 +142,7 @@ class AutomaticOptimization(PlainSteps, OverrideSteps):
             and not self.copy_kept_loss and self.proxy is None and self.zero_hook is None
             and self.clip_hook is None and self.backward_hook is None
             and not (self.want_before_backward or self.want_after_backward or self.want_before_step
-                     or self.want_before_zero_grad or self.want_step_end)
+                     or self.want_before_zero_grad or self.want_own_zero_grad or self.want_step_end)
             and type(precision).backward is Precision.backward
             and type(precision).optimizer_step is Precision.optimizer_step
         )
@@ -143,7 +153,7 @@ class AutomaticOptimization(PlainSteps, OverrideSteps):
         are released, as Lightning's zero_grad before the epoch's first backward releases them."""
         self.window_loss = None
         self.held = None
-        if self.zero_hook is None:  # an optimizer_zero_grad override runs at the window's start itself
+        if not self.zero_late:  # zero_grad at Lightning's place runs at the window's start itself
             self.optimizer.zero_grad(set_to_none=True)
 
     def run(self, batch: Any, batch_idx: int, size: int, last: bool) -> Any:
@@ -205,10 +215,14 @@ class AutomaticOptimization(PlainSteps, OverrideSteps):
         loss = extract_loss(output, batch_idx)
         if loss is None and last and context.agreement is not None:
             self._check_skipped_everywhere(batch_idx)
-        if self.zero_hook is not None and batch_idx % (context.args.accumulate_grad_batches or 1) == 0:  # Lightning's place
+        if self.zero_late and batch_idx % (context.args.accumulate_grad_batches or 1) == 0:  # Lightning's place
             if self.want_before_zero_grad:
-                context.call("on_before_zero_grad", self.optimizer)
-            self.zero_hook(context.state.epoch, batch_idx, self.optimizer)
+                context.hooks.call_split("on_before_zero_grad", context.trainer, context.module, self.optimizer, own=False)
+            if self.zero_hook is not None:
+                self.zero_hook(context.state.epoch, batch_idx, self.optimizer)
+            else:
+                self.optimizer.zero_grad(set_to_none=True)
+            self.spent = False
         if loss is not None and loss is not output and is_item_output(output):
             self._hold(output, loss, batch_idx, last)
             loss = None
@@ -385,10 +399,11 @@ class AutomaticOptimization(PlainSteps, OverrideSteps):
             state.skipped_steps += 1
         if schedulers and self.opt.schedulers:
             self.step_schedulers("step", state.global_step)
-        if self.zero_hook is None:  # an optimizer_zero_grad override runs at the next window's start instead
-            if self.want_before_zero_grad:
-                context.call("on_before_zero_grad", optimizer)
+        if self.want_own_zero_grad:
+            context.hooks.call_split("on_before_zero_grad", context.trainer, context.module, optimizer, own=True)
+        if not self.zero_late:  # else at the next window's start, where Lightning zeroes
             optimizer.zero_grad(set_to_none=True)
+        self.spent = self.zero_late
 
     def _report(self, window_loss: torch.Tensor, norm: torch.Tensor | None, stepped: bool) -> None:
         context = self.context

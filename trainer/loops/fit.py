@@ -242,6 +242,12 @@ class FitLoop(FitValidation):
             context.checkpoints.save_last()
             context.call("on_train_end")
 
+    def gradients_spent(self) -> bool:
+        """The gradients present belong to a finished optimizer step (kept until the next
+        window's start, where Lightning zeroes them), not to a window in progress."""
+        optimization = self.optimization
+        return isinstance(optimization, AutomaticOptimization) and optimization.spent
+
     def reconcile(self, raise_now: bool = True) -> None:
         """Device-counted skips (fused optimizers) made visible: before epoch ends and saves."""
         optimization = self.optimization

@@ -129,9 +129,11 @@ class FitValidation:
         """Under automatic optimization: gradients the validation's hooks made (a callback's
         own backward, for a saliency map) are released before the next step, as Lightning's
         zero_grad before the next window's first backward releases them (an
-        `optimizer_zero_grad` override runs at that place itself)."""
+        `optimizer_zero_grad` override or an `on_before_zero_grad` hook puts the zeroing at
+        that place itself: the hook sees the gradients Lightning's would)."""
         module, optimizers = module_of(self.context), self.context.optimizers
-        if optimizers is None or not module.automatic_optimization or own_hook(module, "optimizer_zero_grad"):
+        if optimizers is None or not module.automatic_optimization or own_hook(module, "optimizer_zero_grad") \
+                or self.context.hooks.wants_outside_package("on_before_zero_grad"):
             return
         for optimizer in optimizers.optimizers:
             optimizer.zero_grad(set_to_none=True)

@@ -131,8 +131,10 @@ class Dispatcher:
     def __init__(self, module: Any, callbacks: Sequence[CallbackBase], timer: Any = None) -> None:
         self.callbacks = list(callbacks)
         self._targets: dict[str, list[Any]] = {}
+        self._own: dict[str, list[bool]] = {}  # per target: a callback of this package (callbacks.*)
         for hook in HOOKS:
             bound = [getattr(cb, hook) for cb in self.callbacks if _overrides(cb, hook)]
+            self._own[hook] = [_is_own(cb) for cb in self.callbacks if _overrides(cb, hook)]
             if timer is not None:  # profiler="simple": every call is timed (wrapped once, here)
                 bound = [timer.wrap(fn, f"[Callback]{type(fn.__self__).__name__}.{hook}") for fn in bound]
             self._targets[hook] = bound
@@ -174,6 +176,23 @@ class Dispatcher:
     def wants(self, hook: str) -> bool:
         return bool(self._targets[hook]) or hook in self._module_hooks
 
+    def wants_in_package(self, hook: str) -> bool:
+        """Whether a callback of this package defines `hook`."""
+        return any(self._own[hook])
+
+    def wants_outside_package(self, hook: str) -> bool:
+        """Whether the module or a callback not of this package defines `hook`."""
+        return hook in self._module_hooks or not all(self._own[hook])
+
+    def call_split(self, hook: str, trainer: object, module: object, *args: Any, own: bool) -> None:
+        """`hook` on this package's callbacks only (`own=True`), or on the other callbacks and
+        then the module (`own=False`): for a hook the package's callbacks use at another place."""
+        for fn, is_own in zip(self._targets[hook], self._own[hook]):
+            if is_own == own:
+                fn(trainer, module, *args)
+        if not own:
+            self.call_module(hook, *args)
+
     def overriding(self, hook: str) -> list[CallbackBase]:
         """The callbacks whose class overrides `hook`."""
         return [cb for cb in self.callbacks if _overrides(cb, hook)]
@@ -191,6 +210,11 @@ def _warn_removed_hooks(objects: Sequence[Any]) -> None:
                 warnings.warn(
                     f"{type(each).__name__} defines `{hook}`, a hook of Lightning 1 that Lightning 2 removed: it is never "
                     f"called, here as in Lightning 2. Expected {REMOVED_HOOKS[hook]}: rename the method.", UserWarning, stacklevel=4)
+
+
+def _is_own(callback: CallbackBase) -> bool:
+    """A callback of this package (`callbacks.*`), not a user's subclass of one."""
+    return type(callback).__module__.split(".")[0] == "callbacks"
 
 
 def _overrides(callback: CallbackBase, hook: str) -> bool:

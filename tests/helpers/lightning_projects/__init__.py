@@ -27,6 +27,8 @@ PROJECTS = sorted(path.stem for path in FOLDER.glob("*.py") if path.stem != "__i
 
 #: (our import line, Lightning's), as regular expressions over one line each.
 IMPORT_RULES: tuple[tuple[str, str], ...] = (
+    (r"^(\s*)import trainer as (\w+)[ \t]*# as in Lightning\.pytorch$",
+     r"\1import lightning.pytorch as \2"),
     (r"^(\s*)import trainer as (\w+)[ \t]*$", r"\1import lightning as \2"),
     (r"^(\s*)from trainer import ", r"\1from lightning.pytorch import "),
     (r"^(\s*)import callbacks[ \t]*$", r"\1from lightning.pytorch import callbacks"),
