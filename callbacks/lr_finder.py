@@ -73,6 +73,8 @@ class LearningRateFinder(Callback):
             rank_zero_warn("Skipping learning rate finder since `fast_dev_run` is enabled.")
             return
         datamodule = trainer.datamodule
+        if datamodule is None:
+            trainer.fit_loop.setup_data()  # as Lightning's sweep: fit's loaders are asked for now
         loader = trainer.train_dataloader if datamodule is None else None
         self.optimal_lr = lr_find(
             trainer, pl_module, loader, datamodule=datamodule, min_lr=self._min_lr, max_lr=self._max_lr,

@@ -1,6 +1,6 @@
-"""`max_epochs=0` / `max_steps=0`, and a fit resumed from a run that already reached its limits,
-as Lightning runs them: the sanity check only (no training hook, no checkpoint written, the
-weights untouched), under both packages in one process."""
+"""`max_epochs=0` / `max_steps=0` as Lightning runs them: the sanity check only (no training
+hook, no checkpoint written, the weights untouched); and a fit resumed from a run that already
+reached its limits, which trains nothing in both packages. Under both packages in one process."""
 
 from __future__ import annotations
 
@@ -90,7 +90,12 @@ def test_a_zero_limit_runs_the_sanity_check_only(limit: str, tmp_path: Path) -> 
     assert ours[1] and ours[4] == []
 
 
-def test_a_resume_past_the_limits_runs_no_training_hook(tmp_path: Path) -> None:
+def test_a_resume_past_the_limits_trains_nothing_and_writes_nothing(tmp_path: Path) -> None:
+    """A deliberate difference (docs/lightning.md): Lightning runs no training hook; here
+    `on_train_start`/`on_train_end` run, so work a run stopped at its end left unfinished
+    completes (SWA's final transfer), and the run's `last.ckpt` is written. Nothing trains in
+    either."""
     ours, theirs = SPEC.compare("resumed_after_the_end", tmp_path)
-    assert ours == theirs
-    assert "on_train_start" not in ours[0] and ours[1] == 2
+    assert ours[1:3] == theirs[1:3] and ours[1] == 2
+    assert [c for c in ours[0] if c not in ("on_train_start", "on_train_end")] == theirs[0]
+    assert "on_train_start" in ours[0] and "on_train_start" not in theirs[0]

@@ -151,6 +151,7 @@ class TrainerFit:
             if not prepared:
                 prepared.append(self._fit_loaders_in_order(model, train_loader, val_loader, opens=opens,
                                                            defer_opening=after_fit_start))
+                self._run.train_loader = prepared[0][0]  # trainer.train_dataloader from here on
             return prepared[0][0], prepared[0][1]
 
         self._fit_loaders = fit_loaders

@@ -152,4 +152,9 @@ class FitLoopView(_View):
         return bool(loop is not None and loop.finished())
 
     def setup_data(self) -> None:
-        """Lightning builds its loaders here; this Trainer reads them when fit starts (a no-op)."""
+        """Lightning builds its loaders here. While fit starts (before it asked for its loaders,
+        as in `on_fit_start`), this asks for them now, as Lightning's does, and
+        `trainer.train_dataloader` is set; otherwise nothing is left to do."""
+        prepare = getattr(self._trainer, "_fit_loaders", None)  # set while fit sets up, until it asks itself
+        if prepare is not None:
+            prepare(True)  # asked for after on_fit_start: with a sanity check the first iterator opens after it

@@ -183,7 +183,9 @@ class FitLoop(FitValidation):
 
     def _nothing_to_train(self, train_loader: Any) -> None:
         """A fit whose limits are already reached: `max_epochs=0`/`max_steps=0` (Lightning's way
-        to run only the sanity check), or a resume from a run that reached them."""
+        to run only the sanity check: no training hook, nothing saved), or a resume from a run
+        that reached them (`on_train_start`/`on_train_end` still run, so what a run stopped at
+        its end left unfinished, such as SWA's final transfer, completes)."""
         context, args = self.context, self.context.args
         if args.max_epochs == 0 or args.max_steps == 0:
             log.info("fit trains nothing: max_epochs=%s / max_steps=%s (the sanity check only, as in Lightning).",
@@ -206,12 +208,14 @@ class FitLoop(FitValidation):
             assert self.schedule is not None  # the first validating epoch keeps the loader fit started with
             self.val_loaded_epoch = context.state.epoch if self.schedule.epoch_validates(context.state.epoch) \
                 else -math.inf
-            if self.finished():  # Lightning's rule: the sanity check only, no training hooks, nothing saved
+            nothing = self.finished()
+            if nothing:
                 self._nothing_to_train(train_loader)
+            if nothing and (args.max_epochs == 0 or args.max_steps == 0):  # Lightning's sanity-check-only run
                 self.sanity_check()
                 return
             self.sanity_check()
-            if self.open_after_sanity:
+            if self.open_after_sanity and not nothing:
                 context.strategy.set_epoch(train_loader, context.state.epoch)
                 context.data_order.open_ahead(train_loader, context.state.epoch)
             warn_eval_modules(module_of(context))

@@ -134,7 +134,7 @@ class Dispatcher:
         self._own: dict[str, list[bool]] = {}  # per target: a callback of this package (callbacks.*)
         for hook in HOOKS:
             bound = [getattr(cb, hook) for cb in self.callbacks if _overrides(cb, hook)]
-            self._own[hook] = [_is_own(cb) for cb in self.callbacks if _overrides(cb, hook)]
+            self._own[hook] = [_is_own(cb, hook) for cb in self.callbacks if _overrides(cb, hook)]
             if timer is not None:  # profiler="simple": every call is timed (wrapped once, here)
                 bound = [timer.wrap(fn, f"[Callback]{type(fn.__self__).__name__}.{hook}") for fn in bound]
             self._targets[hook] = bound
@@ -212,9 +212,11 @@ def _warn_removed_hooks(objects: Sequence[Any]) -> None:
                     f"called, here as in Lightning 2. Expected {REMOVED_HOOKS[hook]}: rename the method.", UserWarning, stacklevel=4)
 
 
-def _is_own(callback: CallbackBase) -> bool:
-    """A callback of this package (`callbacks.*`), not a user's subclass of one."""
-    return type(callback).__module__.split(".")[0] == "callbacks"
+def _is_own(callback: CallbackBase, hook: str) -> bool:
+    """Whether `hook` of the callback is this package's code (`callbacks.*`): a callback of the
+    package, or a user's subclass of one that keeps the package's `hook`."""
+    fn = getattr(type(callback), hook, None)
+    return str(getattr(fn, "__module__", "")).split(".")[0] == "callbacks"
 
 
 def _overrides(callback: CallbackBase, hook: str) -> bool:
