@@ -1,0 +1,212 @@
+"""More of Lightning's documentation snippets, as users copy them, run under Lightning 2.6 and under
+this package (imports changed only) in one process: the Trainer page's flags and properties, the
+LightningModule page, the data pages' iterables, the training-tricks, transfer-learning, logging
+and inference pages (tests/helpers/lightning_projects/docs_snippets2.py holds the completed
+snippets). Compared: weights (`torch.equal`), steps, epochs, `callback_metrics`, results,
+predictions, parameter groups and what the snippets record.
+
+Where the numbers differ on purpose: a `should_stop` inside an epoch leaves `current_epoch` at the
+epoch it happened in (docs/lightning.md, "Where we differ on purpose"), and `Tuner.lr_find`
+sweeps `min_lr` to `max_lr` exactly and debiases its smoothed loss by the step's own index
+(docs/tuning.md; Lightning's first point is `min_lr` and its smoothing divides by
+`1 - beta ** (step + 2)`), so only its use is compared there.
+"""
+
+from __future__ import annotations
+
+import datetime
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests.helpers.lightning_projects import assert_same_weights, load_project
+
+
+@pytest.fixture(scope="module")
+def snippets() -> dict[str, Any]:
+    return {"ours": load_project("docs_snippets2", "ours"), "lightning": load_project("docs_snippets2", "lightning")}
+
+
+def both(snippets: dict[str, Any], run: str, root: Path, *args: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Lightning's notes (srun, deprecations), not under test
+        ours, theirs = (getattr(snippets[fw], run)(root / fw, *args) for fw in ("ours", "lightning"))
+    return ours, theirs
+
+
+def same(a: Any, b: Any) -> bool:
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and torch.equal(a, b)
+    if isinstance(a, (list, tuple)):
+        return isinstance(b, (list, tuple)) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    return bool(a == b)
+
+
+def assert_same(ours: dict[str, Any], theirs: dict[str, Any], *extra: str, epochs: bool = True) -> None:
+    assert_same_weights(ours["model"], theirs["model"])
+    assert ours["trainer"].global_step == theirs["trainer"].global_step
+    if epochs:
+        assert ours["trainer"].current_epoch == theirs["trainer"].current_epoch
+    lightning = {key: float(value) for key, value in theirs["trainer"].callback_metrics.items()}
+    mine = ours["trainer"].callback_metrics
+    assert {key: float(mine[key]) if key in mine else None for key in lightning} == lightning
+    for key in extra:
+        assert same(ours[key], theirs[key]), key
+
+
+# ------------------------------------------------------------------------------ Trainer page
+#: Every `Trainer(...)` of the Trainer page that names no TPU, HPU, GPU or several processes.
+FLAGS: list[dict[str, Any]] = [
+    dict(accelerator="cpu"), dict(accumulate_grad_batches=4), dict(barebones=True), dict(benchmark=None),
+    dict(benchmark=True), dict(deterministic=False), dict(check_val_every_n_epoch=10), dict(detect_anomaly=True),
+    dict(devices="auto", accelerator="auto"), dict(devices="auto", accelerator="cpu"), dict(enable_autolog_hparams=True),
+    dict(enable_autolog_hparams=False), dict(enable_checkpointing=False), dict(enable_model_summary=False),
+    dict(enable_progress_bar=False), dict(fast_dev_run=True), dict(fast_dev_run=7), dict(gradient_clip_algorithm=None),
+    dict(gradient_clip_val=0.5, gradient_clip_algorithm="value"), dict(gradient_clip_val=0.5, gradient_clip_algorithm="norm"),
+    dict(gradient_clip_val=None), dict(gradient_clip_val=0), dict(inference_mode=False), dict(limit_train_batches=0.25),
+    dict(limit_train_batches=10), dict(limit_predict_batches=0.25), dict(limit_test_batches=10), dict(limit_val_batches=0),
+    dict(log_every_n_steps=50), dict(max_epochs=1000), dict(min_epochs=1), dict(max_steps=-1), dict(max_steps=100),
+    dict(min_steps=None), dict(min_steps=100, min_epochs=0), dict(max_time=None), dict(max_time="00:12:00:00", max_epochs=10),
+    dict(max_time={"days": 1, "hours": 5}), dict(model_registry=None), dict(num_nodes=1), dict(num_sanity_val_steps=-1),
+    dict(overfit_batches=0.01), dict(overfit_batches=10), dict(plugins=None), dict(precision="32"),
+    dict(precision="bf16-mixed", devices=1), dict(profiler=None), dict(profiler="simple"), dict(reload_dataloaders_every_n_epochs=1),
+    dict(sync_batchnorm=True), dict(use_distributed_sampler=True), dict(val_check_interval=0.25), dict(val_check_interval=1000),
+    dict(val_check_interval=1000, check_val_every_n_epoch=None),
+]
+
+
+def test_every_trainer_flag_example_of_the_trainer_page_is_taken(tmp_path: Path) -> None:
+    """Lightning's defaults written out (`gradient_clip_algorithm=None`, `num_nodes=1`,
+    `model_registry=None`) and `enable_autolog_hparams` are taken, as a Hydra or LightningCLI
+    dump that lists every argument writes them."""
+    from trainer import Trainer
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for flags in FLAGS:
+            Trainer(default_root_dir=tmp_path, **flags)
+    assert Trainer(gradient_clip_val=0.5, gradient_clip_algorithm=None).args.gradient_clip_algorithm == "norm"
+    assert Trainer(enable_autolog_hparams=False).enable_autolog_hparams is False
+
+
+@pytest.mark.parametrize("interval", ["00:00:15:00", {"minutes": 15}, datetime.timedelta(hours=1)])
+def test_a_wall_clock_validation_interval_is_refused_saying_what_to_write(interval: Any) -> None:
+    from trainer import Trainer
+
+    with pytest.raises(ValueError, match=r"validates by wall-clock time in Lightning; not taken here.*Expected an int"):
+        Trainer(val_check_interval=interval)
+
+
+def test_a_model_registry_name_says_to_upload_the_checkpoint_yourself() -> None:
+    from trainer import Trainer
+
+    with pytest.raises(ValueError, match=r"model_registry=\.\.\.\) is Lightning's.*upload the checkpoint yourself"):
+        Trainer(model_registry="my-model-name")
+    with pytest.raises(ValueError, match="num_nodes"):
+        Trainer(num_nodes=8)
+
+
+def test_should_stop_with_min_epochs_and_min_steps(snippets: dict[str, Any], tmp_path: Path) -> None:
+    """The page's four `should_stop` snippets stop at Lightning's step; a stop inside an epoch
+    leaves `current_epoch` at that epoch here (a deliberate difference), at an epoch's end the
+    epochs agree too."""
+    for when in ("any", "epoch", "step", "both"):
+        ours, theirs = both(snippets, "run_should_stop", tmp_path / when, when)
+        assert_same(ours, theirs, epochs=False)
+        inside = ours["trainer"].global_step % 2 != 0 or when == "any"
+        assert ours["trainer"].current_epoch + (1 if inside else 0) == theirs["trainer"].current_epoch
+    assert ours["trainer"].global_step == 10  # min_epochs=5 of 2 batches
+
+
+def test_trainer_properties_read_inside_a_run(snippets: dict[str, Any], tmp_path: Path) -> None:
+    """`state.fn/status/stage`, `sanity_checking`, `is_global_zero`, `loggers`, the batch
+    counts and `estimated_stepping_batches` sizing OneCycleLR, as the page reads them."""
+    ours, theirs = both(snippets, "run_properties", tmp_path)
+    assert_same(ours, theirs, "seen", "numbers", "final", "foo", "lr")
+    assert ("val", "TrainerFn.FITTING", "RunningStage.SANITY_CHECKING", True) in [tuple(s) for s in ours["seen"]]
+
+
+def test_enable_autolog_hparams(snippets: dict[str, Any], tmp_path: Path) -> None:
+    """False: only the module's own `self.logger.log_hyperparams(self.hparams, {"hp/metric_1": 0,
+    ...})` (the logging page's snippet) reaches the logger, as in Lightning; True: the
+    automatic call comes first, and again for `validate`."""
+    for autolog in (False, True):
+        ours, theirs = both(snippets, "run_autolog", tmp_path / str(autolog), autolog)
+        assert_same(ours, theirs, "calls")
+        assert len(ours["calls"]) == (3 if autolog else 1)
+        assert ours["calls"][-1 if not autolog else 1][2] == {"hp/metric_1": 0, "hp/metric_2": 0}
+
+
+def test_gradient_clip_algorithm_none_clips_by_norm(snippets: dict[str, Any], tmp_path: Path) -> None:
+    ours, theirs = both(snippets, "run_clip_algorithm_none", tmp_path)
+    assert_same(ours, theirs)
+
+
+# ------------------------------------------------------------------- LightningModule page
+def test_lightning_module_page(snippets: dict[str, Any], tmp_path: Path) -> None:
+    """A task around any model (`log_dict` in validation and test, `predict_step` with
+    `dataloader_idx=0`, outputs kept for `on_train_epoch_end`), `save_checkpoint` then
+    `load_from_checkpoint` with the model passed again, `save_hyperparameters("layer_1_dim")`
+    and `ignore=[...]` with the ignored ones given back at loading, and `predict_step(self, batch)`
+    with a DataModule passed positionally to `predict`."""
+    ours, theirs = both(snippets, "run_lightning_module", tmp_path)
+    assert_same(ours, theirs, "validated", "tested", "predictions", "y_hat", "hparams", "reloaded", "forwarded")
+    assert ours["hparams"] == {"layer_1_dim": 6} and ours["reloaded"] == ({"layer_1_dim": 6}, "L1Loss", 6)
+
+
+# --------------------------------------------------------------------------------- data pages
+@pytest.mark.parametrize("source", ["list", "nested"])
+def test_training_iterables_of_the_data_page(source: str, snippets: dict[str, Any], tmp_path: Path) -> None:
+    """`return list(range(1000))` (a plain list) and `return {"a": [dl1, dl2], "b": [dl3, dl4]}`
+    from `train_dataloader()`: the nested dict is combined (max_size_cycle) into batches of the
+    same nesting, as in Lightning (it was iterated as a plain dict, over its keys)."""
+    ours, theirs = both(snippets, "run_iterables", tmp_path, source)
+    assert_same(ours, theirs, "batches")
+    if source == "nested":
+        assert isinstance(ours["batches"][0], dict) and len(ours["batches"][0]["a"]) == 2
+
+
+# ------------------------------------------------------------------ training tricks, transfer
+def test_weight_averaging_subclass_and_lr_find(snippets: dict[str, Any], tmp_path: Path) -> None:
+    """The page's `EMAWeightAveraging(WeightAveraging)` with `should_update`: Lightning's
+    weights. `Tuner(trainer).lr_find(model)` sets `learning_rate` (or `attr_name`) to its own
+    suggestion in both (the sweeps differ on purpose, see the module docstring)."""
+    ours, theirs = both(snippets, "run_training_tricks", tmp_path)
+    assert_same(ours, theirs)
+    for result in (ours, theirs):
+        assert result["learning_rate"] == (result["suggestion"] or 0.1)
+        value, learning_rate, suggestion = result["my_value"]
+        assert value == suggestion and learning_rate == 0.1
+    assert len(ours["lr"]) == len(ours["loss"]) == 20 and ours["lr"][0] == theirs["lr"][0] == 1e-8
+
+
+@pytest.mark.parametrize("which", ["custom", "backbone"])
+def test_transfer_learning_page_finetuning_callbacks(which: str, snippets: dict[str, Any], tmp_path: Path) -> None:
+    """The page's `CustomFinetuning(BaseFinetuning)` (it adds the same layers again every epoch
+    after the unfreeze: skipped, as Lightning skips them) and its `BackboneFinetuning`."""
+    ours, theirs = both(snippets, "run_transfer_learning", tmp_path, which)
+    assert_same(ours, theirs, "groups", "trainable")
+    assert len(ours["groups"]) == 2
+
+
+# ------------------------------------------------------------------------------ logging pages
+def test_logging_pages_self_log_options(snippets: dict[str, Any], tmp_path: Path) -> None:
+    """`on_step`/`on_epoch`, `reduce_fx` ("max", "min", "sum", `torch.mean`), `batch_size=10`,
+    a plain int (`batch_idx + 1`), `log_dict` and a torchmetrics `Metric` of one's own."""
+    ours, theirs = both(snippets, "run_logging", tmp_path)
+    assert_same(ours, theirs, "validated")
+    lightning = theirs["fitted"]
+    assert {"max_loss_epoch", "sum_loss", "mean_loss", "average_value", "min_val", "train_acc_step", "acc"} <= set(lightning)
+    assert {key: ours["fitted"].get(key) for key in lightning} == lightning
+
+
+# ---------------------------------------------------------------------------- inference pages
+def test_monte_carlo_dropout_predictions_and_a_traced_module(snippets: dict[str, Any], tmp_path: Path) -> None:
+    ours, theirs = both(snippets, "run_inference", tmp_path)
+    assert_same(ours, theirs, "predictions", "script", "eager", "training")
+    assert torch.equal(ours["script"], ours["eager"])
