@@ -210,3 +210,43 @@ def test_monte_carlo_dropout_predictions_and_a_traced_module(snippets: dict[str,
     ours, theirs = both(snippets, "run_inference", tmp_path)
     assert_same(ours, theirs, "predictions", "script", "eager", "training")
     assert torch.equal(ours["script"], ours["eager"])
+
+
+def test_self_log_from_every_hook_of_the_logging_table(snippets: dict[str, Any], tmp_path: Path) -> None:
+    """`self.log` in the module's hooks and `pl_module.log` in a callback's, each hook of the
+    logging page's table of `on_step`/`on_epoch` defaults: the same names and values logged and
+    in `callback_metrics`. `on_before_zero_grad` runs after the step here, Lightning's before the
+    backward (docs/hooks.md), so what it logs is read from other weights."""
+    ours, theirs = both(snippets, "run_hook_logging", tmp_path)
+    moved = {"module/on_before_zero_grad", "callback/on_before_zero_grad"}
+    assert_same_weights(ours["model"], theirs["model"])
+    for observed in ("logged", "callback_metrics"):
+        mine, lightning = ((result[observed] if observed == "logged" else
+                            {k: float(v) for k, v in result["trainer"].callback_metrics.items()}) for result in (ours, theirs))
+        assert len(lightning) == 2 * len(snippets["ours"].LOGGING_HOOKS) + 1
+        assert {k: mine.get(k) for k in lightning if k not in moved} == {k: v for k, v in lightning.items() if k not in moved}
+        assert moved <= set(mine)
+
+
+# ------------------------------------------------------------------------------ datamodule page
+def test_datamodule_page(snippets: dict[str, Any], tmp_path: Path) -> None:
+    """The page's DataModule (`setup` by stage, a seeded `random_split`, four loaders,
+    `teardown`), `prepare_data`/`setup("fit")` called by hand first, `fit(model, dm)`, then
+    `test`, `validate` and `predict` with `datamodule=dm` only: the same hook calls, loaders,
+    results and predictions; `save_hyperparameters()` of `*args, **kwargs`. The page's "random
+    list of batches" given to `fit` trains here; Lightning 2.6 takes that list for several
+    loaders and its step gets no `(x, y)` pair."""
+    ours, theirs = both(snippets, "run_datamodule", tmp_path)
+    assert_same(ours, theirs, "calls", "lengths", "tested", "validated", "predicted", "custom")
+    assert ours["calls"][:2] == ["prepare_data", "setup:fit"] and ours["custom"] == {"lr": 0.1, "width": 3}
+    assert isinstance(theirs["listed"], ValueError) and ours["listed"][0] == 5
+
+
+# ----------------------------------------------------------------------------------- speed page
+def test_speed_page_gan_zero_grad_and_compiled_module(snippets: dict[str, Any], tmp_path: Path) -> None:
+    """The speed page's GAN (`toggle_model(sync_grad=...)`, steps on every second batch or the
+    epoch's last), `optimizer_zero_grad` with `set_to_none=True` under accumulation, and a
+    module given to `fit` as `torch.compile(model)`."""
+    ours, theirs = both(snippets, "run_speed", tmp_path)
+    assert_same(ours, theirs, "compiled", "compiled_steps")
+    assert ours["compiled_steps"] == 4

@@ -519,3 +519,196 @@ def run_inference(root_dir: Path) -> dict[str, Any]:
     script = model.to_torchscript(method="trace", example_inputs=x)
     return {"model": model, "trainer": trainer, "predictions": torch.cat(predictions), "script": script(x),
             "eager": model(x), "training": model.training}
+
+
+# ----------------------------------------------------------------- logging from every hook
+LOGGING_HOOKS = ("on_train_start", "on_train_epoch_start", "on_train_epoch_end", "on_before_backward", "on_after_backward",
+                 "on_before_optimizer_step", "on_before_zero_grad", "on_train_batch_start", "on_train_batch_end",
+                 "on_validation_start", "on_validation_epoch_start", "on_validation_epoch_end",
+                 "on_validation_batch_start", "on_validation_batch_end")
+
+
+def _value(module: LightningModule) -> Tensor:
+    return module.layer.weight.detach().sum() + module.global_step
+
+
+class HookLogging(Base):
+    """`self.log` in each hook of the logging page's table of defaults."""
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        x, y = batch
+        self.log("val_loss", nn.functional.mse_loss(self.layer(x), y))
+
+
+class CallbackLogging(L.Callback):
+    """`pl_module.log` from a callback's hooks (the same table)."""
+
+
+def _module_hook(name: str) -> Any:
+    def hook(self: Any, *args: Any, **kwargs: Any) -> None:
+        self.log(f"module/{name}", _value(self))
+    return hook
+
+
+def _callback_hook(name: str) -> Any:
+    def hook(self: Any, trainer: Any, pl_module: Any, *args: Any, **kwargs: Any) -> None:
+        pl_module.log(f"callback/{name}", _value(pl_module))
+    return hook
+
+
+for _name in LOGGING_HOOKS:
+    setattr(HookLogging, _name, _module_hook(_name))
+    setattr(CallbackLogging, _name, _callback_hook(_name))
+
+
+def run_hook_logging(root_dir: Path) -> dict[str, Any]:
+    torch.manual_seed(0)
+    model = HookLogging()
+    trainer = Trainer(default_root_dir=root_dir, max_epochs=2, callbacks=[CallbackLogging()], **QUIET)
+    trainer.fit(model, loader(16, batch_size=4), loader(8, seed=2, batch_size=4))
+    return {"model": model, "trainer": trainer,
+            "logged": {key: float(value) for key, value in trainer.logged_metrics.items()}}
+
+
+# ------------------------------------------------------------------------------ datamodule page
+class MNISTDataModule(LightningDataModule):
+    """The page's DataModule over a small random dataset (MNIST left out): `setup` by stage,
+    `random_split` with a seeded generator, the four loaders, `teardown`."""
+
+    def __init__(self, data_dir: str = "path/to/dir", batch_size: int = 4) -> None:
+        super().__init__()
+        self.data_dir = data_dir
+        self.batch_size = batch_size
+        self.calls: list[str] = []
+        self.num_classes = 3
+
+    def prepare_data(self) -> None:
+        self.calls.append("prepare_data")
+
+    def setup(self, stage: str) -> None:
+        self.calls.append(f"setup:{stage}")
+        if stage == "fit":
+            full = data(24, seed=7, classes=3)
+            self.mnist_train, self.mnist_val = torch.utils.data.random_split(
+                full, [16, 8], generator=torch.Generator().manual_seed(42))
+        if stage == "test":
+            self.mnist_test = data(8, seed=8, classes=3)
+        if stage == "predict":
+            self.mnist_predict = data(8, seed=9, classes=3)
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(self.mnist_train, batch_size=self.batch_size, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(self.mnist_val, batch_size=self.batch_size)
+
+    def test_dataloader(self) -> DataLoader:
+        return DataLoader(self.mnist_test, batch_size=self.batch_size)
+
+    def predict_dataloader(self) -> DataLoader:
+        return DataLoader(self.mnist_predict, batch_size=self.batch_size)
+
+    def teardown(self, stage: str) -> None:
+        self.calls.append(f"teardown:{stage}")
+
+
+class CustomDataModule(LightningDataModule):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+
+
+def run_datamodule(root_dir: Path) -> dict[str, Any]:
+    torch.manual_seed(0)
+    dm = MNISTDataModule()
+    dm.prepare_data()
+    dm.setup(stage="fit")
+    model = ClassificationTask(nn.Sequential(nn.Linear(4, 6), nn.ReLU(), nn.Linear(6, dm.num_classes)))
+    trainer = Trainer(default_root_dir=root_dir, max_epochs=2, **{**QUIET, "enable_checkpointing": True})
+    trainer.fit(model, dm)
+    assert trainer.datamodule is dm
+    lengths = [len(trainer.train_dataloader), len(trainer.val_dataloaders)]
+    dm.setup(stage="test")
+    tested = trainer.test(datamodule=dm, verbose=False)
+    lengths.append(len(trainer.test_dataloaders))
+    validated = trainer.validate(datamodule=dm, verbose=False)
+    predicted = trainer.predict(datamodule=dm)
+    lengths.append(len(trainer.predict_dataloaders))
+    batches = [(torch.rand(4, 4), torch.randint(0, 3, (4,))) for _ in range(5)]  # "random list of batches"
+    listed = ClassificationTask(nn.Linear(4, 3))
+    list_trainer = Trainer(default_root_dir=root_dir / "list", max_epochs=1, **QUIET)
+    try:
+        list_trainer.fit(listed, batches)
+    except ValueError as error:  # Lightning combines the list as several loaders, and each tuple as one
+        listed = error  # type: ignore[assignment]
+    custom = CustomDataModule(lr=0.1, width=3)
+    return {"model": model, "trainer": trainer, "calls": dm.calls, "lengths": lengths, "tested": _floats(tested),
+            "validated": _floats(validated), "predicted": torch.cat(predicted),
+            "listed": listed if isinstance(listed, ValueError) else (list_trainer.global_step, dict(listed.state_dict())),
+            "custom": dict(custom.hparams)}
+
+
+# ----------------------------------------------------------------------------------- speed page
+class SimpleGAN(LightningModule):
+    """The speed page's GAN: `toggle_model(sync_grad=...)`, steps every second batch or at the
+    epoch's last one (`self.trainer.is_last_batch`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+        self.G = nn.Sequential(nn.Linear(2, 4))
+        self.D = nn.Sequential(nn.Linear(4, 1))
+        self.criterion = nn.BCEWithLogitsLoss()
+
+    def sample_G(self, n: int) -> Tensor:
+        return self.G(torch.randn(n, 2, device=self.device))
+
+    def training_step(self, batch: Any, batch_idx: int) -> None:
+        g_opt, d_opt = self.optimizers()
+        X, _ = batch
+        X.requires_grad = True
+        batch_size = X.shape[0]
+        real_label = torch.ones((batch_size, 1), device=self.device)
+        fake_label = torch.zeros((batch_size, 1), device=self.device)
+        is_last_batch_to_accumulate = (batch_idx + 1) % 2 == 0 or self.trainer.is_last_batch
+        g_X = self.sample_G(batch_size)
+        with d_opt.toggle_model(sync_grad=is_last_batch_to_accumulate):
+            d_x = self.D(X)
+            errD_real = self.criterion(d_x, real_label)
+            d_z = self.D(g_X.detach())
+            errD_fake = self.criterion(d_z, fake_label)
+            errD = errD_real + errD_fake
+            self.manual_backward(errD)
+            if is_last_batch_to_accumulate:
+                d_opt.step()
+                d_opt.zero_grad()
+        with g_opt.toggle_model(sync_grad=is_last_batch_to_accumulate):
+            d_z = self.D(g_X)
+            errG = self.criterion(d_z, real_label)
+            self.manual_backward(errG)
+            if is_last_batch_to_accumulate:
+                g_opt.step()
+                g_opt.zero_grad()
+        self.log_dict({"g_loss": errG, "d_loss": errD}, prog_bar=True)
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.Adam(self.G.parameters(), lr=0.01), torch.optim.Adam(self.D.parameters(), lr=0.01)
+
+
+class SetToNone(Base):
+    def optimizer_zero_grad(self, epoch: int, batch_idx: int, optimizer: Any) -> None:
+        optimizer.zero_grad(set_to_none=True)
+
+
+def run_speed(root_dir: Path) -> dict[str, Any]:
+    torch.manual_seed(0)
+    gan = SimpleGAN()
+    trainer = Trainer(default_root_dir=root_dir, max_epochs=2, **QUIET)
+    trainer.fit(gan, DataLoader(TensorDataset(torch.randn(20, 4), torch.zeros(20)), batch_size=4))
+    torch.manual_seed(0)
+    model = SetToNone()
+    compiled = torch.compile(model, backend="eager")  # the page's torch.compile(model), without a C++ build
+    other = Trainer(default_root_dir=root_dir / "z", max_epochs=2, accumulate_grad_batches=2, **QUIET)
+    other.fit(compiled, loader(32))
+    return {"model": gan, "trainer": trainer, "compiled": dict(model.state_dict()),
+            "compiled_steps": other.global_step}
