@@ -250,3 +250,16 @@ def test_speed_page_gan_zero_grad_and_compiled_module(snippets: dict[str, Any], 
     ours, theirs = both(snippets, "run_speed", tmp_path)
     assert_same(ours, theirs, "compiled", "compiled_steps")
     assert ours["compiled_steps"] == 4
+
+
+def test_a_list_of_loggers_and_a_simple_profiler_file(snippets: dict[str, Any], tmp_path: Path) -> None:
+    """`Trainer(logger=[csv_logger, tb_logger])`: `trainer.logger` is the first, `log_dir` its
+    folder, both write `hparams.yaml` (here the module's part sits under `module:`, beside the
+    Trainer's, docs/logging.md) and `metrics.csv` has Lightning's columns (with the Trainer's own
+    `train/...` beside them); `SimpleProfiler(dirpath, filename="perf_logs")` writes
+    `fit-perf_logs.txt`, as Lightning's."""
+    ours, theirs = both(snippets, "run_loggers_and_profiler", tmp_path)
+    assert_same(ours, theirs, "logger", "count", "report", "log_dir")
+    assert [each["module"] for each in ours["hparams"]] == theirs["hparams"]
+    assert set(theirs["columns"]) <= set(ours["columns"])
+    assert ours["report"] == ["fit-perf_logs.txt"] and ours["log_dir"] is True

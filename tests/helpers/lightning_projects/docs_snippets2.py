@@ -30,7 +30,9 @@ import trainer as L
 from callbacks import BackboneFinetuning, WeightAveraging
 from callbacks.finetuning import BaseFinetuning
 from trainer import LightningDataModule, LightningModule, Trainer
+from trainer import loggers as pl_loggers
 from trainer.loggers.logger import Logger
+from trainer.profilers import SimpleProfiler
 from trainer.utilities import rank_zero_only
 
 QUIET: dict[str, Any] = dict(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False,
@@ -712,3 +714,25 @@ def run_speed(root_dir: Path) -> dict[str, Any]:
     other.fit(compiled, loader(32))
     return {"model": gan, "trainer": trainer, "compiled": dict(model.state_dict()),
             "compiled_steps": other.global_step}
+
+
+# -------------------------------------------------------------- loggers list, simple profiler
+def run_loggers_and_profiler(root_dir: Path) -> dict[str, Any]:
+    """`Trainer(logger=[csv_logger, tb_logger])` (the logging page's list) with the profiler
+    page's `SimpleProfiler(dirpath=".", filename="perf_logs")`; the hyperparameters each logger
+    writes, the report file."""
+    torch.manual_seed(0)
+    model = HparamsModel()
+    model.on_train_start = lambda: None  # type: ignore[method-assign]  # the automatic hyperparameters only
+    csv_logger = pl_loggers.CSVLogger(save_dir=root_dir / "logs")
+    tb_logger = pl_loggers.TensorBoardLogger(save_dir=root_dir / "logs")
+    trainer = Trainer(default_root_dir=root_dir, max_epochs=1, **{**QUIET, "logger": [csv_logger, tb_logger]},
+                      profiler=SimpleProfiler(dirpath=root_dir, filename="perf_logs"))
+    trainer.fit(model, loader(16), loader(8, seed=2))
+    import yaml
+
+    hparams = [yaml.safe_load((Path(each.log_dir) / "hparams.yaml").read_text()) for each in (csv_logger, tb_logger)]
+    rows = (Path(csv_logger.log_dir) / "metrics.csv").read_text().splitlines()
+    return {"model": model, "trainer": trainer, "logger": type(trainer.logger).__name__, "count": len(trainer.loggers),
+            "hparams": hparams, "report": sorted(path.name for path in root_dir.glob("*perf_logs*")),
+            "columns": sorted(rows[0].split(",")), "log_dir": Path(trainer.log_dir) == Path(csv_logger.log_dir)}
