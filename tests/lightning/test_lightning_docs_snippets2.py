@@ -263,3 +263,26 @@ def test_a_list_of_loggers_and_a_simple_profiler_file(snippets: dict[str, Any], 
     assert [each["module"] for each in ours["hparams"]] == theirs["hparams"]
     assert set(theirs["columns"]) <= set(ours["columns"])
     assert ours["report"] == ["fit-perf_logs.txt"] and ours["log_dir"] is True
+
+
+# ------------------------------------------------------------------------------------ hooks page
+def test_hooks_page_order_of_callbacks_and_module(snippets: dict[str, Any], tmp_path: Path) -> None:
+    """Callbacks before the module in `on_train_start`; in `on_train_epoch_end` the other
+    callbacks before the monitoring ones (EarlyStopping, checkpoints) whatever order they were
+    given in, as Lightning runs them. The module's `on_train_epoch_end` runs before every
+    callback here (docs/hooks.md, "Where we differ from Lightning")."""
+    ours, theirs = both(snippets, "run_hooks_order", tmp_path)
+    assert_same(ours, theirs)
+    lightning = list(theirs["printed"])
+    lightning.remove("Model: epoch end")
+    lightning.insert(lightning.index("Model: Training is starting!") + 1, "Model: epoch end")
+    assert ours["printed"] == lightning
+
+
+def test_early_stopping_sees_what_a_callback_logged_at_the_epoch_end(snippets: dict[str, Any], tmp_path: Path) -> None:
+    """EarlyStopping given before the callback whose `on_train_epoch_end` logs its monitor: it
+    checks after that callback and sees the value just logged, so it stops where Lightning's
+    does (it found the monitor missing)."""
+    ours, theirs = both(snippets, "run_callback_metric_stopping", tmp_path)
+    assert_same(ours, theirs, "stopped", "best")
+    assert ours["stopped"] == 2

@@ -736,3 +736,68 @@ def run_loggers_and_profiler(root_dir: Path) -> dict[str, Any]:
     return {"model": model, "trainer": trainer, "logger": type(trainer.logger).__name__, "count": len(trainer.loggers),
             "hparams": hparams, "report": sorted(path.name for path in root_dir.glob("*perf_logs*")),
             "columns": sorted(rows[0].split(",")), "log_dir": Path(trainer.log_dir) == Path(csv_logger.log_dir)}
+
+
+# ------------------------------------------------------------------------------------ hooks page
+from trainer.demos import BoringModel  # noqa: E402
+from callbacks import EarlyStopping  # noqa: E402
+
+
+def run_hooks_order(root_dir: Path) -> dict[str, Any]:
+    """The hooks page's `MyModel(BoringModel)` and `MyCallback` printing in `on_train_start`
+    (callbacks first, then the module), and its exception for `on_train_epoch_end`: other
+    callbacks, then the module, then the monitoring ones (an `EarlyStopping` subclass here)."""
+    printed: list[str] = []
+
+    class MyModel(BoringModel):
+        def on_train_start(self) -> None:
+            printed.append("Model: Training is starting!")
+
+        def on_train_epoch_end(self) -> None:
+            printed.append("Model: epoch end")
+
+    class MyCallback(L.Callback):
+        def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+            printed.append("Callback: Training is starting!")
+
+        def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+            printed.append("Callback: epoch end")
+
+    class Stopping(EarlyStopping):
+        def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+            printed.append("EarlyStopping: epoch end")
+            super().on_train_epoch_end(trainer, pl_module)
+
+    torch.manual_seed(0)
+    model = MyModel()
+    trainer = Trainer(default_root_dir=root_dir, callbacks=[Stopping(monitor="train_loss"), MyCallback()],
+                      max_epochs=1, limit_train_batches=4, limit_val_batches=2, **QUIET)
+    model.training_step = _logging_step(model)  # type: ignore[method-assign]
+    trainer.fit(model)
+    return {"model": model, "trainer": trainer, "printed": printed}
+
+
+def _logging_step(model: Any) -> Any:
+    step = type(model).training_step
+
+    def training_step(batch: Any, batch_idx: int) -> Any:
+        out = step(model, batch, batch_idx)
+        model.log("train_loss", out["loss"])
+        return out
+    return training_step
+
+
+class LogsAtEpochEnd(L.Callback):
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        pl_module.log("cb_metric", float(abs(trainer.current_epoch - 1)))
+
+
+def run_callback_metric_stopping(root_dir: Path) -> dict[str, Any]:
+    """An `EarlyStopping` listed before the callback whose `on_train_epoch_end` logs its monitor:
+    it checks after that callback, as Lightning orders them."""
+    torch.manual_seed(0)
+    model = Base()
+    stopping = EarlyStopping(monitor="cb_metric", patience=0, check_on_train_epoch_end=True)
+    trainer = Trainer(default_root_dir=root_dir, max_epochs=5, callbacks=[stopping, LogsAtEpochEnd()], **QUIET)
+    trainer.fit(model, loader(16))
+    return {"model": model, "trainer": trainer, "stopped": stopping.stopped_epoch, "best": float(stopping.best_score)}
