@@ -1,8 +1,8 @@
 """More of Lightning's documentation snippets, as users copy them, run under Lightning 2.6 and under
 this package (imports changed only) in one process: the Trainer page's flags and properties, the
 LightningModule page, the data pages' iterables, the training-tricks, transfer-learning, logging
-and inference pages (tests/helpers/lightning_projects/docs_snippets2.py holds the completed
-snippets). Compared: weights (`torch.equal`), steps, epochs, `callback_metrics`, results,
+and inference pages (tests/helpers/lightning_projects/docs_snippets2.py, 3 and 4 hold the
+completed snippets). Compared: weights (`torch.equal`), steps, epochs, `callback_metrics`, results,
 predictions, parameter groups and what the snippets record.
 
 Where the numbers differ on purpose: a `should_stop` inside an epoch leaves `current_epoch` at the
@@ -25,15 +25,21 @@ import torch
 from tests.helpers.lightning_projects import assert_same_weights, load_project
 
 
+PROJECTS = ("docs_snippets2", "docs_snippets3", "docs_snippets4")
+
+
 @pytest.fixture(scope="module")
 def snippets() -> dict[str, Any]:
-    return {"ours": load_project("docs_snippets2", "ours"), "lightning": load_project("docs_snippets2", "lightning")}
+    """Each framework's version of the three snippet files, by framework."""
+    return {fw: [load_project(name, fw) for name in PROJECTS] for fw in ("ours", "lightning")}
 
 
 def both(snippets: dict[str, Any], run: str, root: Path, *args: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`run(root / framework, *args)` from whichever snippet file defines it, in both frameworks."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # Lightning's notes (srun, deprecations), not under test
-        ours, theirs = (getattr(snippets[fw], run)(root / fw, *args) for fw in ("ours", "lightning"))
+        ours, theirs = (getattr(next(m for m in snippets[fw] if hasattr(m, run)), run)(root / fw, *args)
+                        for fw in ("ours", "lightning"))
     return ours, theirs
 
 
@@ -223,7 +229,7 @@ def test_self_log_from_every_hook_of_the_logging_table(snippets: dict[str, Any],
     for observed in ("logged", "callback_metrics"):
         mine, lightning = ((result[observed] if observed == "logged" else
                             {k: float(v) for k, v in result["trainer"].callback_metrics.items()}) for result in (ours, theirs))
-        assert len(lightning) == 2 * len(snippets["ours"].LOGGING_HOOKS) + 1
+        assert len(lightning) == 2 * len(snippets["ours"][1].LOGGING_HOOKS) + 1
         assert {k: mine.get(k) for k in lightning if k not in moved} == {k: v for k, v in lightning.items() if k not in moved}
         assert moved <= set(mine)
 
@@ -286,3 +292,15 @@ def test_early_stopping_sees_what_a_callback_logged_at_the_epoch_end(snippets: d
     ours, theirs = both(snippets, "run_callback_metric_stopping", tmp_path)
     assert_same(ours, theirs, "stopped", "best")
     assert ours["stopped"] == 2
+
+
+def test_lightning_module_api_examples(snippets: dict[str, Any], tmp_path: Path) -> None:
+    """The API pages' examples: `validation_step(..., dataloader_idx=0)` over two loaders with
+    names of its own, `configure_callbacks` returning an EarlyStopping and a ModelCheckpoint
+    (the latter replacing the Trainer's), `self.print` in `forward`, `load_from_checkpoint`
+    with a dict `map_location` and overrides, `freeze`, `to_torchscript(file_path=...,
+    method="trace")`, and `toggled_optimizer` under manual optimization."""
+    ours, theirs = both(snippets, "run_module_api", tmp_path)
+    assert_same(ours, theirs, "best", "stopped", "loaded", "traced", "printed", "toggled", "callbacks")
+    assert ours["stopped"] > 0 and ours["printed"] > 0 and torch.equal(*ours["traced"])
+    assert ours["loaded"][0] == {"num_layers": 128, "pretrained_ckpt_path": "new"}
