@@ -304,3 +304,37 @@ def test_lightning_module_api_examples(snippets: dict[str, Any], tmp_path: Path)
     assert_same(ours, theirs, "best", "stopped", "loaded", "traced", "printed", "toggled", "callbacks")
     assert ours["stopped"] > 0 and ours["printed"] > 0 and torch.equal(*ours["traced"])
     assert ours["loaded"][0] == {"num_layers": 128, "pretrained_ckpt_path": "new"}
+
+
+def test_seed_everything_workers_seeds_numpy_random_and_torch_in_each_worker(
+        snippets: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Trainer page's `seed_everything(42, workers=True)` with `deterministic=True`: the
+    loaders get Lightning's `worker_init_fn`, so the augmentations two workers draw from
+    NumPy, `random` and torch are Lightning's, in training and in prediction, and no two
+    samples repeat a NumPy draw (a forked worker otherwise copies the parent's NumPy state)."""
+    for name in ("PL_SEED_WORKERS", "PL_GLOBAL_SEED"):
+        monkeypatch.delenv(name, raising=False)  # seed_everything sets them: restored after the test
+    ours, theirs = both(snippets, "run_reproducibility", tmp_path)
+    assert_same(ours, theirs, "seen", "predicted")
+    assert len(set(ours["seen"][:, 1].tolist())) == 16
+
+
+def test_the_worker_init_function_draws_lightnings_numbers() -> None:
+    import random
+
+    import numpy as np
+    from lightning.fabric.utilities.seed import pl_worker_init_function as theirs
+
+    from trainer.utilities.seed import pl_worker_init_function as ours
+
+    saved = (torch.get_rng_state(), random.getstate(), np.random.get_state())
+    try:
+        for worker, rank in ((0, 0), (1, 0), (3, 2)):
+            draws = []
+            for init in (ours, theirs):
+                torch.manual_seed(1234 + worker)  # a worker's torch seed: PyTorch's base seed + its id
+                init(worker, rank=rank)
+                draws.append((torch.rand(2).tolist(), random.random(), np.random.rand()))
+            assert draws[0] == draws[1]
+    finally:
+        torch.set_rng_state(saved[0]), random.setstate(saved[1]), np.random.set_state(saved[2])

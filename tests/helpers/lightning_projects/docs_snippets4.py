@@ -3,7 +3,9 @@ second part of tests/helpers/lightning_projects/docs_snippets2.py's set): the Da
 (`setup` by stage, the four loaders, `prepare_data`/`setup` called by hand, `test`/`validate`/
 `predict` with `datamodule=` only, a list of batches), the speed page (a GAN with
 `toggle_model(sync_grad=...)`, `optimizer_zero_grad` with `set_to_none`, `torch.compile(model)`)
-and the LightningModule API pages' examples (`dataloader_idx`, `configure_callbacks`, `print`,
+the Trainer page's reproducibility recipe (`seed_everything(42, workers=True)` with
+`deterministic=True`: NumPy, `random` and torch drawn in DataLoader workers) and the
+LightningModule API pages' examples (`dataloader_idx`, `configure_callbacks`, `print`,
 `load_from_checkpoint` with `map_location`, `to_torchscript(file_path=...)`, `toggled_optimizer`).
 
 Each `run_<page>(root_dir)` returns what tests/lightning/test_lightning_docs_snippets2.py
@@ -20,7 +22,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from callbacks import EarlyStopping, ModelCheckpoint
-from trainer import LightningDataModule, LightningModule, Trainer
+from trainer import LightningDataModule, LightningModule, Trainer, seed_everything
 
 QUIET: dict[str, Any] = dict(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False,
                              enable_checkpointing=False)
@@ -307,3 +309,44 @@ def run_module_api(root_dir: Path) -> dict[str, Any]:
             "traced": (traced(x), reread(x)), "printed": printed.getvalue().count("in forward"),
             "toggled": dict(toggled.state_dict()),
             "callbacks": [type(cb).__name__ for cb in trainer.callbacks if type(cb).__name__ in ("EarlyStopping", "ModelCheckpoint")]}
+
+
+# -------------------------------------------------------------------- Trainer page: reproducibility
+class Augmented(torch.utils.data.Dataset):
+    """Augmentation drawn in the worker from NumPy, `random` and torch."""
+
+    def __len__(self) -> int:
+        return 16
+
+    def __getitem__(self, index: int) -> Tensor:
+        import random
+
+        import numpy as np
+
+        return torch.tensor([index, np.random.rand(), random.random(), torch.rand(1).item()], dtype=torch.float32)
+
+
+class Reproducible(LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = nn.Linear(4, 1)
+        self.seen: list[Tensor] = []
+
+    def training_step(self, batch: Tensor, batch_idx: int) -> Tensor:
+        self.seen.append(batch)
+        return self.layer(batch).pow(2).mean()
+
+    def predict_step(self, batch: Tensor, batch_idx: int) -> Tensor:
+        return batch
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def run_reproducibility(root_dir: Path) -> dict[str, Any]:
+    seed_everything(42, workers=True)
+    model = Reproducible()
+    trainer = Trainer(default_root_dir=root_dir, deterministic=True, max_epochs=1, **QUIET)
+    trainer.fit(model, DataLoader(Augmented(), batch_size=4, shuffle=True, num_workers=2))
+    predicted = trainer.predict(model, DataLoader(Augmented(), batch_size=8, num_workers=2))
+    return {"model": model, "trainer": trainer, "seen": torch.cat(model.seen), "predicted": torch.cat(predicted)}
