@@ -338,3 +338,24 @@ def test_the_worker_init_function_draws_lightnings_numbers() -> None:
             assert draws[0] == draws[1]
     finally:
         torch.set_rng_state(saved[0]), random.setstate(saved[1]), np.random.set_state(saved[2])
+
+
+def test_lightnings_signature_defaults_written_out_as_none(tmp_path: Path) -> None:
+    """Every argument whose default in Lightning's signature is None, passed as None (what a
+    config listing the whole signature writes): the same Trainer as Lightning's defaults."""
+    import inspect
+
+    import lightning.pytorch as pl
+
+    from trainer import Trainer
+
+    nones = {name: None for name, p in inspect.signature(pl.Trainer.__init__).parameters.items() if p.default is None}
+    assert {"precision", "logger", "log_every_n_steps", "enable_checkpointing", "enable_model_summary"} <= set(nones)
+    nones["default_root_dir"] = tmp_path
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ours, theirs = Trainer(**nones), pl.Trainer(**nones)
+    for name in ("precision", "log_every_n_steps", "num_sanity_val_steps", "gradient_clip_val"):
+        assert (name, getattr(ours, name)) == (name, getattr(theirs, name))
+    assert ours.checkpoint_callback is not None and ours.logger is not None and ours.args.enable_progress_bar
+    assert ours.args.gradient_clip_algorithm == "norm" and ours.args.enable_model_summary

@@ -74,6 +74,13 @@ _INSTEAD = {
     "model_registry": "no model registry is integrated: upload the checkpoint yourself after fit "
     "(trainer.checkpoint_callback.best_model_path, or the run's last.ckpt)",
 }
+#: Arguments whose default in Lightning's signature is None, and what that None means: a config
+#: that lists every argument (a Hydra dump, `builds(Trainer, populate_full_signature=True)`)
+#: writes `null` for them.
+_NONE_IS_DEFAULT: dict[str, Any] = {
+    "gradient_clip_algorithm": "norm", "precision": "fp32", "logger": True, "num_sanity_val_steps": 2,
+    "log_every_n_steps": 50, "enable_checkpointing": True, "enable_progress_bar": True, "enable_model_summary": True,
+}
 #: Lightning arguments taken at their default only: that value is what this Trainer does.
 _AT_DEFAULT: dict[str, Any] = {"num_nodes": 1, "model_registry": None}
 
@@ -93,8 +100,9 @@ def translate(arguments: dict[str, Any], lightning: dict[str, Any], known: Itera
     setting = getattr(out.get("profiler"), "trainer_setting", None)
     if callable(setting):  # Lightning's profiler objects (trainer.profilers): what they stand for here
         out["profiler"] = setting()
-    if "gradient_clip_algorithm" in out and out["gradient_clip_algorithm"] is None:
-        out["gradient_clip_algorithm"] = "norm"  # Lightning's default spelling: norm once a value is set
+    for name, default in _NONE_IS_DEFAULT.items():  # Lightning's signature defaults, as a full config dump writes them
+        if name in out and out[name] is None:
+            out[name] = default
     _check_time_interval(out.get("val_check_interval"))
     callbacks = out.get("callbacks")
     if callbacks is not None and not isinstance(callbacks, (list, tuple)):
