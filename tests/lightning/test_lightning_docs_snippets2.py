@@ -359,3 +359,11 @@ def test_lightnings_signature_defaults_written_out_as_none(tmp_path: Path) -> No
         assert (name, getattr(ours, name)) == (name, getattr(theirs, name))
     assert ours.checkpoint_callback is not None and ours.logger is not None and ours.args.enable_progress_bar
     assert ours.args.gradient_clip_algorithm == "norm" and ours.args.enable_model_summary
+
+
+def test_inference_mode_false_and_fast_dev_run(snippets: dict[str, Any], tmp_path: Path) -> None:
+    """`Trainer(inference_mode=False)` with `torch.enable_grad()` in `validation_step` (a gradient
+    taken there), and `Trainer(fast_dev_run=7)`: 7 training steps, 7 predict batches."""
+    ours, theirs = both(snippets, "run_trainer_flags", tmp_path)
+    assert_same(ours, theirs, "validated", "grads", "predicted", "steps")
+    assert ours["predicted"] == ours["steps"] == 7

@@ -350,3 +350,44 @@ def run_reproducibility(root_dir: Path) -> dict[str, Any]:
     trainer.fit(model, DataLoader(Augmented(), batch_size=4, shuffle=True, num_workers=2))
     predicted = trainer.predict(model, DataLoader(Augmented(), batch_size=8, num_workers=2))
     return {"model": model, "trainer": trainer, "seen": torch.cat(model.seen), "predicted": torch.cat(predicted)}
+
+
+# ------------------------------------------------------- Trainer page: inference_mode, fast_dev_run
+class GradInValidation(LightningModule):
+    """`Trainer(inference_mode=False)`: `validation_step` turns gradients on for a second layer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer1 = nn.Linear(4, 3)
+        self.layer2 = nn.Linear(3, 1)
+        self.grads: list[Tensor] = []
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        preds = self.layer1(batch[0])
+        with torch.enable_grad():
+            grad_preds = preds.requires_grad_()
+            preds2 = self.layer2(grad_preds)
+            (gradient,) = torch.autograd.grad(preds2.sum(), grad_preds)
+        self.grads.append(gradient)
+        self.log("preds2", preds2.mean())
+
+    def training_step(self, batch: Any, batch_idx: int) -> Tensor:
+        return self.layer2(self.layer1(batch[0])).pow(2).mean()
+
+    def predict_step(self, batch: Any, batch_idx: int) -> Tensor:
+        return self.layer1(batch[0])
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def run_trainer_flags(root_dir: Path) -> dict[str, Any]:
+    torch.manual_seed(0)
+    model = GradInValidation()
+    trainer = Trainer(default_root_dir=root_dir, inference_mode=False, **QUIET)
+    validated = trainer.validate(model, loader(8, seed=2), verbose=False)
+    dev = Trainer(default_root_dir=root_dir / "dev", fast_dev_run=7, **QUIET)
+    dev.fit(model, loader(80), loader(80, seed=3))
+    predictions = dev.predict(model, loader(80, seed=4))
+    return {"model": model, "trainer": dev, "validated": _floats(validated), "grads": torch.cat(model.grads),
+            "predicted": len(predictions), "steps": dev.global_step}
