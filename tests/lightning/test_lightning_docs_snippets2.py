@@ -367,3 +367,11 @@ def test_inference_mode_false_and_fast_dev_run(snippets: dict[str, Any], tmp_pat
     ours, theirs = both(snippets, "run_trainer_flags", tmp_path)
     assert_same(ours, theirs, "validated", "grads", "predicted", "steps")
     assert ours["predicted"] == ours["steps"] == 7
+
+
+def test_production_page_prediction_writer(snippets: dict[str, Any], tmp_path: Path) -> None:
+    """The production page's `CustomWriter(BasePredictionWriter)` at `write_interval="epoch"` with
+    `predict(model, return_predictions=False)`: the same two files, predictions and indices."""
+    ours, theirs = both(snippets, "run_prediction_writer", tmp_path)
+    assert_same(ours, theirs, "returned", "files", "predictions", "batch_indices")
+    assert ours["returned"] is None and ours["files"] == ["batch_indices_0.pt", "predictions_0.pt"]

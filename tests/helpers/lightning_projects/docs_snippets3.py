@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import trainer as L
-from callbacks import EarlyStopping
+from callbacks import BasePredictionWriter, EarlyStopping
 from trainer import LightningModule, Trainer
 from trainer import loggers as pl_loggers
 from trainer.demos import BoringModel
@@ -146,6 +146,31 @@ def run_inference(root_dir: Path) -> dict[str, Any]:
     script = model.to_torchscript(method="trace", example_inputs=x)
     return {"model": model, "trainer": trainer, "predictions": torch.cat(predictions), "script": script(x),
             "eager": model(x), "training": model.training}
+
+
+class CustomWriter(BasePredictionWriter):
+    """The production page's writer: one file of predictions and one of batch indices per rank."""
+
+    def __init__(self, output_dir: Path, write_interval: str) -> None:
+        super().__init__(write_interval)
+        self.output_dir = output_dir
+
+    def write_on_epoch_end(self, trainer: Any, pl_module: Any, predictions: Any, batch_indices: Any) -> None:
+        torch.save(predictions, self.output_dir / f"predictions_{trainer.global_rank}.pt")
+        torch.save(batch_indices, self.output_dir / f"batch_indices_{trainer.global_rank}.pt")
+
+
+def run_prediction_writer(root_dir: Path) -> dict[str, Any]:
+    torch.manual_seed(0)
+    model = BoringModel()
+    root_dir.mkdir(parents=True, exist_ok=True)
+    pred_writer = CustomWriter(output_dir=root_dir, write_interval="epoch")
+    trainer = Trainer(default_root_dir=root_dir, callbacks=[pred_writer], **QUIET)
+    returned = trainer.predict(model, return_predictions=False)
+    files = sorted(path.name for path in root_dir.glob("*.pt"))
+    return {"model": model, "trainer": trainer, "returned": returned, "files": files,
+            "predictions": torch.load(root_dir / "predictions_0.pt"),
+            "batch_indices": torch.load(root_dir / "batch_indices_0.pt")}
 
 
 # ----------------------------------------------------------------- logging from every hook
