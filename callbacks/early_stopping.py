@@ -83,6 +83,8 @@ class EarlyStopping(Callback):
         {'wait': 0, 'best': None, 'stopped_epoch': 0, 'stopping_reason': 0, 'stopping_reason_message': None}
     """
 
+    monitors_metrics = True  # on_train_epoch_end: after the other callbacks, as in Lightning
+
     def __init__(
         self,
         monitor: str,  # Lightning's order of the arguments, so positional calls mean the same

@@ -77,6 +77,20 @@ def _rank_zero_restored() -> object:
 
 
 @pytest.fixture(autouse=True)
+def _seed_variables_restored() -> object:
+    """`seed_everything(..., workers=True)` (ours or Lightning's, run by the comparisons) sets
+    `PL_SEED_WORKERS`, which makes every later Trainer seed its DataLoader workers; each test
+    starts from the environment the suite started with."""
+    saved = {name: os.environ.get(name) for name in ("PL_SEED_WORKERS", "PL_GLOBAL_SEED")}
+    yield
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
+@pytest.fixture(autouse=True)
 def _torch_switches_restored() -> object:
     """Lightning's `Trainer(deterministic=True)` (run by the comparisons) turns torch's global
     switches on for good; each test starts from the ones the suite started with."""

@@ -141,6 +141,10 @@ class TrainerArgs(BaseModel):
         0, ge=0, description="call train_dataloader()/val_dataloader() (datamodule or module) again every n epochs; 0: once"
     )
     barebones: bool = Field(False, description="no logger, progress bar, model summary, checkpointing or sanity check: the bare loop")
+    enable_autolog_hparams: bool = Field(
+        True, description="give the loggers the hyperparameters (and the module's graph) when a run starts; "
+        "False: only what the module logs itself (self.logger.log_hyperparams(...))"
+    )
 
     @pydantic.field_validator("run_name", mode="before")
     @classmethod

@@ -97,8 +97,11 @@ def seed_everything(seed: int | None = None, workers: bool = False) -> int:
     return the seed (Lightning's `seed_everything`).
 
     `seed=None` reads `PL_GLOBAL_SEED` from the environment, else 0 (with a warning), as
-    Lightning does. `workers` is accepted for Lightning code: DataLoader workers already get
-    distinct torch seeds from PyTorch; seed NumPy/`random` inside workers with `worker_init_fn`.
+    Lightning does. `workers=True` sets `PL_SEED_WORKERS=1`, as Lightning's: the Trainer then
+    gives every DataLoader it runs without a `worker_init_fn` of its own one that seeds torch,
+    NumPy and `random` in each worker from the seed, the worker and the rank
+    (`trainer.utilities.seed.pl_worker_init_function`, in trainer/loops/worker_seeds.py), so workers never repeat each other's
+    augmentations and a rerun draws the same numbers, Lightning's.
     """
     import os
     import warnings
@@ -116,6 +119,7 @@ def seed_everything(seed: int | None = None, workers: bool = False) -> int:
     if not 0 <= seed <= 2**32 - 1:
         raise ValueError(f"seed_everything(seed=...) expected an int in [0, 2**32 - 1] (NumPy's range). Received: {seed}.")
     os.environ["PL_GLOBAL_SEED"] = str(seed)  # Lightning's variable: processes started later see it
+    os.environ["PL_SEED_WORKERS"] = str(int(workers))  # the Trainer's loaders read it (loops/worker_seeds.py)
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)

@@ -137,6 +137,7 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation, TrainerFit):
         overfit_batches: int | float = 0.0,
         reload_dataloaders_every_n_epochs: int = 0,
         barebones: bool = False,
+        enable_autolog_hparams: bool = True,
         **lightning_arguments: Any,
     ) -> None:
         from trainer._args import TrainerArgs, fast_dev_run_args, validate_trainer_args  # pydantic loads on first use

@@ -18,6 +18,7 @@ from trainer.loops.batches import check_loader, one_loader
 from trainer.loops.combined import CombinedLoader, as_train_loader
 from trainer.loops.loaders import EvalLoaders, no_loaders
 from trainer.module import own_hook
+from trainer.loops.worker_seeds import seed_workers
 
 if TYPE_CHECKING:
     from trainer._args import TrainerArgs
@@ -183,9 +184,10 @@ class TrainerData:
             return loader
         if fitting and self.args.overfit_batches:
             loader = overfit_loader(loader, "train" if train else "val")
-        if not self.args.use_distributed_sampler:
-            return loader
-        return self.strategy.setup_loader(loader, train=train)
+        if self.args.use_distributed_sampler:
+            loader = self.strategy.setup_loader(loader, train=train)
+        seed_workers(loader, self.strategy.global_rank)  # seed_everything(workers=True): Lightning's worker seeds
+        return loader
 
     def _reload_loaders(self, model: Module, part: str) -> tuple[Any] | None:
         """`reload_dataloaders_every_n_epochs`: the source's train (`part="train"`) or val loader

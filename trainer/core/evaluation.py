@@ -27,6 +27,7 @@ from trainer.loops.hooks import Dispatcher, with_module_callbacks
 from trainer.loops.loaders import EvalLoaders, loader_list
 from trainer.module import Module, own_hook
 from trainer.loops.schedule import batch_limit
+from trainer.loops.worker_seeds import seed_workers
 from trainer.states import TrainerFn
 
 if TYPE_CHECKING:
@@ -182,11 +183,13 @@ class TrainerEvaluation:
             self._run.output.log_graph(model)  # TensorBoardLogger(log_graph=True): at every stage's start, as Lightning
 
             def prepare(one: Any) -> Any:
-                return self.strategy.setup_loader(one, train=False)
+                if self.args.use_distributed_sampler:
+                    one = self.strategy.setup_loader(one, train=False)
+                seed_workers(one, self.strategy.global_rank)  # seed_everything(workers=True), as Lightning
+                return one
 
             limit_name = f"limit_{'val' if stage == 'validation' else stage}_batches"
-            if self.args.use_distributed_sampler:
-                loader = loader.map(prepare) if isinstance(loader, EvalLoaders) else prepare(loader)
+            loader = loader.map(prepare) if isinstance(loader, EvalLoaders) else prepare(loader)
             counts = [batch_limit(getattr(self.args, limit_name), length_of(one), limit_name) for one in loader_list(loader)]
             count: Any = counts if isinstance(loader, EvalLoaders) else counts[0]
             self._eval_loaders = {**(self._eval_loaders or {}), stage: loader}  # trainer.test_dataloaders, ...

@@ -155,3 +155,4 @@ class TrainerSettings(TrainerProperties):
     overfit_batches = _Arg("overfit_batches")
     reload_dataloaders_every_n_epochs = _Arg("reload_dataloaders_every_n_epochs")
     barebones = _Arg("barebones")
+    enable_autolog_hparams = _Arg("enable_autolog_hparams")

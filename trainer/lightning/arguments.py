@@ -71,7 +71,18 @@ _INSTEAD = {
     "auto_lr_find": "not supported",
     "auto_scale_batch_size": "not supported",
     "weights_save_path": "root_dir=... (or ModelCheckpoint(dirpath=...))",
+    "model_registry": "no model registry is integrated: upload the checkpoint yourself after fit "
+    "(trainer.checkpoint_callback.best_model_path, or the run's last.ckpt)",
 }
+#: Arguments whose default in Lightning's signature is None, and what that None means: a config
+#: that lists every argument (a Hydra dump, `builds(Trainer, populate_full_signature=True)`)
+#: writes `null` for them.
+_NONE_IS_DEFAULT: dict[str, Any] = {
+    "gradient_clip_algorithm": "norm", "precision": "fp32", "logger": True, "num_sanity_val_steps": 2,
+    "log_every_n_steps": 50, "enable_checkpointing": True, "enable_progress_bar": True, "enable_model_summary": True,
+}
+#: Lightning arguments taken at their default only: that value is what this Trainer does.
+_AT_DEFAULT: dict[str, Any] = {"num_nodes": 1, "model_registry": None}
 
 
 def translate(arguments: dict[str, Any], lightning: dict[str, Any], known: Iterable[str]) -> dict[str, Any]:
@@ -89,6 +100,10 @@ def translate(arguments: dict[str, Any], lightning: dict[str, Any], known: Itera
     setting = getattr(out.get("profiler"), "trainer_setting", None)
     if callable(setting):  # Lightning's profiler objects (trainer.profilers): what they stand for here
         out["profiler"] = setting()
+    for name, default in _NONE_IS_DEFAULT.items():  # Lightning's signature defaults, as a full config dump writes them
+        if name in out and out[name] is None:
+            out[name] = default
+    _check_time_interval(out.get("val_check_interval"))
     callbacks = out.get("callbacks")
     if callbacks is not None and not isinstance(callbacks, (list, tuple)):
         out["callbacks"] = [callbacks]  # Lightning takes one callback alone too
@@ -109,11 +124,26 @@ def translate(arguments: dict[str, Any], lightning: dict[str, Any], known: Itera
                 )
             if out.get("device", "auto") == "auto":
                 out["device"] = _ACCELERATORS[value]
+        elif name in _AT_DEFAULT and value == _AT_DEFAULT[name]:
+            continue  # Lightning's default, which is what this Trainer does (a config that writes every argument)
         elif name in _INSTEAD:
             raise ValueError(f"Trainer({name}=...) is Lightning's; it is not an argument here: {_INSTEAD[name]}.")
         else:
             raise ValueError(_unknown(name, known))
     return out
+
+
+def _check_time_interval(value: Any) -> None:
+    """Lightning 2.6's wall-clock `val_check_interval` ("DD:HH:MM:SS", a dict, a timedelta)."""
+    import datetime
+
+    if isinstance(value, (str, dict, datetime.timedelta)):
+        raise ValueError(
+            f"Trainer(val_check_interval={value!r}) validates by wall-clock time in Lightning; not taken here: "
+            "where such a validation falls depends on the machine's speed, so neither the run nor its resume "
+            "could be repeated exactly. Expected an int number of training batches (with "
+            "check_val_every_n_epoch=None to count them over the whole run) or a fraction of the epoch."
+        )
 
 
 def _check_plugins(value: Any) -> None:

@@ -119,8 +119,9 @@ class RunOutput(OutputFolder):
             self._progress = self._new_bar()
         logger = self.logger
         # a logger written the Lightning way gets the module's hyperparameters at every fit, as from Lightning
-        theirs = self._lightning_hyperparameters(module)
-        if logger is not None and not self._hparams_logged:
+        autolog = args.enable_autolog_hparams  # False: the module logs what it wants itself
+        theirs = self._lightning_hyperparameters(module) if autolog else None
+        if autolog and logger is not None and not self._hparams_logged:
             ours = run_hyperparameters(module, args, self.context.precision, self.context.experiment_config)
             if isinstance(logger, LoggerList):
                 logger.log_hyperparams(ours, lightning_params=theirs)
@@ -140,6 +141,8 @@ class RunOutput(OutputFolder):
         """Each logger's `log_graph(module)` (TensorBoardLogger(log_graph=True) traces the module on
         its `example_input_array`), when fit, validate, test or predict starts, as Lightning does:
         the trace runs the forward, so a forward that draws random numbers draws them here too."""
+        if not self.context.args.enable_autolog_hparams:
+            return  # as Lightning: neither the hyperparameters nor the graph when a run starts
         if self._logger is None and self._logger_arg is True:
             return  # the default logger, not made yet, has log_graph off (a URL root_dir: no listing for nothing)
         theirs = None if self._in_fit else self._lightning_hyperparameters(module)

@@ -14,7 +14,9 @@
   `early_signals.py`: SLURM's warning signal noted from `import trainer` on, for fit;
 - `hooks.py`: which hooks exist, and calling them on the callbacks and the module;
 - `resume.py`, `monitors.py`, `items.py`, `overrides.py`: checks of a resume, early checks of
-  monitored metrics, item-weighted windows, the module's optimizer_step overrides.
+  monitored metrics, item-weighted windows, the module's optimizer_step overrides;
+- `worker_seeds.py`: DataLoader workers seeded as Lightning seeds them after
+  `seed_everything(..., workers=True)`.
 
 The loop talks to the precision and strategy objects only through their interfaces, so it
 knows nothing of autocast details or torch.distributed.

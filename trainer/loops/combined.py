@@ -370,9 +370,24 @@ def as_train_loader(value: Any) -> Any:
                 "those modes, or read the loaders one after the other in evaluation."
             )
         return value
-    if loaders_in(value) is not None:  # one loader in a dict or list too: Lightning's batch is then a dict or list
+    if loaders_in(value) is not None or _nested_loaders(value):  # one loader in a dict or list too: Lightning's batch is then a dict or list
         return CombinedLoader(value, "max_size_cycle")
     return value
+
+
+def _nested_loaders(value: Any) -> bool:
+    """Whether `value` is a dict, list or tuple of such collections whose innermost items are
+    all loaders (Lightning's `{"a": [dl1, dl2], "b": [dl3, dl4]}`), which `fit` combines as it
+    combines a flat one: the batch has the same nesting."""
+    from trainer.loops.loaders import loaders_in
+
+    if isinstance(value, dict):
+        items = list(value.values())
+    elif isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
+        items = list(value)
+    else:
+        return False
+    return bool(items) and all(loaders_in([item]) is not None or _nested_loaders(item) for item in items)
 
 
 def batches_of(items: Iterable[Any]) -> Iterator[Any]:

@@ -282,7 +282,13 @@ class FitLoop(FitValidation):
             context.metrics.epoch_end_reached = False
         context.output.close_train_epoch()
         self.monitors.due.add("train_epoch_end")
-        context.hooks.call_callbacks("on_train_epoch_end", context.trainer, module_of(context))
+        # What a callback logs in its own on_train_epoch_end is in callback_metrics at once, as in
+        # Lightning: EarlyStopping and ModelCheckpoint, which run after the other callbacks, see it.
+        context.metrics.epoch_end_reached = True
+        try:
+            context.hooks.call_callbacks("on_train_epoch_end", context.trainer, module_of(context))
+        finally:
+            context.metrics.epoch_end_reached = False
         optimization = self.optimization
         if optimizers_of(context).schedulers and isinstance(optimization, AutomaticOptimization):
             if not state.epoch_schedulers_stepped:  # the epoch ended without a known last batch

@@ -72,6 +72,10 @@ class CallbackBase:
     #: Writes checkpoints (`trainer.Checkpoint`, `ModelCheckpoint`): runs after the other
     #: callbacks, as in Lightning, so a file holds what they did in the same hook.
     saves_checkpoints: ClassVar[bool] = False
+    #: Acts on monitored metrics (`EarlyStopping`; checkpoint callbacks too): in
+    #: `on_train_epoch_end` it runs after the other callbacks, as in Lightning, so it sees
+    #: what they logged there.
+    monitors_metrics: ClassVar[bool] = False
 
     @property
     def state_key(self) -> str:
@@ -125,6 +129,15 @@ def _is_plain_callback(callback: CallbackBase) -> bool:
 _STAGE_BY_NAME = frozenset({"setup", "teardown"})
 
 
+# Hooks whose callbacks that act on monitored metrics run after the others (a stable sort, so
+# each group keeps its order): Lightning's `on_train_epoch_end`.
+_MONITORS_LAST = frozenset({"on_train_epoch_end"})
+
+
+def _monitors(callback: CallbackBase) -> bool:
+    return callback.monitors_metrics or callback.saves_checkpoints
+
+
 class Dispatcher:
     """Calls a hook on the overriding callbacks and on the module (if it defines it)."""
 
@@ -133,8 +146,9 @@ class Dispatcher:
         self._targets: dict[str, list[Any]] = {}
         self._own: dict[str, list[bool]] = {}  # per target: a callback of this package (callbacks.*)
         for hook in HOOKS:
-            bound = [getattr(cb, hook) for cb in self.callbacks if _overrides(cb, hook)]
-            self._own[hook] = [_is_own(cb, hook) for cb in self.callbacks if _overrides(cb, hook)]
+            ordered = sorted(self.callbacks, key=_monitors) if hook in _MONITORS_LAST else self.callbacks
+            bound = [getattr(cb, hook) for cb in ordered if _overrides(cb, hook)]
+            self._own[hook] = [_is_own(cb, hook) for cb in ordered if _overrides(cb, hook)]  # aligned with bound
             if timer is not None:  # profiler="simple": every call is timed (wrapped once, here)
                 bound = [timer.wrap(fn, f"[Callback]{type(fn.__self__).__name__}.{hook}") for fn in bound]
             self._targets[hook] = bound
