@@ -160,7 +160,7 @@ def test_lightning_module_page(snippets: dict[str, Any], tmp_path: Path) -> None
     `load_from_checkpoint` with the model passed again, `save_hyperparameters("layer_1_dim")`
     and `ignore=[...]` with the ignored ones given back at loading, and `predict_step(self, batch)`
     with a DataModule passed positionally to `predict`."""
-    ours, theirs = both(snippets, "run_lightning_module", tmp_path)
+    ours, theirs = both(snippets, "run_module_page", tmp_path)
     assert_same(ours, theirs, "validated", "tested", "predictions", "y_hat", "hparams", "reloaded", "forwarded")
     assert ours["hparams"] == {"layer_1_dim": 6} and ours["reloaded"] == ({"layer_1_dim": 6}, "L1Loss", 6)
 

@@ -8,7 +8,7 @@ lists of loaders), the training-tricks page (a `WeightAveraging` subclass with `
 `Tuner.lr_find`, reached as `L.pytorch.tuner.Tuner`) and transfer learning (a `BaseFinetuning`
 subclass, `BackboneFinetuning`). docs_snippets3.py and docs_snippets4.py hold the other pages.
 
-Each `run_<page>(root_dir, ...)` returns what tests/lightning/test_lightning_docs_snippets2.py
+Each `run_<page>(root_dir, ...)` returns what the docs-snippets comparison test
 compares with Lightning's run: `model`, `trainer`, and the snippet's own observations. What the
 snippets leave as `...` is filled in with the smallest thing that works.
 """
@@ -271,7 +271,7 @@ class PredictData(LightningDataModule):
         return loader(8, seed=5, classes=3)
 
 
-def run_lightning_module(root_dir: Path) -> dict[str, Any]:
+def run_module_page(root_dir: Path) -> dict[str, Any]:
     torch.manual_seed(0)
     task = ClassificationTask(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3)))
     trainer = Trainer(default_root_dir=root_dir, max_epochs=2, **QUIET)

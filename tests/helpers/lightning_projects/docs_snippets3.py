@@ -1,11 +1,11 @@
 """Lightning's documentation snippets, completed into runs with this package's imports (the
-third part of tests/helpers/lightning_projects/docs_snippets2.py's set): the logging pages
+third part of docs_snippets2.py's set): the logging pages
 (`reduce_fx`, `batch_size`, a plain int, `log_dict`, a torchmetrics `Metric`, `self.log` from
 every hook of the page's table in a module and in a callback, a list of loggers), the profiler
 page (`SimpleProfiler(dirpath, filename)`), inference (Monte Carlo dropout in `predict_step`,
 `to_torchscript`) and the hooks page (callbacks, module and monitoring callbacks in order).
 
-Each `run_<page>(root_dir)` returns what tests/lightning/test_lightning_docs_snippets2.py
+Each `run_<page>(root_dir)` returns what the docs-snippets comparison test
 compares with Lightning's run.
 """
 

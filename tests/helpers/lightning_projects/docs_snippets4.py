@@ -1,5 +1,5 @@
 """Lightning's documentation snippets, completed into runs with this package's imports (the
-second part of tests/helpers/lightning_projects/docs_snippets2.py's set): the DataModule page
+second part of docs_snippets2.py's set): the DataModule page
 (`setup` by stage, the four loaders, `prepare_data`/`setup` called by hand, `test`/`validate`/
 `predict` with `datamodule=` only, a list of batches), the speed page (a GAN with
 `toggle_model(sync_grad=...)`, `optimizer_zero_grad` with `set_to_none`, `torch.compile(model)`)
@@ -8,7 +8,7 @@ the Trainer page's reproducibility recipe (`seed_everything(42, workers=True)` w
 LightningModule API pages' examples (`dataloader_idx`, `configure_callbacks`, `print`,
 `load_from_checkpoint` with `map_location`, `to_torchscript(file_path=...)`, `toggled_optimizer`).
 
-Each `run_<page>(root_dir)` returns what tests/lightning/test_lightning_docs_snippets2.py
+Each `run_<page>(root_dir)` returns what the docs-snippets comparison test
 compares with Lightning's run.
 """
 
