@@ -208,6 +208,7 @@ def lr_find(trainer: Trainer, model: Any, train_dataloaders: Any = None, *, data
         try:
             finder = type(trainer)(**_sweep_arguments(trainer, num_training, sweep, scratch))
             finder._run.module_callbacks = False  # the module's configure_callbacks() are the user's run's, not the sweep's
+            finder._run.opens_ahead = False  # the sweep's iterator is opened and shut down within it
             finder.fit(model, train_dataloaders, datamodule=datamodule)
         finally:
             sweep.workers.restore()

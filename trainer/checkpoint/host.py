@@ -47,7 +47,6 @@ class Position(Stateful, Protocol):
     def batches_done(self) -> int: ...
     @property
     def global_step(self) -> int: ...
-    shown_epoch: int | None  # what `trainer.current_epoch` reports while set
 
 
 class DataPosition(Stateful, Protocol):

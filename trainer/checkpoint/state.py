@@ -70,12 +70,7 @@ def collect_state(trainer: StateHost, *, allow_partial: bool = False, target: An
     state["cut"] = {"clean": problem is None, "reason": problem}
     add_lightning_keys(state, state["loop"])  # also read the Lightning way: the same objects, stored once
     before = dict(state)
-    position, shown = trainer.state, trainer.state.shown_epoch
-    position.shown_epoch = state.get("epoch")  # an epoch-boundary file: the epoch that ended, as Lightning's hooks see
-    try:
-        trainer.call("on_save_checkpoint", state)
-    finally:
-        position.shown_epoch = shown
+    trainer.call("on_save_checkpoint", state)
     reunite(state, before)
     return plain_state(state, target)
 

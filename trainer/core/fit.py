@@ -143,7 +143,8 @@ class TrainerFit:
             seed_everything(self.args.seed)
         prepared: list[tuple[Any, Any, bool]] = []
         # a fresh epoch's first iterator is opened as fit sets up its data (Lightning's moment)
-        opens = not resuming and self._run.state.batches_done == 0 and self.args.limit_train_batches != 0
+        opens = (self._run.opens_ahead and not resuming and self._run.state.batches_done == 0
+                 and self.args.limit_train_batches != 0)
 
         def fit_loaders(after_fit_start: bool = False) -> tuple[Any, Any]:
             """The train loader prepared (sampler included) and the val loader, once: on

@@ -301,13 +301,19 @@ class FitLoop(FitValidation):
         self.batch_running = -1
         with context.uninterruptible():
             context.output.end_epoch()
-            context.checkpoints.save_last()
-            # A callback's epoch-end file waiting for this cut (ModelCheckpoint) is written now,
-            # before the next epoch's start hooks change what it holds.
-            for callback in context.hooks.callbacks:
-                at_cut = getattr(callback, "_at_epoch_cut", None)
-                if callable(at_cut):
-                    at_cut(context.trainer)
+            # the epoch-end files: `on_save_checkpoint` sees the epoch that ended as current_epoch,
+            # as Lightning's, whose epoch-end saves run before it counts the epoch
+            state.shown_epoch = state.epoch - 1
+            try:
+                context.checkpoints.save_last()
+                # A callback's epoch-end file waiting for this cut (ModelCheckpoint) is written now,
+                # before the next epoch's start hooks change what it holds.
+                for callback in context.hooks.callbacks:
+                    at_cut = getattr(callback, "_at_epoch_cut", None)
+                    if callable(at_cut):
+                        at_cut(context.trainer)
+            finally:
+                state.shown_epoch = None
         context.agree_stop()
 
     def _step_epoch_schedulers(self) -> None:
