@@ -121,7 +121,7 @@ class FailingSaves(Trainer):
     """The disk fills up when the save of the best epoch (3) is written, at the end of fit."""
 
     def save_checkpoint(self, path: Any, weights_only: bool = False) -> Path:
-        if self.current_epoch == 4:
+        if Path(path).name == "epoch=3.ckpt":
             raise OSError(f"No space left on device: {path}")
         return super().save_checkpoint(path)
 
