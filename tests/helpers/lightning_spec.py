@@ -37,3 +37,18 @@ class Spec:
     def compare(self, scenario: str, root: Path, **options: Any) -> tuple[Any, Any]:
         """(ours, Lightning's) results of `scenario(root / framework, **options)`."""
         return self.run("ours", scenario, root, **options), self.run("lightning", scenario, root, **options)
+
+
+# What the scenarios return, as plain values both packages give alike (`from tests.helpers.lightning_spec
+# import weights, plain` inside a scenario source: the line is the same under both packages).
+def weights(model: Any) -> dict[str, Any]:
+    """The module's state as nested lists."""
+    return {k: v.tolist() for k, v in model.state_dict().items()}
+
+
+def plain(results: Any) -> list[dict[str, float]]:
+    """`validate`/`test` results as a list of `{name: value}` rounded to 6 places (one loader:
+    the dict itself here, which answers [0], docs/lightning.md)."""
+    if isinstance(results, dict):
+        results = [results[0]]
+    return [{k: round(float(v), 6) for k, v in r.items()} for r in results]

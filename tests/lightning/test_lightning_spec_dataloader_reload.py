@@ -26,8 +26,7 @@ from trainer.demos.boring_classes import BoringModel, RandomDataset
 QUIET = dict(enable_progress_bar=False, enable_model_summary=False)
 
 
-def weights(model):
-    return {k: v.tolist() for k, v in model.state_dict().items()}
+from tests.helpers.lightning_spec import weights
 
 
 def load_order(root, sanity):

@@ -27,8 +27,7 @@ from trainer.demos.boring_classes import BoringModel
 QUIET = dict(enable_progress_bar=False, enable_model_summary=False, logger=False, enable_checkpointing=False)
 
 
-def weights(model):
-    return {k: v.tolist() for k, v in model.state_dict().items()}
+from tests.helpers.lightning_spec import weights
 
 
 def toggles(root):

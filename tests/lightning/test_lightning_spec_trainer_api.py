@@ -30,14 +30,7 @@ from trainer.demos.boring_classes import BoringDataModule, BoringModel, RandomDa
 QUIET = dict(enable_progress_bar=False, enable_model_summary=False)
 
 
-def weights(model):
-    return {k: v.tolist() for k, v in model.state_dict().items()}
-
-
-def plain(results):
-    if isinstance(results, dict):  # one loader: the dict itself here, which answers [0] (docs/lightning.md)
-        results = [results[0]]
-    return [{k: round(float(v), 6) for k, v in r.items()} for r in results]
+from tests.helpers.lightning_spec import weights, plain
 
 
 def predictions(root):

@@ -17,21 +17,10 @@ from typing import Any
 import pytest
 import torch
 
-from tests.helpers.lightning_projects import assert_same_run, assert_same_weights, both, lightnings_values, load_source
+from tests.examples.conftest import one_thread  # noqa: F401  (the fixture, shared with the example ports)
+from tests.helpers.lightning_projects import assert_same_run, float_values as metrics, assert_same_weights, both, lightnings_values, load_source
 
 pytest.importorskip("lightning")
-
-
-def metrics(values: dict[str, Any]) -> dict[str, float]:
-    return {key: float(value) for key, value in values.items()}
-
-
-@pytest.fixture
-def one_thread() -> Any:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 # ------------------------------- the Lightning-Hydra template: torchmetrics objects, partial factories

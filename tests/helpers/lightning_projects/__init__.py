@@ -152,6 +152,11 @@ def assert_same_run(ours: dict[str, Any], theirs: dict[str, Any], *, steps_diffe
             assert_same_metrics(ours[stage], theirs[stage], skip)
 
 
+def float_values(values: dict[str, Any]) -> dict[str, float]:
+    """`callback_metrics` (tensors or floats) as floats, for comparing runs."""
+    return {key: float(value) for key, value in values.items()}
+
+
 def lightnings_values(ours: dict[str, float], theirs: dict[str, float]) -> None:
     """Every value Lightning reports is ours exactly (ours adds its own `train/...` scalars)."""
     assert theirs
