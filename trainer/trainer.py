@@ -233,7 +233,7 @@ class Trainer(TrainerSettings, TrainerData, TrainerEvaluation, TrainerFit):
             self._run.module = model
             self._run.state = LoopState()
         model._attach(self, self._run)
-        if self._run.module_callbacks:
+        if not self._run.sweep:
             self.callbacks = with_module_callbacks(self.callbacks, model)
         self._run.hooks = Dispatcher(model, self.callbacks, self._run.simple_profiler)
         self._run.call("setup", states.TrainerFn(stage))  # Lightning passes the enum (equal to "fit"); before the model is moved or wrapped: layers made here count

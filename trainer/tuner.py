@@ -207,8 +207,7 @@ def lr_find(trainer: Trainer, model: Any, train_dataloaders: Any = None, *, data
     with tempfile.TemporaryDirectory(prefix="lr_find-") as scratch:
         try:
             finder = type(trainer)(**_sweep_arguments(trainer, num_training, sweep, scratch))
-            finder._run.module_callbacks = False  # the module's configure_callbacks() are the user's run's, not the sweep's
-            finder._run.opens_ahead = False  # the sweep's iterator is opened and shut down within it
+            finder._run.sweep = True  # no configure_callbacks(), no iterator opened ahead (loops/context.py)
             finder.fit(model, train_dataloaders, datamodule=datamodule)
         finally:
             sweep.workers.restore()

@@ -143,7 +143,7 @@ class TrainerFit:
             seed_everything(self.args.seed)
         prepared: list[tuple[Any, Any, bool]] = []
         # a fresh epoch's first iterator is opened as fit sets up its data (Lightning's moment)
-        opens = (self._run.opens_ahead and not resuming and self._run.state.batches_done == 0
+        opens = (not self._run.sweep and not resuming and self._run.state.batches_done == 0
                  and self.args.limit_train_batches != 0)
 
         def fit_loaders(after_fit_start: bool = False) -> tuple[Any, Any]:

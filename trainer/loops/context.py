@@ -93,8 +93,9 @@ class RunContext:
         self.datamodule: Any = None
         self.train_loader: Any = None
         self.at_run_start: list[Callable[[], None]] = []  # what the YAML layer runs once a run starts
-        self.module_callbacks = True  # False: the learning-rate sweep runs without configure_callbacks()
-        self.opens_ahead = True  # False: the sweep opens its loader when its epoch starts (its iterator is its own)
+        # The learning-rate sweep's own run (tuner.py): without the module's configure_callbacks() (they
+        # are the user's run's), its loader opened when its epoch starts (its iterator is its own)
+        self.sweep = False
         self._reload: Callable[[], Callable[[Module, str], tuple[Any] | None] | None] = lambda: None
         # what the loops set
         self.in_train_batches = False  # where `self.log` defaults to per-step values
