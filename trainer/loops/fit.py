@@ -181,13 +181,15 @@ class FitLoop(FitValidation):
         iter(train_loader)
         return train_loader
 
-    def _nothing_to_train(self, train_loader: Any) -> None:
+    def _nothing_to_train(self, train_loader: Any) -> bool:
         """A fit whose limits are already reached: `max_epochs=0`/`max_steps=0` (Lightning's way
         to run only the sanity check: no training hook, nothing saved), or a resume from a run
         that reached them (`on_train_start`/`on_train_end` still run, so what a run stopped at
-        its end left unfinished, such as SWA's final transfer, completes)."""
+        its end left unfinished, such as SWA's final transfer, completes). Returns whether only
+        the sanity check runs."""
         context, args = self.context, self.context.args
-        if args.max_epochs == 0 or args.max_steps == 0:
+        sanity_only = args.max_epochs == 0 or args.max_steps == 0
+        if sanity_only:
             log.info("fit trains nothing: max_epochs=%s / max_steps=%s (the sanity check only, as in Lightning).",
                      args.max_epochs, args.max_steps)
         else:
@@ -199,6 +201,7 @@ class FitLoop(FitValidation):
                 repr(str(context.checkpoints.last_path)) if args.enable_checkpointing else "<a trainer.save_checkpoint(path) file>",
             )
         context.data_order.settle(train_loader)
+        return sanity_only
 
     def run(self, train_loader: Any) -> None:
         with self._running():
@@ -209,9 +212,7 @@ class FitLoop(FitValidation):
             self.val_loaded_epoch = context.state.epoch if self.schedule.epoch_validates(context.state.epoch) \
                 else -math.inf
             nothing = self.finished()
-            if nothing:
-                self._nothing_to_train(train_loader)
-            if nothing and (args.max_epochs == 0 or args.max_steps == 0):  # Lightning's sanity-check-only run
+            if nothing and self._nothing_to_train(train_loader):  # Lightning's sanity-check-only run
                 self.sanity_check()
                 return
             self.sanity_check()
@@ -317,8 +318,9 @@ class FitLoop(FitValidation):
         context.agree_stop()
 
     def _step_epoch_schedulers(self) -> None:
+        """After the epoch's last optimizer step (train_epoch decided the loop is automatic)."""
         state, optimization = self.context.state, self.optimization
-        if not state.epoch_schedulers_stepped and isinstance(optimization, AutomaticOptimization):
+        if not state.epoch_schedulers_stepped and isinstance(optimization, AutomaticOptimization):  # for mypy
             optimization.step_schedulers("epoch", state.epoch + 1, monitored=False)
             state.epoch_schedulers_stepped = True
 
