@@ -152,10 +152,16 @@ def test_a_rerun_lands_in_the_same_folder_and_tensorboard_steps_have_no_gap_or_d
     second = run()
     assert second.global_step == 20 and second.log_dir == first.log_dir == tmp_path / "default" / "exp"
     assert [p.name for p in (tmp_path / "default").iterdir()] == ["exp"]  # not a new version_N
-    events = EventAccumulator(str(second.log_dir))
-    events.Reload()
-    steps = [event.step for event in events.Scalars("train/loss")]
-    assert steps == list(range(1, 21)), steps
+    # each run's events file read on its own, in the order the runs wrote them (one directory read
+    # orders the files by name, which ties within a second and can then skip the first run's)
+    runs = []
+    for path in second.log_dir.glob("events.out.tfevents.*"):
+        events = EventAccumulator(str(path))
+        events.Reload()
+        scalars = events.Scalars("train/loss")
+        runs.append((scalars[0].wall_time, [event.step for event in scalars]))
+    steps = [step for _, written in sorted(runs) for step in written]
+    assert len(runs) == 2 and steps == list(range(1, 21)), steps
 
 
 def test_after_a_kill_past_the_last_checkpoint_the_rerun_shows_each_step_once(tmp_path):
